@@ -42,8 +42,13 @@ inline void cpu_relax() {
 constexpr double kSpinSeconds = 20e-6;
 // Sleep slices: a sleeping waiter wakes at least this often to check the peer's liveness.
 constexpr double kLivenessSlice = 0.05;
+// Spin longer in the middle of a message: the next chunk is microseconds away.
+constexpr double kSpinMidMessage = 200e-6;
 // Large copies release the GIL.
 constexpr std::size_t kReleaseGilBytes = 256 * 1024;
+// Messages from this size are published in chunks of kPublishChunk while they are written.
+constexpr std::size_t kPipelineBytes = 512 * 1024;
+constexpr std::size_t kPublishChunk = 256 * 1024;
 
 struct Gil {
     const Ring::GilHooks& h;
@@ -429,7 +434,7 @@ void Ring::copy_out(std::uint64_t pos, void* dst, std::size_t n) {
     if (n > first) copy_bytes(d + first, data(), n - first, Region::FromShared);
 }
 
-int Ring::wait(WaitFor what, std::uint64_t need, double deadline, const GilHooks& hooks) {
+int Ring::wait(WaitFor what, std::uint64_t need, double deadline, const GilHooks& hooks, double spin_s) {
     auto ready = [&]() -> bool {
         if (what == kData) return read_head_checked() - tail_ >= need;
         return cap_ - (head_ - read_tail_checked()) >= need;
@@ -437,7 +442,7 @@ int Ring::wait(WaitFor what, std::uint64_t need, double deadline, const GilHooks
     if (ready()) return 0;
     // Spin briefly: a peer on another core usually answers within microseconds.
     double start = monotonic_seconds();
-    double spin_until = std::min(deadline, start + kSpinSeconds);
+    double spin_until = std::min(deadline, start + spin_s);
     for (unsigned i = 1;; ++i) {
         for (int k = 0; k < 16; ++k) cpu_relax();
         if (ready()) return 0;
@@ -503,25 +508,51 @@ bool Ring::send(void* hdr, std::size_t hdr_len, const void* payload, std::size_t
     const auto* hdr_bytes = static_cast<const std::uint8_t*>(hdr);
     const auto* pay = static_cast<const std::uint8_t*>(payload);
     Gil gil(hooks);
+    const std::uint64_t msg_start = head_;
+    // Copies logical message bytes [a, end) (header, payload; padding is skipped) to the ring.
+    auto write_logical = [&](std::uint64_t a, std::uint64_t end) {
+        if (a < hdr_len) {
+            std::uint64_t m = std::min<std::uint64_t>(end, hdr_len) - a;
+            copy_in(msg_start + a, hdr_bytes + a, m);
+            a += m;
+        }
+        if (a < end && a - hdr_len < payload_len) {
+            std::uint64_t pa = a - hdr_len;
+            std::uint64_t m = std::min<std::uint64_t>(end - hdr_len, payload_len) - pa;
+            copy_in(msg_start + a, pay + pa, m);
+        }
+    };
+    auto advance = [&](std::uint64_t written) {
+        head_ = msg_start + written;
+        if (written == total) {
+            ++seq_;
+            store_release_u64(word(kOffProdSeq), seq_);
+        }
+        publish_head(head_);
+    };
     if (total <= cap_) {
-        // Atomic: wait for room for the whole message, write it, publish once.
+        // Atomic: wait for room for the whole message (so a timeout leaves nothing half
+        // sent), then write it. Large messages are published in chunks as they are written,
+        // so the consumer copies out while we copy in.
         if (cap_ - (head_ - tail_) < total) {
             read_tail_checked();
-            if (cap_ - (head_ - tail_) < total && wait(kSpace, total, deadline, hooks) != 0) return false;
+            if (cap_ - (head_ - tail_) < total && wait(kSpace, total, deadline, hooks, kSpinSeconds) != 0)
+                return false;
         }
         if (payload_len >= kReleaseGilBytes) gil.release();
-        copy_in(head_, hdr_bytes, hdr_len);
-        if (payload_len) copy_in(head_ + hdr_len, pay, payload_len);
-        head_ += total;
-        ++seq_;
-        store_release_u64(word(kOffProdSeq), seq_);
-        publish_head(head_);
+        const std::uint64_t step = payload_len >= kPipelineBytes ? std::min<std::uint64_t>(kPublishChunk, cap_ / 4) : total;
+        for (std::uint64_t w = 0; w < total;) {
+            std::uint64_t n = std::min(step, total - w);
+            write_logical(w, w + n);
+            w += n;
+            advance(w);
+        }
         return true;
     }
     // Streamed: the message is larger than the ring. Write it in chunks as room frees up and
-    // publish each chunk, so the consumer copies out while we copy in.
+    // publish each chunk.
     gil.release();
-    const std::uint64_t chunk = cap_ / 4;
+    const std::uint64_t chunk = std::min<std::uint64_t>(kPublishChunk, cap_ / 4);
     std::uint64_t written = 0;
     while (written < total) {
         std::uint64_t remaining = total - written;
@@ -531,7 +562,8 @@ bool Ring::send(void* hdr, std::size_t hdr_len, const void* payload, std::size_t
             if (cap_ - (head_ - tail_) < want) {
                 int r;
                 try {
-                    r = wait(kSpace, want, deadline, GilHooks{nullptr, nullptr, nullptr});
+                    r = wait(kSpace, want, deadline, GilHooks{nullptr, nullptr, nullptr},
+                             written ? kSpinMidMessage : kSpinSeconds);
                 } catch (const ShmError& e) {
                     if (written) broken_ = std::string("a send failed in the middle of a message: ") + e.what();
                     throw;
@@ -545,24 +577,9 @@ bool Ring::send(void* hdr, std::size_t hdr_len, const void* payload, std::size_t
             }
         }
         std::uint64_t n = std::min<std::uint64_t>({cap_ - (head_ - tail_), remaining, chunk});
-        // Logical message bytes [written, written + n): header, payload, padding.
-        std::uint64_t a = written, end = written + n;
-        if (a < hdr_len) {
-            std::uint64_t m = std::min<std::uint64_t>(end, hdr_len) - a;
-            copy_in(head_, hdr_bytes + a, m);
-            a += m;
-        }
-        if (a < end && a - hdr_len < payload_len) {
-            std::uint64_t m = std::min<std::uint64_t>(end - hdr_len, payload_len) - (a - hdr_len);
-            copy_in(head_ + (a - written), pay + (a - hdr_len), m);
-        }
-        head_ += n;
+        write_logical(written, written + n);
         written += n;
-        if (written == total) {
-            ++seq_;
-            store_release_u64(word(kOffProdSeq), seq_);
-        }
-        publish_head(head_);
+        advance(written);
     }
     return true;
 }
@@ -577,7 +594,7 @@ bool Ring::peek(MsgInfo& info, double timeout_s, const GilHooks& hooks) {
                                           : monotonic_seconds() + timeout_s;
     if (head_ - tail_ < kAlign) {
         read_head_checked();
-        if (head_ - tail_ < kAlign && wait(kData, kAlign, deadline, hooks) != 0) return false;
+        if (head_ - tail_ < kAlign && wait(kData, kAlign, deadline, hooks, kSpinSeconds) != 0) return false;
     }
     MsgHeader h;
     std::memcpy(&h, data() + tail_ % cap_, sizeof h);  // 64-aligned position: never wraps
@@ -592,7 +609,7 @@ bool Ring::peek(MsgInfo& info, double timeout_s, const GilHooks& hooks) {
     if (!why.empty()) broken("message header is corrupt: " + why);
     if (head_ - tail_ < h.header_len) {
         read_head_checked();
-        if (head_ - tail_ < h.header_len && wait(kData, h.header_len, deadline, hooks) != 0) return false;
+        if (head_ - tail_ < h.header_len && wait(kData, h.header_len, deadline, hooks, kSpinMidMessage) != 0) return false;
     }
     info.header_len = h.header_len;
     info.payload_len = h.payload_len;
@@ -629,7 +646,7 @@ void Ring::consume(const MsgInfo& info, void* dst, double timeout_s, const GilHo
                                           : monotonic_seconds() + timeout_s;
     const std::uint64_t payload_len = peeked_payload_;
     const std::uint64_t body = pad64(payload_len);
-    const std::uint64_t chunk = cap_ / 4;
+    const std::uint64_t chunk = std::min<std::uint64_t>(kPublishChunk, cap_ / 4);
     auto* out = static_cast<std::uint8_t*>(dst);
     tail_ += peeked_hdr_;
     Gil gil(hooks);
@@ -643,7 +660,7 @@ void Ring::consume(const MsgInfo& info, void* dst, double timeout_s, const GilHo
                 gil.release();
                 int r;
                 try {
-                    r = wait(kData, 1, deadline, GilHooks{nullptr, nullptr, nullptr});
+                    r = wait(kData, 1, deadline, GilHooks{nullptr, nullptr, nullptr}, kSpinMidMessage);
                 } catch (const ShmError& e) {
                     broken_ = std::string("a recv failed in the middle of a message: ") + e.what();
                     throw;

@@ -163,7 +163,7 @@ private:
     void publish_tail(std::uint64_t t);
     // Waits until pred() or deadline; returns 0 ready, 1 timeout; throws on peer death.
     enum WaitFor { kData, kSpace };
-    int wait(WaitFor what, std::uint64_t need, double deadline, const GilHooks& gil);
+    int wait(WaitFor what, std::uint64_t need, double deadline, const GilHooks& gil, double spin_s);
     [[noreturn]] void broken(const std::string& why);
 
     std::string name_;
