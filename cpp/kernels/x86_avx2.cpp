@@ -162,8 +162,6 @@ __attribute__((target("avx2"))) void copy_nt_fwd(u8* d, const u8* s, std::size_t
 
 // Below this size streaming stores are a loss (a single cache line's round trip to memory).
 constexpr std::size_t kNtMinBytes = 1024;
-// (dst - src) mod 4096 in [1, kAliasWindow] copies backward (see copy_avx2).
-constexpr std::uintptr_t kAliasWindow = 255;
 
 }  // namespace
 
@@ -176,19 +174,11 @@ __attribute__((target("avx2"))) void copy_avx2(void* dst, const void* src, std::
     }
     const std::uintptr_t diff = reinterpret_cast<std::uintptr_t>(d) - reinterpret_cast<std::uintptr_t>(s);
     if (diff == 0) return;
-    // dst inside (src, src+n): backward is required; src inside (dst, dst+n): forward is.
-    // Disjoint ranges: backward when dst is a little ahead of src modulo 4096. A forward
-    // loop would then load addresses whose low 12 bits match stores it just issued (4K
-    // aliasing: the loads wait on unrelated stores); backward, the loads run below them.
+    // dst inside (src, src+n): backward is required. Everything else goes forward: measured
+    // on an Intel Xeon (SPR-class, KVM) the backward loop ran 20-30 % slower from 64 KiB to
+    // 1 MiB, and the forward loop showed no 4K-aliasing loss at (dst - src) mod 4096 = 16
+    // (50 GB/s at 64 KiB, same as page-aligned), unlike `rep movsb` on Zen 3.
     if (diff < n) {
-        copy_bwd(d, s, n);
-        return;
-    }
-    if (0u - diff < n) {
-        copy_fwd(d, s, n);
-        return;
-    }
-    if (((diff & 4095u) - 1u) < kAliasWindow) {
         copy_bwd(d, s, n);
         return;
     }
