@@ -54,11 +54,17 @@ static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t), "fute
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "futex word");
 
 constexpr std::size_t kLine = 64;
-// How long an idle worker spins (plain loads) before it sleeps on the futex; long enough to
-// catch back-to-back copies, short enough that an idle pool costs nothing measurable.
+// How long an idle worker waits for the next job before it sleeps on the futex; long enough
+// to catch back-to-back copies, short enough that an idle pool costs nothing measurable.
 constexpr std::int64_t kWorkerSpinNs = 50'000;
-// How long the caller spins waiting for a worker to finish its last chunk before sleeping.
+// How long the caller waits for a worker to finish its last chunk before sleeping.
 constexpr std::int64_t kCallerSpinNs = 20'000;
+// Within those windows, pure spinning on plain loads only for this long; after it, spin
+// with a sched_yield() between bursts. When the other party is runnable on the *same* CPU
+// (the machine is oversubscribed: other processes hold the other cores), pure spinning
+// would hold the CPU for the whole window while the other party cannot run; measured here
+// this turned a 0.4 us hand-off into 52 us (= the spin window).
+constexpr std::int64_t kPureSpinNs = 1'000;
 // Chunks per thread for load balancing, and the largest chunk.
 constexpr std::size_t kChunksPerThread = 8;
 constexpr std::size_t kMaxChunkBytes = 4u << 20;
@@ -77,6 +83,20 @@ std::int64_t now_ns() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(
                std::chrono::steady_clock::now().time_since_epoch())
         .count();
+}
+
+// Spins until pred() or `budget_ns` elapsed; returns pred()'s last value. Plain loads (no
+// PAUSE: under KVM here a PAUSE loop reacted ~3x slower), the clock read every 256 tries.
+template <class Pred>
+bool spin_until(Pred pred, std::int64_t budget_ns) {
+    const std::int64_t start = now_ns();
+    for (;;) {
+        for (int i = 0; i < 256; ++i)
+            if (pred()) return true;
+        const std::int64_t t = now_ns() - start;
+        if (t > budget_ns) return false;
+        if (t > kPureSpinNs) std::this_thread::yield();
+    }
 }
 
 // ---- waiting ------------------------------------------------------------------------------
@@ -164,14 +184,8 @@ void worker_main(Worker* w) {
     for (;;) {
         std::uint32_t s = w->state.load(std::memory_order_acquire);
         if (s == kIdle) {
-            // Spin on plain loads (no PAUSE: under KVM a PAUSE loop reacts ~3x slower);
-            // look at the clock only every 256 loads.
-            const std::int64_t until = now_ns() + kWorkerSpinNs;
-            for (;;) {
-                for (int i = 0; i < 256 && s == kIdle; ++i)
-                    s = w->state.load(std::memory_order_relaxed);
-                if (s != kIdle || now_ns() > until) break;
-            }
+            spin_until([&] { return (s = w->state.load(std::memory_order_relaxed)) != kIdle; },
+                       kWorkerSpinNs);
             if (s == kIdle) {
                 std::uint32_t expected = kIdle;
                 if (w->state.compare_exchange_strong(expected, kSleeping,
@@ -211,14 +225,10 @@ void enlist(Worker* w, Job* j) {
 void retire(Worker* w) {
     std::uint32_t expected = kGo;
     if (w->state.compare_exchange_strong(expected, kIdle, std::memory_order_acq_rel)) return;
-    const std::int64_t until = now_ns() + kCallerSpinNs;
-    for (;;) {
-        std::uint32_t s = kRunning;
-        for (int i = 0; i < 256 && s == kRunning; ++i)
-            s = w->state.load(std::memory_order_acquire);
-        if (s != kRunning) return;  // IDLE or SLEEPING: finished
-        if (now_ns() > until) break;
-    }
+    // IDLE or SLEEPING: finished.
+    if (spin_until([&] { return w->state.load(std::memory_order_acquire) != kRunning; },
+                   kCallerSpinNs))
+        return;
     std::uint32_t running = kRunning;
     if (w->state.compare_exchange_strong(running, kRunningWaited, std::memory_order_acq_rel))
         wait_while(&w->state, kRunningWaited);
@@ -541,9 +551,10 @@ bool ping() {
         Worker* w = p->workers[0];
         enlist(w, &job);
         // Wait for the worker to take it (no withdrawal: this measures the round trip).
-        for (;;) {
+        while (!spin_until([&] {
             const std::uint32_t s = w->state.load(std::memory_order_acquire);
-            if (s == kIdle || s == kSleeping) break;
+            return s == kIdle || s == kSleeping;
+        }, kCallerSpinNs)) {
         }
         ok = true;
     }
