@@ -36,7 +36,8 @@ struct PolicyRule {
 struct Overrides {
     std::string kernel;          // FASTCOPY_KERNEL, empty = automatic
     std::string rep_movsb = "auto";  // FASTCOPY_REP_MOVSB: auto | on | off
-    std::size_t nt_threshold = 0;    // FASTCOPY_NT_THRESHOLD in bytes, 0 = not set
+    bool nt_threshold_set = false;   // FASTCOPY_NT_THRESHOLD given ("off" disables NT stores)
+    std::size_t nt_threshold = 0;    // its value in bytes (SIZE_MAX for "off")
     int threads = -1;                // FASTCOPY_THREADS, -1 = not set
 };
 

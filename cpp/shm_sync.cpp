@@ -1,0 +1,1 @@
+// TEMPORARY: shared-memory synchronisation primitives land with the shm channel.

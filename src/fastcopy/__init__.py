@@ -1,0 +1,63 @@
+"""fastcopy: the fastest correct memory copy for Python buffers on this CPU.
+
+``fastcopy.copy(dst, src)`` copies any buffer (numpy arrays, bytearray, memoryview, mmap,
+shared memory) into another, like ``np.copyto`` for equal shapes and dtypes, with a kernel
+chosen for this CPU, size and addresses. ``fastcopy.info()`` says what was detected and
+chosen; ``FASTCOPY_KERNEL``, ``FASTCOPY_REP_MOVSB``, ``FASTCOPY_NT_THRESHOLD`` and
+``FASTCOPY_THREADS`` override the policy (see docs/dispatch.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List
+
+from . import _core
+
+__version__ = "0.1.0"
+
+__all__ = ["copy", "kernels", "kernel", "info", "set_threads", "get_threads", "__version__"]
+
+try:
+    _core.init_policy()
+except ValueError as _error:  # a bad FASTCOPY_* value: refuse to start with a clear message
+    raise ImportError(f"fastcopy: {_error}") from None
+
+copy = _core.copy
+
+
+def kernels() -> List[str]:
+    """Names of the kernels usable on this CPU, e.g. ``['generic', 'avx2', 'avx2_nt', 'erms']``."""
+    return [k["name"] for k in _core.kernel_table() if k["supported"]]
+
+
+def kernel(name: str) -> Callable[[Any, Any], None]:
+    """A callable ``f(dst, src)`` with the contract of :func:`copy` that always uses kernel ``name``.
+
+    For benchmarks and tests. Raises ValueError naming the valid kernels when ``name`` is not
+    usable on this CPU.
+    """
+    return _core.kernel_callable(name)
+
+
+def info() -> Dict[str, Any]:
+    """What fastcopy detected and decided, as a dict.
+
+    Keys: ``version``; ``cpu`` (detected facts: arch, vendor, family/model, flags, cache
+    sizes, SVE vector length, kernel version; ``brand`` from py-cpuinfo when installed);
+    ``kernels`` (every compiled kernel with description and whether it is supported);
+    ``policy`` (for each region and size band: kernel and reason); ``notes``;
+    ``thresholds`` (non-temporal and parallel, with reasons); ``threads``; ``overrides``.
+    """
+    from ._report import collect_info
+
+    return collect_info()
+
+
+def set_threads(n: int) -> None:
+    """Threads used for large copies: 1 disables threading, 0 restores the default."""
+    _core.set_threads(n)
+
+
+def get_threads() -> int:
+    """Threads a large copy uses now (the calling thread included)."""
+    return _core.threads()
