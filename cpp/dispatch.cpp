@@ -310,7 +310,7 @@ void init_policy() {
     Policy p = build_policy(cpu_facts(), o);
     g_overrides = o;
     g_policy = p;
-    pool::set_threads(o.threads > 0 ? static_cast<unsigned>(o.threads) : 0u);
+    pool::set_env_threads(o.threads > 0 ? static_cast<unsigned>(o.threads) : 0u);
 }
 
 const Overrides& overrides() { return g_overrides; }
