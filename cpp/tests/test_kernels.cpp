@@ -239,7 +239,8 @@ void run_kernel(Ctx& c, const Options& o, Guarded& gs, Guarded& gd, Guarded& go)
         }
     }
     // 2. Large and odd sizes.
-    std::vector<std::size_t> big = {4097, 4099, 5000, 8191, 8192, 8193, 12345, 65535, 65536, 65537,
+    std::vector<std::size_t> big = {4097, 4099, 5000, 8191, 8192, 8193, 12345, 16383, 16384, 16385, 16447,
+                                    16448, 20000, 32769, 49151, 65535, 65536, 65537,
                                     (1u << 20) + 13, 3u << 20};
     if (!o.quick) {
         big.push_back((1u << 20) - 1);
