@@ -314,12 +314,16 @@ bool Ring::unlink() {
 
 void Ring::broken(const std::string& why) {
     broken_ = why;
-    throw ShmError(why);
+    broken_corrupt_ = true;
+    throw ShmCorrupted(why);
 }
 
 void Ring::claim(Role want) {
     if (!base_) throw ShmUseAfterClose("operation on a closed Channel");
-    if (!broken_.empty()) throw ShmError("channel is broken: " + broken_);
+    if (!broken_.empty()) {
+        if (broken_corrupt_) throw ShmCorrupted("channel is broken: " + broken_);
+        throw ShmError("channel is broken: " + broken_);
+    }
     std::uint64_t gen = fork_generation();
     if (role_ != Role::None && claim_generation_ == gen) {
         if (role_ != want)
@@ -357,8 +361,8 @@ void Ring::claim(Role want) {
     std::uint64_t h = load_acquire_u64(word(kOffHead));
     std::uint64_t t = load_acquire_u64(word(kOffTail));
     if (h - t > cap_)
-        throw ShmCorrupted("channel header is corrupt: head " + std::to_string(h) + " and tail " + std::to_string(t) +
-                           " are more than the capacity " + std::to_string(cap_) + " apart");
+        broken("channel header is corrupt: head " + std::to_string(h) + " and tail " + std::to_string(t) +
+               " are more than the capacity " + std::to_string(cap_) + " apart");
     head_ = h;
     tail_ = t;
     seq_ = load_acquire_u64(word(want == Role::Producer ? kOffProdSeq : kOffConsSeq));

@@ -145,7 +145,7 @@ public:
     std::uint64_t pending_bytes();
 
     // Marks the channel unusable (later calls raise ShmError with this reason).
-    void mark_broken(const std::string& why) { broken_ = why; }
+    void mark_broken(const std::string& why) { broken_ = why; broken_corrupt_ = true; }
     Role role() const { return role_; }
     std::uint64_t messages_done() const { return seq_; }
 
@@ -178,6 +178,7 @@ private:
     std::uint64_t head_ = 0, tail_ = 0;   // our copies: own index authoritative, peer's cached
     std::uint64_t seq_ = 0;
     std::string broken_;
+    bool broken_corrupt_ = false;         // broken_ came from failed validation
     std::uint32_t peeked_hdr_ = 0;        // header_len of the message peek() validated
     std::uint64_t peeked_payload_ = 0;
     bool peeked_ = false;

@@ -70,19 +70,53 @@ class ChannelClosed(ChannelError):
     """The other end closed the channel (recv: and every sent message was received)."""
 
 
+def _encode_dtype(dtype: np.dtype) -> Any:
+    if dtype.subdtype is not None:
+        base, shape = dtype.subdtype
+        return ["sub", _encode_dtype(base), list(shape)]
+    if dtype.fields is not None:
+        names = list(dtype.names)
+        return ["struct", names, [_encode_dtype(dtype.fields[n][0]) for n in names],
+                [dtype.fields[n][1] for n in names], dtype.itemsize, bool(dtype.isalignedstruct)]
+    return dtype.str
+
+
+def _decode_dtype(obj: Any) -> np.dtype:
+    if isinstance(obj, str):
+        return np.dtype(obj)
+    if isinstance(obj, list) and len(obj) == 3 and obj[0] == "sub":
+        shape = obj[2]
+        if not (isinstance(shape, list) and all(isinstance(d, int) and 0 <= d < 2**31 for d in shape)):
+            raise ValueError("bad sub-array shape")
+        return np.dtype((_decode_dtype(obj[1]), tuple(shape)))
+    if isinstance(obj, list) and len(obj) == 6 and obj[0] == "struct":
+        _, names, formats, offsets, itemsize, aligned = obj
+        if not (isinstance(names, list) and isinstance(formats, list) and isinstance(offsets, list)
+                and len(names) == len(formats) == len(offsets) and all(isinstance(n, str) for n in names)
+                and all(isinstance(o, int) and 0 <= o < 2**31 for o in offsets)
+                and isinstance(itemsize, int) and 0 <= itemsize < 2**31 and isinstance(aligned, bool)):
+            raise ValueError("bad structured dtype")
+        return np.dtype({"names": names, "formats": [_decode_dtype(f) for f in formats], "offsets": offsets,
+                         "itemsize": itemsize}, align=aligned)
+    raise ValueError("bad dtype description")
+
+
 def _dtype_to_wire(dtype: np.dtype) -> str:
-    """dtype -> the string carried in message headers: ``dtype.str`` for plain dtypes,
-    ``"descr:" + repr(dtype.descr)`` for structured and sub-array dtypes."""
+    """dtype -> the string carried in message headers: ``dtype.str`` for plain dtypes
+    (e.g. ``'<f8'``, ``'>i2'``, ``'|S5'``, ``'<M8[ns]'``), ``'lit:'`` + a Python literal for
+    structured and sub-array dtypes (names, field formats, offsets, itemsize, alignment)."""
     if dtype.hasobject:
         raise TypeError(f"send: arrays of dtype {dtype} hold Python object pointers, which cannot cross processes")
     if dtype.fields is None and dtype.subdtype is None:
         return dtype.str
-    return "descr:" + repr(dtype.descr)
+    return "lit:" + repr(_encode_dtype(dtype))
 
 
 def _dtype_from_wire(wire: str) -> np.dtype:
-    if wire.startswith("descr:"):
-        dt = np.dtype(ast.literal_eval(wire[6:]))
+    """Inverse of _dtype_to_wire for untrusted input: only literals are parsed, and anything
+    unexpected raises (the channel then reports ChannelCorrupted)."""
+    if wire.startswith("lit:"):
+        dt = _decode_dtype(ast.literal_eval(wire[4:]))
     else:
         if len(wire) > 64:
             raise ValueError("dtype string too long")
