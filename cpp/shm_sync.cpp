@@ -331,8 +331,10 @@ void Ring::claim(Role want) {
                            " (a Channel carries messages one way; use a second Channel for replies)");
         return;
     }
-    // First use in this process (or first use after a fork): claim the role in the header.
+    // First use in this process (or first use after a fork): claim the role in the header,
+    // after checking that the header is still a channel's.
     role_ = Role::None;
+    check_header();
     const char* what = want == Role::Producer ? "producer" : "consumer";
     std::size_t pid_off = want == Role::Producer ? kOffProdPid : kOffConsPid;
     std::size_t closed_off = want == Role::Producer ? kOffProdClosed : kOffConsClosed;
@@ -612,8 +614,12 @@ bool Ring::peek(MsgInfo& info, double timeout_s, const GilHooks& hooks) {
     else if (h.payload_len > kMaxPayload) why = "payload length " + std::to_string(h.payload_len);
     if (!why.empty()) broken("message header is corrupt: " + why);
     if (head_ - tail_ < h.header_len) {
+        // A producer publishes a message header whole (its first chunk holds it), so fewer
+        // published bytes than header_len means the header is not what it claims to be.
         read_head_checked();
-        if (head_ - tail_ < h.header_len && wait(kData, h.header_len, deadline, hooks, kSpinMidMessage) != 0) return false;
+        if (head_ - tail_ < h.header_len)
+            broken("message header is corrupt: header length " + std::to_string(h.header_len) +
+                   " is more than the bytes published");
     }
     info.header_len = h.header_len;
     info.payload_len = h.payload_len;

@@ -1,0 +1,453 @@
+"""fastcopy.shm.Channel between real processes (spawn and fork): a 100,000-message stress
+run with content checks, killed producers and consumers, corrupt and hostile segments
+(in a subprocess, to prove there is no crash), cleanup of /dev/shm, no resource_tracker
+warnings, and the example of docs/shm.md run as written.
+
+Each scenario runs as a script in a fresh interpreter, so its exit status and stderr are its
+own. FASTCOPY_NO_SUBPROCESS=1 skips them all."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("FASTCOPY_NO_SUBPROCESS") == "1",
+    reason="FASTCOPY_NO_SUBPROCESS=1: tests that start processes are skipped",
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+SRC = ROOT / "src"
+PREFIX = f"fctp-{os.getpid()}-"
+
+
+def shm_names(prefix: str):
+    return {n for n in os.listdir("/dev/shm") if n.startswith(prefix)}
+
+
+def run_script(tmp_path: Path, code: str, *args: str, timeout: float = 120.0):
+    script = tmp_path / "scenario.py"
+    script.write_text(textwrap.dedent(code))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONWARNINGS"] = "always"  # make any resource_tracker/ResourceWarning visible
+    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=timeout,
+                          env=env, cwd=str(tmp_path))
+    return proc
+
+
+def assert_clean(proc, prefix: str):
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    for bad in ("resource_tracker", "leaked", "Traceback", "Warning"):
+        assert bad not in proc.stderr, proc.stderr
+    assert shm_names(prefix) == set(), "segments left in /dev/shm"
+
+
+# ---- 100,000 messages of random sizes ---------------------------------------------------------
+STRESS = r"""
+import multiprocessing as mp
+import sys
+import time
+
+import numpy as np
+
+from fastcopy.shm import Channel, ChannelClosed
+
+POOL_BYTES = 8 << 20
+
+def plan(seed, n):
+    rng = np.random.default_rng(seed)
+    # Log-uniform sizes 1 B .. 64 KiB, 2% empty, and every 2000th message log-uniform
+    # 64 KiB .. 6 MiB (the ring is 1 MiB, so those are split and reassembled).
+    sizes = np.exp(rng.random(n) * np.log(65536.0)).astype(np.int64)
+    sizes[rng.random(n) < 0.02] = 0
+    big = (np.arange(n) % 2000) == 1999
+    sizes[big] = np.exp(rng.uniform(np.log(65536.0), np.log(6 << 20), int(big.sum()))).astype(np.int64)
+    kinds = rng.integers(0, 4, n)
+    offsets = (rng.random(n) * (POOL_BYTES - sizes)).astype(np.int64)
+    pool = np.random.default_rng(seed + 1).integers(0, 256, POOL_BYTES, dtype=np.uint8)
+    return sizes.tolist(), kinds.tolist(), offsets.tolist(), pool
+
+def message(pool, kind, size, off):
+    raw = pool[off:off + size]
+    if kind == 0:
+        return raw                                   # uint8, 1-D
+    if kind == 1:
+        n8 = size // 8
+        a = raw[:n8 * 8].view("<f8")
+        return a.reshape(-1, 4) if n8 % 4 == 0 else a  # float64, 2-D when it can
+    if kind == 2:
+        return raw.tobytes()                         # bytes: comes back as uint8
+    n2 = size // 2
+    return raw[:n2 * 2].view(">i2")                  # big-endian int16
+
+def producer(name, seed, n):
+    sizes, kinds, offsets, pool = plan(seed, n)
+    ch = Channel.attach(name)
+    for i in range(n):
+        ch.send(message(pool, kinds[i], sizes[i], offsets[i]), timeout=60)
+    ch.close()
+
+def main(method, n, name):
+    seed = 1234
+    ctx = mp.get_context(method)
+    with Channel.create(name, capacity=1 << 20) as ch:
+        p = ctx.Process(target=producer, args=(name, seed, n))
+        p.start()
+        sizes, kinds, offsets, pool = plan(seed, n)
+        total = 0
+        t0 = time.perf_counter()
+        for i in range(n):
+            exp = message(pool, kinds[i], sizes[i], offsets[i])
+            if kinds[i] == 2:
+                exp = pool[offsets[i]:offsets[i] + sizes[i]]
+            if i % 5 == 0:
+                got = ch.recv(out=np.empty(exp.shape, exp.dtype), timeout=60)
+            else:
+                got = ch.recv(timeout=60)
+            if got.dtype != exp.dtype or got.shape != exp.shape:
+                raise SystemExit(f"message {i}: got {got.dtype}{got.shape}, expected {exp.dtype}{exp.shape}")
+            if not np.array_equal(got.reshape(-1).view(np.uint8), exp.reshape(-1).view(np.uint8)):
+                raise SystemExit(f"message {i}: content differs (size {sizes[i]})")
+            total += got.nbytes
+        try:
+            extra = ch.recv(timeout=60)
+            raise SystemExit(f"an extra message arrived: {extra.dtype}{extra.shape}")
+        except ChannelClosed:
+            pass
+        dt = time.perf_counter() - t0
+        p.join(60)
+        if p.exitcode != 0:
+            raise SystemExit(f"producer exit code {p.exitcode}")
+    print(f"OK {n} messages {total} bytes {dt:.2f} s")
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3])
+"""
+
+
+@pytest.mark.parametrize("method", ["spawn", "fork"])
+def test_100k_random_messages(tmp_path, method):
+    prefix = PREFIX + "stress-"
+    proc = run_script(tmp_path, STRESS, method, "100000", prefix + method, timeout=300)
+    assert_clean(proc, prefix)
+    assert proc.stdout.startswith("OK 100000 messages"), proc.stdout
+
+
+# ---- killed peers --------------------------------------------------------------------------
+KILL = r"""
+import multiprocessing as mp
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+from fastcopy.shm import Channel, PeerDied
+
+def endless_producer(name):
+    ch = Channel.attach(name)
+    rng = np.random.default_rng(5)
+    i = 0
+    while True:
+        size = int(np.exp(rng.random() * np.log(3 << 20)))   # up to 3 MiB, ring is 256 KiB
+        a = np.full(size, i % 251, np.uint8)
+        ch.send(a)
+        i += 1
+
+def stuck_producer(name):
+    ch = Channel.attach(name)
+    ch.send(np.full(100, 7, np.uint8))
+    ch.send(np.full(4 << 20, 9, np.uint8))  # larger than the ring: blocks half way
+    time.sleep(600)
+
+def quiet_producer(name):
+    ch = Channel.attach(name)
+    for i in range(3):
+        ch.send(np.full(10, i, np.uint8))
+    time.sleep(600)
+
+def slow_consumer(name, started):
+    ch = Channel.attach(name)
+    ch.recv()
+    started.set()
+    time.sleep(600)
+
+def expect_peer_died(fn, limit=10.0):
+    t0 = time.monotonic()
+    try:
+        fn()
+    except PeerDied as e:
+        dt = time.monotonic() - t0
+        assert dt < limit, dt
+        return str(e)
+    raise AssertionError("no PeerDied")
+
+def main(method, scenario, name):
+    ctx = mp.get_context(method)
+    with Channel.create(name, capacity=256 << 10) as ch:
+        target = {"endless": endless_producer, "stuck": stuck_producer, "quiet": quiet_producer,
+                  "consumer": slow_consumer}[scenario]
+        started = ctx.Event()
+        p = ctx.Process(target=target, args=(name, started) if scenario == "consumer" else (name,))
+        p.start()
+        if scenario == "endless":
+            # Receive for a while, verifying every message, then SIGKILL the producer at a
+            # random moment; every message delivered before the error must be intact.
+            t_end = time.monotonic() + 0.5
+            i = 0
+            while time.monotonic() < t_end:
+                a = ch.recv(timeout=30)
+                assert (a == i % 251).all(), i
+                i += 1
+            os.kill(p.pid, signal.SIGKILL)
+            def drain():
+                nonlocal i
+                while True:
+                    a = ch.recv(timeout=30)   # a timeout here would fail the test
+                    assert (a == i % 251).all(), i
+                    i += 1
+            msg = expect_peer_died(drain)
+        elif scenario == "stuck":
+            assert (ch.recv(timeout=30) == 7).all()
+            time.sleep(0.5)                      # the producer is now blocked mid-message
+            os.kill(p.pid, signal.SIGKILL)
+            msg = expect_peer_died(lambda: ch.recv(timeout=30))
+        elif scenario == "quiet":
+            for i in range(3):
+                assert (ch.recv(timeout=30) == i).all()
+            os.kill(p.pid, signal.SIGKILL)
+            msg = expect_peer_died(lambda: ch.recv())   # no timeout at all: must not hang
+        else:
+            ch.send(np.zeros(10, np.uint8))
+            assert started.wait(30)              # the consumer has claimed its end
+            while True:                            # fill the ring
+                try:
+                    ch.send(np.zeros(10000, np.uint8), timeout=0.2)
+                except TimeoutError:
+                    break
+            os.kill(p.pid, signal.SIGKILL)
+            msg = expect_peer_died(lambda: ch.send(np.zeros(10000, np.uint8), timeout=30))
+        p.join(10)
+    assert "died" in msg, msg
+    print("OK", scenario, msg)
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], sys.argv[3])
+"""
+
+
+@pytest.mark.parametrize("scenario", ["endless", "stuck", "quiet", "consumer"])
+@pytest.mark.parametrize("method", ["spawn", "fork"])
+def test_killed_peer_raises_not_hangs(tmp_path, method, scenario):
+    prefix = PREFIX + "kill-"
+    t0 = time.monotonic()
+    proc = run_script(tmp_path, KILL, method, scenario, prefix + scenario, timeout=120)
+    assert_clean(proc, prefix)
+    assert proc.stdout.startswith("OK"), proc.stdout
+    assert time.monotonic() - t0 < 60
+
+
+# ---- corrupt and hostile segments ---------------------------------------------------------
+CORRUPT = r"""
+import mmap
+import os
+import struct
+import sys
+
+import numpy as np
+
+from fastcopy import _core
+from fastcopy.shm import Channel, ChannelCorrupted, ChannelError
+
+PREFIX = sys.argv[1]
+counter = [0]
+H = 4096          # header bytes; the ring starts here
+
+def fresh(cap=1 << 16):
+    counter[0] += 1
+    tx = Channel.create(PREFIX + str(counter[0]), capacity=cap)
+    rx = Channel.attach(tx.name)
+    fd = os.open("/dev/shm/" + tx.name, os.O_RDWR)
+    m = mmap.mmap(fd, 0)
+    os.close(fd)
+    return tx, rx, m
+
+def done(tx, rx, m):
+    m.close()
+    for c in (rx, tx):
+        try:
+            c.close()
+        except ChannelError:
+            pass
+    tx.unlink()
+
+def expect(exc, fn, what):
+    try:
+        fn()
+    except exc as e:
+        return
+    except BaseException as e:
+        raise AssertionError(f"{what}: {type(e).__name__}: {e}")
+    raise AssertionError(f"{what}: no exception")
+
+cases = 0
+
+# 1. Shared header fields.
+for what, off, fmt, value, side in [
+    ("wrong magic", 0, "<Q", 0xDEADBEEF, "both"),
+    ("wrong version", 8, "<I", 99, "both"),
+    ("wrong capacity", 16, "<Q", 1 << 40, "both"),
+    ("huge head", 512, "<Q", 1 << 62, "rx"),
+    ("head beyond tail + capacity", 512, "<Q", (1 << 16) + 4096, "rx"),
+    ("tail beyond head", 640, "<Q", 1 << 50, "tx"),
+]:
+    tx, rx, m = fresh()
+    tx.send(np.arange(100))
+    struct.pack_into(fmt, m, off, value)
+    if side in ("both", "rx"):
+        expect(ChannelCorrupted, lambda: rx.recv(timeout=0), what + " (recv)")
+        expect(ChannelCorrupted, lambda: rx.recv(timeout=0), what + " (recv again)")
+    if side in ("both", "tx"):
+        # The producer reads the tail when its cached view says the ring is full: keep sending.
+        def fill():
+            for _ in range(20):
+                tx.send(np.zeros(10000, np.uint8), timeout=0)
+        expect(ChannelCorrupted, fill, what + " (send)")
+    if side == "both":
+        expect(ChannelCorrupted, lambda: Channel.attach(tx.name), what + " (attach)")
+    done(tx, rx, m)
+    cases += 1
+
+# 2. Message header fields of the first message (at offset H of the file).
+def msg_case(what, patch, exc=ChannelCorrupted, payload=None):
+    global cases
+    tx, rx, m = fresh()
+    tx.send(np.arange(10, dtype="<f8") if payload is None else payload)
+    patch(m)
+    expect(exc, lambda: rx.recv(timeout=0), what)
+    expect(exc, lambda: rx.recv(out=np.empty(10), timeout=0), what + " (out=)")
+    done(tx, rx, m)
+    cases += 1
+
+msg_case("message magic", lambda m: struct.pack_into("<I", m, H, 0x12345678))
+msg_case("header_len", lambda m: struct.pack_into("<I", m, H + 4, 1 << 30))
+msg_case("payload_len huge", lambda m: struct.pack_into("<Q", m, H + 8, 1 << 62))
+msg_case("payload_len mismatch", lambda m: struct.pack_into("<Q", m, H + 8, 88))
+msg_case("dtype_len huge", lambda m: struct.pack_into("<I", m, H + 16, 1 << 31))
+msg_case("dtype_len zero", lambda m: struct.pack_into("<I", m, H + 16, 0))
+msg_case("ndim huge", lambda m: struct.pack_into("<I", m, H + 20, 1 << 20))
+msg_case("sequence number", lambda m: struct.pack_into("<Q", m, H + 24, 5))
+msg_case("shape product overflow", lambda m: struct.pack_into("<Q", m, H + 32, 1 << 63))
+msg_case("shape product mismatch", lambda m: struct.pack_into("<Q", m, H + 32, 11))
+msg_case("dtype not printable", lambda m: m.__setitem__(slice(H + 40, H + 43), b"\x00\xff\x01"))
+msg_case("dtype unknown", lambda m: m.__setitem__(slice(H + 40, H + 43), b"zz9"))
+msg_case("dtype object", lambda m: m.__setitem__(slice(H + 40, H + 43), b"|O8"))
+# A structured dtype travels as a literal: replace it by code, by deep nesting, by junk.
+st = np.zeros(3, dtype=[("a", "<i4"), ("b", "<f8")])
+def set_dtype(text):
+    def patch(m):
+        struct.pack_into("<I", m, H + 16, len(text))
+        # ndim 1: shape at H+32, dtype at H+40; header_len must cover it
+        struct.pack_into("<I", m, H + 4, (32 + 8 + len(text) + 63) // 64 * 64)
+        m[H + 40:H + 40 + len(text)] = text
+    return patch
+for text in (b"lit:__import__('os').system('echo pwned')", b"lit:" + b"[" * 900, b"lit:['struct', 1, 2, 3, 4, 5]",
+             b"lit:['sub', '<f8', [-1]]", b"lit:['struct', ['a'], ['<O'], [0], 8, False]"):
+    msg_case("dtype literal " + text[:20].decode(), set_dtype(text), payload=st)
+
+# 3. Random bytes over the whole header: attach and both ends fail cleanly.
+rng = np.random.default_rng(0)
+for k in range(50):
+    tx, rx, m = fresh()
+    tx.send(np.arange(5))
+    m[0:H] = rng.integers(0, 256, H, dtype=np.uint8).tobytes()
+    expect(ChannelCorrupted, lambda: Channel.attach(tx.name), "random header (attach)")
+    expect(ChannelCorrupted, lambda: rx.recv(timeout=0), "random header (recv)")
+    expect(ChannelCorrupted, lambda: tx.send(b"x", timeout=0), "random header (send)")
+    done(tx, rx, m)
+    cases += 1
+
+# 4. Fuzz: random bytes at random places of the header and the first messages; any outcome
+# but a crash or an unexpected exception type is fine.
+ok_types = (ChannelError, ValueError, TimeoutError, TypeError, MemoryError)
+for k in range(400):
+    tx, rx, m = fresh()
+    for j in range(3):
+        tx.send(np.arange(int(rng.integers(0, 50)), dtype=rng.choice(["<f8", "|u1", ">i2"])))
+    for _ in range(int(rng.integers(1, 8))):
+        off = int(rng.choice([rng.integers(0, H), rng.integers(H, H + 512), rng.integers(0, 2048)]))
+        n = int(rng.integers(1, 9))
+        m[off:off + n] = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+    for op in range(4):
+        try:
+            if op % 2:
+                tx.send(np.arange(3), timeout=0)
+            else:
+                rx.recv(timeout=0)
+        except ok_types:
+            pass
+    done(tx, rx, m)
+    cases += 1
+
+# 5. Segments that are not channels.
+name = PREFIX + "short"
+with open("/dev/shm/" + name, "wb") as f:
+    f.write(b"\xff" * 5000)
+expect(ChannelCorrupted, lambda: Channel.attach(name), "short segment")
+os.unlink("/dev/shm/" + name)
+print("OK", cases, "cases")
+"""
+
+
+def test_corrupt_segments_raise_and_never_crash(tmp_path):
+    prefix = PREFIX + "corrupt-"
+    proc = run_script(tmp_path, CORRUPT, prefix, timeout=120)
+    assert_clean(proc, prefix)
+    assert proc.stdout.startswith("OK"), proc.stdout
+
+
+# ---- the documented example ---------------------------------------------------------------
+def test_docs_example_runs_as_written(tmp_path):
+    text = (ROOT / "docs" / "shm.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    example = [b for b in blocks if "__main__" in b]
+    assert example, "docs/shm.md has no complete example"
+    script = tmp_path / "example.py"
+    script.write_text(example[0])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONWARNINGS"] = "always"
+    before = {n for n in os.listdir("/dev/shm") if n.startswith("fastcopy-")}
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, cwd=str(tmp_path))
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "resource_tracker" not in err and "Warning" not in err and err.strip() == "", err
+    assert "consumer received" in out, out
+    assert shm_names(f"fastcopy-{proc.pid}-") == set()
+
+
+# ---- the benchmark --------------------------------------------------------------------------
+def test_ipc_bench_smoke():
+    from fastcopy.ipc_bench import format_ipc_table, run_ipc_bench
+
+    res = run_ipc_bench(sizes=[64, 65536], repeats=1, min_time=0.02,
+                        transports=["channel", "channel_alloc", "queue", "pipe"])
+    json.dumps(res)
+    assert {(r["transport"], r["size"]) for r in res["rows"]} == {
+        (t, s) for t in ["channel", "channel_alloc", "queue", "pipe"] for s in [64, 65536]}
+    for r in res["rows"]:
+        assert r["msg_rate"] > 0 and r["bandwidth_gbps"] > 0 and r["rtt_median_us"] > 0
+    assert set(res["ratios"]["64"]) == {"channel_vs_queue", "channel_vs_pipe"}
+    table = format_ipc_table(res)
+    assert "message rate" in table and "channel" in table and "pipe" in table
