@@ -39,11 +39,11 @@ inline void cpu_relax() {
 
 // How long a waiter spins (checking the index) before it sleeps on the futex. Short: with
 // few cores a spinning waiter steals time from the peer it waits for.
-constexpr double kSpinSeconds = 20e-6;
+double kSpinSeconds = 20e-6;
 // Sleep slices: a sleeping waiter wakes at least this often to check the peer's liveness.
 constexpr double kLivenessSlice = 0.05;
 // Spin longer in the middle of a message: the next chunk is microseconds away.
-constexpr double kSpinMidMessage = 200e-6;
+double kSpinMidMessage = 200e-6;
 // Large copies release the GIL.
 constexpr std::size_t kReleaseGilBytes = 256 * 1024;
 // Messages from this size are published in chunks of kPublishChunk while they are written.
@@ -75,6 +75,11 @@ struct BusyGuard {
     }
     ~BusyGuard() { r.busy_.store(false, std::memory_order_release); }
 };
+
+void set_spin(double start_s, double mid_message_s) {
+    kSpinSeconds = start_s;
+    kSpinMidMessage = mid_message_s;
+}
 
 std::uint64_t fork_generation() { return g_fork_gen.load(std::memory_order_relaxed); }
 

@@ -187,6 +187,8 @@ private:
 };
 
 std::uint64_t fork_generation();
+// How long waits spin before sleeping: at the start of a message, and in the middle of one.
+void set_spin(double start_s, double mid_message_s);
 
 }  // namespace shm
 }  // namespace fastcopy

@@ -231,21 +231,27 @@ def run_ipc_bench(
     rows: List[Dict[str, Any]] = []
     try:
         for size in sizes:
+            # Calibrate each transport (also warms up: pages of the ring, buffers, pickling
+            # paths): grow the count until one run takes at least half of min_time.
+            targets = {}
             for transport in transports:
-                # Calibrate (also warms up: pages of the ring, buffers, pickling paths):
-                # grow the count until one run takes at least half of min_time.
                 count = max(1, min(max_messages, (4 << 20) // max(size, 1), 20000))
                 for _ in range(5):
                     dt = parent.throughput(transport, size, count, timeout)
                     if dt >= min_time / 2 or count >= max_messages:
                         break
                     count = min(max_messages, max(count + 1, int(count * min(100.0, min_time / max(dt, 1e-6)))))
-                target = max(2, min(max_messages, int(math.ceil(count * min_time / max(dt, 1e-6)))))
-                runs = []
-                for _ in range(repeats):
-                    dt = parent.throughput(transport, size, target, timeout)
-                    runs.append({"messages": target, "seconds": dt})
-                med = statistics.median(r["seconds"] for r in runs)
+                targets[transport] = max(2, min(max_messages, int(math.ceil(count * min_time / max(dt, 1e-6)))))
+            # Repeats are interleaved across transports, so a change in machine load affects
+            # all of them alike and the ratios stay fair.
+            runs: Dict[str, List[Dict[str, float]]] = {t: [] for t in transports}
+            for _ in range(repeats):
+                for transport in transports:
+                    dt = parent.throughput(transport, size, targets[transport], timeout)
+                    runs[transport].append({"messages": targets[transport], "seconds": dt})
+            for transport in transports:
+                target = targets[transport]
+                med = statistics.median(r["seconds"] for r in runs[transport])
                 rate = target / med
                 row: Dict[str, Any] = {
                     "transport": transport,
@@ -255,7 +261,7 @@ def run_ipc_bench(
                     "msg_rate": rate,
                     "bandwidth_mbps": rate * size / 1e6,
                     "bandwidth_gbps": rate * size / 1e9,
-                    "runs": runs,
+                    "runs": runs[transport],
                 }
                 if latency:
                     per = med / target  # one-way time per message: a first guess at the RTT scale
