@@ -37,13 +37,17 @@ inline void cpu_relax() {
 #endif
 }
 
-// How long a waiter spins (checking the index) before it sleeps on the futex. Short: with
-// few cores a spinning waiter steals time from the peer it waits for.
-double kSpinSeconds = 20e-6;
+// How long a waiter spins (checking the index) before it sleeps on the futex, at the start
+// of a message and in the middle of a streamed one. Short on purpose. Measured on the 2-vCPU
+// development VM (shared with other jobs; /tmp/pp.py-style ping-pong of 64 B, median RTT):
+// no spin 10.1-10.2 us, 5 us 11.2-11.4 us, 20 us 28.6-29.1 us, 100 us 40.8-91.8 us: when
+// the peer shares our CPU, spinning only delays it; FUTEX_WAIT/WAKE hands over in ~5 us.
+// 5 us still catches a peer that runs on another core and answers at once. Mid-message
+// spinning (30 us, 200 us) did not beat none for 64 KiB..64 MiB streams there either.
+double kSpinStart = 5e-6;
 // Sleep slices: a sleeping waiter wakes at least this often to check the peer's liveness.
 constexpr double kLivenessSlice = 0.05;
-// Spin longer in the middle of a message: the next chunk is microseconds away.
-double kSpinMidMessage = 200e-6;
+double kSpinMidMessage = 10e-6;
 // Large copies release the GIL.
 constexpr std::size_t kReleaseGilBytes = 256 * 1024;
 // Messages from this size are published in chunks of kPublishChunk while they are written.
@@ -77,7 +81,7 @@ struct BusyGuard {
 };
 
 void set_spin(double start_s, double mid_message_s) {
-    kSpinSeconds = start_s;
+    kSpinStart = start_s;
     kSpinMidMessage = mid_message_s;
 }
 
@@ -452,8 +456,8 @@ int Ring::wait(WaitFor what, std::uint64_t need, double deadline, const GilHooks
     };
     if (ready()) return 0;
     // Spin briefly: a peer on another core usually answers within microseconds.
-    double start = monotonic_seconds();
-    double spin_until = std::min(deadline, start + spin_s);
+    const double start = monotonic_seconds();
+    const double spin_until = std::min(deadline, start + spin_s);
     for (unsigned i = 1;; ++i) {
         for (int k = 0; k < 16; ++k) cpu_relax();
         if (ready()) return 0;
@@ -547,7 +551,7 @@ bool Ring::send(void* hdr, std::size_t hdr_len, const void* payload, std::size_t
         // so the consumer copies out while we copy in.
         if (cap_ - (head_ - tail_) < total) {
             read_tail_checked();
-            if (cap_ - (head_ - tail_) < total && wait(kSpace, total, deadline, hooks, kSpinSeconds) != 0)
+            if (cap_ - (head_ - tail_) < total && wait(kSpace, total, deadline, hooks, kSpinStart) != 0)
                 return false;
         }
         if (payload_len >= kReleaseGilBytes) gil.release();
@@ -574,7 +578,7 @@ bool Ring::send(void* hdr, std::size_t hdr_len, const void* payload, std::size_t
                 int r;
                 try {
                     r = wait(kSpace, want, deadline, GilHooks{nullptr, nullptr, nullptr},
-                             written ? kSpinMidMessage : kSpinSeconds);
+                             written ? kSpinMidMessage : kSpinStart);
                 } catch (const ShmError& e) {
                     if (written) broken_ = std::string("a send failed in the middle of a message: ") + e.what();
                     throw;
@@ -605,7 +609,7 @@ bool Ring::peek(MsgInfo& info, double timeout_s, const GilHooks& hooks) {
                                           : monotonic_seconds() + timeout_s;
     if (head_ - tail_ < kAlign) {
         read_head_checked();
-        if (head_ - tail_ < kAlign && wait(kData, kAlign, deadline, hooks, kSpinSeconds) != 0) return false;
+        if (head_ - tail_ < kAlign && wait(kData, kAlign, deadline, hooks, kSpinStart) != 0) return false;
     }
     MsgHeader h;
     std::memcpy(&h, data() + tail_ % cap_, sizeof h);  // 64-aligned position: never wraps

@@ -212,20 +212,22 @@ def run_ipc_bench(
     ``sizes``: message sizes in bytes. ``repeats``: throughput runs per point (median
     reported). ``min_time``: seconds one throughput run (and the ping-pong loop) aims for.
     ``transports``: any of ``TRANSPORTS``. ``latency``: also run ping-pong. ``capacity``:
-    Channel ring size (default 32 MiB). ``start_method``: multiprocessing start method of
+    Channel ring size (default fastcopy.shm.DEFAULT_CAPACITY, 8 MiB). ``start_method``: multiprocessing start method of
     the child. Returns a JSON-serialisable dict: ``config``, ``machine``, ``rows`` (one per
     transport and size: ``transport``, ``size``, ``messages``, ``seconds``,
     ``bandwidth_gbps``, ``bandwidth_mbps``, ``msg_rate``, ``runs``, ``rtt_median_us``,
     ``rtt_p90_us``, ``rtt_samples``) and ``ratios`` (per size: Channel throughput divided by
     Queue's and by Pipe's).
     """
+    from .shm import DEFAULT_CAPACITY
+
     sizes = [int(s) for s in sizes]
     for t in transports:
         if t not in TRANSPORTS:
             raise ValueError(f"unknown transport {t!r}; choose from {', '.join(TRANSPORTS)}")
     if repeats < 1 or min_time <= 0:
         raise ValueError("repeats must be >= 1 and min_time > 0")
-    capacity = int(capacity or (32 << 20))
+    capacity = int(capacity or DEFAULT_CAPACITY)
     ctx = mp.get_context(start_method)
     parent = _Parent(ctx, capacity)
     rows: List[Dict[str, Any]] = []
