@@ -175,7 +175,15 @@ struct Pool {
 };
 
 std::atomic<std::uint64_t> g_parallel_copies{0}, g_busy_fallbacks{0}, g_worker_chunks{0},
-    g_pools_started{0};
+    g_pools_started{0}, g_late_events{0}, g_backoff_fallbacks{0};
+
+// Adaptive back-off (see parallel_copy_chunked). g_backoff_* belong to the g_busy holder.
+constexpr std::int64_t kLateSlackNs = 50'000;
+constexpr std::int64_t kMinBackoffNs = 1'000'000;
+constexpr std::int64_t kMaxBackoffNs = 100'000'000;
+std::atomic<bool> g_adaptive{true};
+std::int64_t g_backoff_until = 0;
+std::int64_t g_backoff_ns = kMinBackoffNs / 2;
 
 void worker_main(Worker* w) {
 #if defined(__linux__)
@@ -263,6 +271,7 @@ std::atomic<bool> g_atfork_registered{false};
 // not be destroyed) and let the next parallel copy build a fresh one.
 void atfork_child() {
     g_pool = nullptr;
+    g_backoff_until = 0;
     reset_wait_state_after_fork();
     g_busy.store(false, std::memory_order_relaxed);
 }
@@ -525,14 +534,41 @@ void parallel_copy_chunked(void* dst, const void* src, std::size_t n, CopyFn ker
         kernel(dst, src, n);
         return;
     }
+    const bool adaptive = g_adaptive.load(std::memory_order_relaxed);
+    const std::int64_t t0 = adaptive ? now_ns() : 0;
+    if (adaptive && t0 < g_backoff_until) {
+        // Workers were late recently (descheduled: other processes hold the cores).
+        g_busy.store(false, std::memory_order_release);
+        g_backoff_fallbacks.fetch_add(1, std::memory_order_relaxed);
+        kernel(dst, src, n);
+        return;
+    }
     Pool* p = pool_with(t - 1);
     const std::size_t helpers = std::min<std::size_t>(p->workers.size(), job.nchunks - 1);
     for (std::size_t i = 0; i < helpers; ++i) enlist(p->workers[i], &job);
-    run_chunks(job);
+    const std::size_t mine = run_chunks(job);
+    const std::int64_t t1 = adaptive ? now_ns() : 0;
     for (std::size_t i = 0; i < helpers; ++i) retire(p->workers[i]);
+    if (adaptive) {
+        // A worker that holds a chunk while descheduled makes the caller wait for the
+        // scheduler (milliseconds when the machine is oversubscribed), which no chunking
+        // can hide. Waiting much longer than a chunk takes the caller means exactly that:
+        // then copy alone for a while (1 ms, doubling while it repeats, up to 100 ms).
+        const std::int64_t t2 = now_ns();
+        const std::int64_t per_chunk = (t1 - t0) / std::int64_t(mine ? mine : 1);
+        if (t2 - t1 > 4 * per_chunk + kLateSlackNs) {
+            g_backoff_ns = std::min<std::int64_t>(g_backoff_ns * 2, kMaxBackoffNs);
+            g_backoff_until = t2 + g_backoff_ns;
+            g_late_events.fetch_add(1, std::memory_order_relaxed);
+        } else {
+            g_backoff_ns = std::max<std::int64_t>(g_backoff_ns / 2, kMinBackoffNs / 2);
+        }
+    }
     g_parallel_copies.fetch_add(1, std::memory_order_relaxed);
     g_busy.store(false, std::memory_order_release);
 }
+
+void set_adaptive(bool on) { g_adaptive.store(on, std::memory_order_relaxed); }
 
 void parallel_copy(void* dst, const void* src, std::size_t n, CopyFn kernel) {
     const unsigned t = std::max(1u, threads());
@@ -574,6 +610,8 @@ Stats stats() {
     Stats s;
     s.parallel_copies = g_parallel_copies.load(std::memory_order_relaxed);
     s.busy_fallbacks = g_busy_fallbacks.load(std::memory_order_relaxed);
+    s.late_events = g_late_events.load(std::memory_order_relaxed);
+    s.backoff_fallbacks = g_backoff_fallbacks.load(std::memory_order_relaxed);
     s.chunks_by_workers = g_worker_chunks.load(std::memory_order_relaxed);
     s.pools_started = g_pools_started.load(std::memory_order_relaxed);
     return s;

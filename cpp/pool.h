@@ -59,7 +59,15 @@ struct Stats {
     std::uint64_t busy_fallbacks = 0;   // copies done alone because another caller held the pool
     std::uint64_t chunks_by_workers = 0;  // chunks copied by workers (not the caller)
     std::uint64_t pools_started = 0;    // pool (re)builds, e.g. after fork
+    std::uint64_t late_events = 0;      // copies where the caller waited long for a worker
+    std::uint64_t backoff_fallbacks = 0;  // copies done alone during the back-off after one
 };
+
+// Adaptive back-off, on by default: when the caller had to wait for a worker much longer
+// than a chunk takes (the worker was descheduled: the machine is oversubscribed), the next
+// copies for 1 ms (doubling while it repeats, up to 100 ms) run on the caller alone. Tests
+// and benchmarks that need every copy split turn it off.
+void set_adaptive(bool on);
 Stats stats();
 
 }  // namespace pool

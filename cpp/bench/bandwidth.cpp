@@ -13,6 +13,7 @@
 // 16 MiB: memcpy alone vs the pool) with the ratio of medians.
 //
 //   bandwidth [--rounds=N] [--threads=N] [--sizes=1,4,16] (MiB) [--no-sweep] [--quick]
+//             [--no-adaptive]   (pool: no back-off after late workers; see pool.h)
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -150,6 +151,7 @@ int main(int argc, char** argv) {
         if (a.rfind("--rounds=", 0) == 0) rounds = std::max(1, std::atoi(a.c_str() + 9));
         else if (a.rfind("--threads=", 0) == 0) threads = unsigned(std::max(1, std::atoi(a.c_str() + 10)));
         else if (a == "--no-sweep") sweep = false;
+        else if (a == "--no-adaptive") pool::set_adaptive(false);
         else if (a == "--quick") quick = true;
         else if (a.rfind("--sizes=", 0) == 0) {
             sizes_mib.clear();
@@ -160,7 +162,7 @@ int main(int argc, char** argv) {
             }
         } else {
             std::fprintf(stderr, "usage: %s [--rounds=N] [--threads=N] [--sizes=1,4,16] "
-                                 "[--no-sweep] [--quick]\n", argv[0]);
+                                 "[--no-sweep] [--no-adaptive] [--quick]\n", argv[0]);
             return 2;
         }
     }
@@ -269,9 +271,10 @@ int main(int argc, char** argv) {
         }
     }
     const auto s = pool::stats();
-    std::printf("\npool: %llu parallel copies, %llu busy fallbacks, %llu chunks by workers\n",
-                (unsigned long long)s.parallel_copies, (unsigned long long)s.busy_fallbacks,
-                (unsigned long long)s.chunks_by_workers);
+    std::printf("\npool: %llu parallel copies, %llu chunks by workers, %llu late workers, "
+                "%llu copies alone during back-off\n",
+                (unsigned long long)s.parallel_copies, (unsigned long long)s.chunks_by_workers,
+                (unsigned long long)s.late_events, (unsigned long long)s.backoff_fallbacks);
     std::free(src);
     std::free(dst);
     return 0;

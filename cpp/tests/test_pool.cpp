@@ -271,6 +271,51 @@ void test_sizing() {
     pool::set_threads(0);
 }
 
+// A worker that is descheduled while it holds a chunk makes the caller wait; the pool then
+// copies alone for a while (adaptive back-off).
+std::thread::id g_caller_id;
+void slow_on_worker_kernel(void* dst, const void* src, std::size_t n) {
+    if (std::this_thread::get_id() != g_caller_id)
+        std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    std::memcpy(dst, src, n);
+}
+
+void test_adaptive_backoff() {
+    pool::set_threads(2);
+    pool::set_adaptive(true);
+    g_caller_id = std::this_thread::get_id();
+    std::vector<unsigned char> src(4 << 20), dst(4 << 20);
+    fill(src.data(), src.size(), 3);
+    const auto s0 = pool::stats();
+    // The worker must get a chunk to be late; on a loaded machine it may not run for a
+    // while, so keep trying (up to 5 s). Then the very next copy must run alone (unless
+    // this thread itself was descheduled past the 1 ms back-off: try again).
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    bool late = false, backed_off = false;
+    while (!backed_off && std::chrono::steady_clock::now() < until) {
+        const auto l0 = pool::stats().late_events;
+        pool::parallel_copy_chunked(dst.data(), src.data(), src.size(), slow_on_worker_kernel,
+                                    64 << 10);
+        if (pool::stats().late_events == l0) continue;
+        late = true;
+        const auto b0 = pool::stats().backoff_fallbacks;
+        pool::parallel_copy_chunked(dst.data(), src.data(), src.size(), copy_generic, 64 << 10);
+        backed_off = pool::stats().backoff_fallbacks > b0;
+    }
+    const auto s1 = pool::stats();
+    std::printf("adaptive: %llu late workers, %llu copies alone during back-off\n",
+                (unsigned long long)(s1.late_events - s0.late_events),
+                (unsigned long long)(s1.backoff_fallbacks - s0.backoff_fallbacks));
+    CHECK(late, "a 3 ms stall on a worker was not noticed");
+    CHECK(backed_off, "no back-off after a late worker");
+    CHECK(src == dst, "copy during back-off");
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));  // past the longest back-off
+    const auto s3 = pool::stats();
+    pool::parallel_copy_chunked(dst.data(), src.data(), src.size(), copy_generic, 64 << 10);
+    CHECK(pool::stats().parallel_copies > s3.parallel_copies, "back-off did not end");
+    pool::set_adaptive(false);
+}
+
 void test_ping() {
     pool::set_threads(2);
     CHECK(pool::ping(), "ping on a 2-thread pool");
@@ -307,6 +352,7 @@ bool run_forked(const char* what, int timeout_s, void (*child)()) {
         return false;
     }
     if (pid == 0) {
+        g_failures = 0;  // count the child's own failures only
         alarm(unsigned(timeout_s) + 5);  // belt and braces: never outlive the parent's wait
         child();
         std::fflush(stdout);
@@ -376,8 +422,12 @@ void test_fork() {
 int main() {
     std::setvbuf(stdout, nullptr, _IOLBF, 0);
     CHECK(pool::started_workers() == 0, "the pool must not start before the first copy");
+    // Every copy below must really be split, however loaded the machine; the back-off
+    // has its own test.
+    pool::set_adaptive(false);
     test_sizing();
     test_ping();
+    test_adaptive_backoff();
     test_boundaries();
     test_overlap_fallback();
     test_concurrent_callers();
@@ -388,9 +438,10 @@ int main() {
 #endif
     const auto s = pool::stats();
     std::printf("stats: %llu parallel copies, %llu busy fallbacks, %llu chunks by workers, "
-                "%llu pool starts\n",
+                "%llu pool starts, %llu late workers, %llu back-off fallbacks\n",
                 (unsigned long long)s.parallel_copies, (unsigned long long)s.busy_fallbacks,
-                (unsigned long long)s.chunks_by_workers, (unsigned long long)s.pools_started);
+                (unsigned long long)s.chunks_by_workers, (unsigned long long)s.pools_started,
+                (unsigned long long)s.late_events, (unsigned long long)s.backoff_fallbacks);
     CHECK(s.chunks_by_workers > 0, "workers never copied a chunk");
     if (g_failures.load()) {
         std::printf("pool_tests: %d FAILURES\n", g_failures.load());
