@@ -27,13 +27,14 @@
 #include <thread>
 #include <vector>
 
+// FASTCOPY_POOL_NO_FUTEX: use the portable condition-variable wait on Linux too (to test it).
 #if defined(__linux__)
-#include <linux/futex.h>
-#include <pthread.h>
 #include <sched.h>
-#include <signal.h>
-#include <sys/syscall.h>
 #include <unistd.h>
+#endif
+#if defined(__linux__) && !defined(FASTCOPY_POOL_NO_FUTEX)
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #define FASTCOPY_POOL_FUTEX 1
 #else
 #include <condition_variable>
