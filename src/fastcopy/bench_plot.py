@@ -55,7 +55,8 @@ def plot_bench(results: List[Dict[str, Any]], path: str, title: str = "") -> Non
     ax.set_ylim(bottom=0)
     if title:
         ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8, ncol=2)
+    if by_variant:
+        ax.legend(fontsize=8, ncol=2)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -80,7 +81,10 @@ def plot_compare(rows: List[Dict[str, Any]], path: str, title: str = "") -> None
     ax.set_ylabel("change of median GB/s, % (circled: beyond spread)")
     if title:
         ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8, ncol=2)
+    if by_variant:
+        ax.legend(fontsize=8, ncol=2)
+    else:
+        ax.text(0.5, 0.5, "no size and variant in common", transform=ax.transAxes, ha="center")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
