@@ -96,6 +96,9 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="fastcopy thread pool size (fastcopy.set_threads; 0 = default)")
     p.add_argument("--cpus", type=_typed(b.parse_cpus), metavar="LIST",
                    help="pin this process to these CPUs, e.g. '0,2-3' (os.sched_setaffinity)")
+    p.add_argument("--torch-threads", type=_typed(_non_negative_int), metavar="N", dest="torch_threads",
+                   help="torch.set_num_threads(N) for the torch variant (default: fastcopy's thread count, "
+                        "the same budget; 0 = torch's own default)")
     p.add_argument("--json", metavar="FILE", help="save every sample with metadata as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="plot bandwidth vs size (needs matplotlib: fastcopy[plot])")
     p.add_argument("--format", choices=["table", "ucx"], default="table",
@@ -165,7 +168,7 @@ def _bench(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: List
 
     want_torch = args.variants is None or any(
         w.strip() in ("torch", "torch.copy_", "all") for w in args.variants.split(","))
-    all_variants, notes = b.available_variants(with_torch=want_torch)
+    all_variants, notes = b.available_variants(with_torch=want_torch, torch_threads=args.torch_threads)
     if args.format == "ucx" and args.variants is None:
         variants = b.select_variants(all_variants, "fastcopy")
     else:
@@ -201,6 +204,7 @@ def _bench(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: List
         print(b.format_table(results, with_energy=energy.available))
     if args.json:
         doc = dict(meta)
+        doc["load_average_after"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
         doc.update({"kind": "bench", "config": config, "repeats": repeats, "offsets": offsets,
                     "energy": energy.describe(), "numa": numa, "variant_notes": notes, "results": results})
         with open(args.json, "w") as f:

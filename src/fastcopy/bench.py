@@ -227,7 +227,8 @@ def _torch_timer(torch: Any) -> Callable[[np.ndarray, np.ndarray], Callable[[int
     return make
 
 
-def available_variants(with_torch: bool = True) -> Tuple[List[Variant], Dict[str, Any]]:
+def available_variants(with_torch: bool = True, torch_threads: Optional[int] = None
+                       ) -> Tuple[List[Variant], Dict[str, Any]]:
     """All variants usable here, and notes about them (torch version or why it is absent)."""
     import fastcopy
 
@@ -242,6 +243,11 @@ def available_variants(with_torch: bool = True) -> Tuple[List[Variant], Dict[str
     if torch is not None:
         out.append(Variant("torch.copy_", _torch_timer(torch), "torch.from_numpy(dst).copy_(torch.from_numpy(src))"))
         notes["torch_version"] = torch.__version__
+        notes["torch_default_threads"] = torch.get_num_threads()
+        if torch_threads is None:  # the same parallelism budget as fastcopy's pool
+            torch_threads = fastcopy.get_threads()
+        if torch_threads:
+            torch.set_num_threads(torch_threads)
         notes["torch_threads"] = torch.get_num_threads()
     else:
         notes["torch_missing"] = "not requested" if not with_torch else "torch is not importable"
@@ -417,6 +423,8 @@ def metadata(argv: Sequence[str]) -> Dict[str, Any]:
         "threads": fastcopy.get_threads(),
         "threads_info": info["threads"],
         "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "online_cpus": os.cpu_count(),
+        "load_average_before": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     }
 
 
@@ -475,6 +483,8 @@ def run_bench(sizes: Sequence[int], variants: Sequence[Variant], repeats: int = 
     results: List[Dict[str, Any]] = []
     use_energy = energy is not None and energy.available
     for size in sizes:
+        if progress is not None:
+            progress.step(f"{human_size(size)} (warm-up)", 0)
         bufs = Buffers(size, offsets)
         src = bufs.src
         runs: Dict[Tuple[str, int], Callable[[int], float]] = {}
@@ -560,7 +570,10 @@ def header_lines(meta: Dict[str, Any], config: Dict[str, Any], energy_desc: Dict
         f"ratio = median / median of {BASELINE}; caches are warm (the same buffers every iteration)",
         f"buffers: {placement}",
         f"threads: {meta['threads']} (fastcopy pool); CPUs: {format_cpus(meta['cpus']) if meta['cpus'] else '?'}"
-        + (f"; torch threads: {notes['torch_threads']}" if notes.get("torch_threads") else ""),
+        + (f"; torch threads: {notes['torch_threads']} (its default: {notes['torch_default_threads']})"
+           if notes.get("torch_threads") else "")
+        + (f"; load average {meta['load_average_before'][0]:.2f} on {meta['online_cpus']} CPUs"
+           if meta.get("load_average_before") else ""),
     ]
     nodes = numa.get("nodes") or []
     if len(nodes) > 1:
