@@ -166,8 +166,10 @@ def _bench(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: List
     if args.ipc:
         return _ipc(p, args, sizes, repeats, min_time, argv)
 
-    want_torch = args.variants is None or any(
-        w.strip() in ("torch", "torch.copy_", "all") for w in args.variants.split(","))
+    if args.variants is None:
+        want_torch = args.format != "ucx"
+    else:
+        want_torch = any(w.strip() in ("torch", "torch.copy_", "all") for w in args.variants.split(","))
     all_variants, notes = b.available_variants(with_torch=want_torch, torch_threads=args.torch_threads)
     if args.format == "ucx" and args.variants is None:
         variants = b.select_variants(all_variants, "fastcopy")
