@@ -236,12 +236,28 @@ def test_plot_without_matplotlib(tmp_path):
     assert r.returncode == 2 and "--plot" in r.stderr and "matplotlib" in r.stderr
 
 
-@pytest.mark.skipif(importlib.util.find_spec("fastcopy.ipc_bench") is None,
-                    reason="fastcopy.ipc_bench is not in this tree yet")
+HAVE_IPC = importlib.util.find_spec("fastcopy.ipc_bench") is not None
+
+
+@pytest.mark.skipif(not HAVE_IPC, reason="fastcopy.ipc_bench is not in this tree yet")
+@pytest.mark.skipif(NO_SUBPROCESS, reason="the IPC benchmark starts a second interpreter")
 def test_ipc(tmp_path):
     path = str(tmp_path / "ipc.json")
-    r = cli("bench", "--ipc", "--sizes", "4K,64K", *FAST, "--json", path, timeout=60)
+    r = cli("bench", "--ipc", "--sizes", "4K", *FAST, "--variants", "channel,pipe", "--json", path, timeout=90)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip()
+    assert "channel" in r.stdout and "pipe" in r.stdout
     doc = json.load(open(path))
-    assert doc["kind"] == "ipc" and doc["results"]
+    assert doc["kind"] == "ipc" and doc["schema"] == b.SCHEMA
+    assert {row["transport"] for row in doc["results"]} == {"channel", "pipe"}
+    assert all(row["size"] == 4096 for row in doc["results"])
+
+
+@pytest.mark.skipif(HAVE_IPC, reason="fastcopy.ipc_bench is present")
+def test_ipc_missing_is_a_clear_error():
+    r = cli("bench", "--ipc", "--sizes", "4K", *FAST)
+    assert r.returncode == 2 and "--ipc" in r.stderr and "ipc_bench" in r.stderr
+
+
+def test_ipc_rejects_copy_only_options():
+    r = cli("bench", "--ipc", "--offset", "16", *FAST)
+    assert r.returncode == 2 and "--ipc" in r.stderr and "--offset" in r.stderr

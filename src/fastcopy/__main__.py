@@ -164,7 +164,7 @@ def _bench(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: List
     offsets = [args.offset] if args.offset is not None else (args.offsets or [0])
 
     if args.ipc:
-        return _ipc(p, args, sizes, repeats, min_time, argv)
+        return _ipc(p, args, argv)
 
     if args.variants is None:
         want_torch = args.format != "ucx"
@@ -220,32 +220,46 @@ def _bench(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: List
     return 0
 
 
-def _ipc(p: argparse.ArgumentParser, args: argparse.Namespace, sizes: List[int], repeats: int,
-         min_time: float, argv: List[str]) -> int:
+def _ipc(p: argparse.ArgumentParser, args: argparse.Namespace, argv: List[str]) -> int:
+    """``bench --ipc``: fastcopy.shm.Channel against multiprocessing.Queue and Pipe (fastcopy.ipc_bench)."""
+    for option, given in (("--offset", args.offset is not None), ("--offsets", args.offsets is not None),
+                          ("--plot", bool(args.plot)), ("--format ucx", args.format == "ucx"),
+                          ("--torch-threads", args.torch_threads is not None)):
+        if given:
+            p.error(f"argument --ipc: {option} does not apply to the inter-process benchmark")
     try:
         from .ipc_bench import format_ipc_table, run_ipc_bench  # written alongside fastcopy.shm
     except ImportError as e:
         p.error(f"argument --ipc: fastcopy.ipc_bench is not available in this build ({e})")
     import inspect
 
-    kwargs: dict = {}
     try:
-        params = inspect.signature(run_ipc_bench).parameters
+        params = set(inspect.signature(run_ipc_bench).parameters)
     except (TypeError, ValueError):
-        params = {}  # type: ignore[assignment]
-    if "min_time" in params:
-        kwargs["min_time"] = min_time
-    results = run_ipc_bench(sizes, repeats, **kwargs)
+        params = set()
+    kwargs: dict = {}
+    if args.sizes:
+        kwargs["sizes"] = args.sizes
+    if args.repeats or args.quick:
+        kwargs["repeats"] = args.repeats or 3
+    if (args.min_time or args.quick) and "min_time" in params:
+        kwargs["min_time"] = args.min_time or 0.05
+    if args.variants and "transports" in params:
+        kwargs["transports"] = [w.strip() for w in args.variants.split(",") if w.strip()]
+    try:
+        results = run_ipc_bench(**kwargs)
+    except ValueError as e:
+        p.error(f"argument --{'variants' if 'transport' in str(e) else 'ipc'}: {e}")
     print(format_ipc_table(results))
     if args.json:
         from . import bench as b
 
         doc = b.metadata([sys.executable, "-m", "fastcopy"] + argv)
-        doc.update({"kind": "ipc", "config": {"sizes": sizes, "repeats": repeats, "min_time": min_time},
-                    "repeats": repeats, "results": results})
+        doc.update({"kind": "ipc", "config": {k: v for k, v in kwargs.items()}, "ipc": results,
+                    "results": results.get("rows", []) if isinstance(results, dict) else list(results)})
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=1, default=str)
-        print(f"\nsaved {len(results)} results to {args.json}")
+        print(f"\nsaved {len(doc['results'])} results to {args.json}")
     return 0
 
 
