@@ -35,7 +35,7 @@ void parallel_copy(void* dst, const void* src, std::size_t n, CopyFn kernel);
 void set_env_threads(unsigned n);
 
 // Largest thread count set_threads()/FASTCOPY_THREADS may ask for (larger is clamped).
-constexpr unsigned kMaxThreads = 256;
+constexpr unsigned kMaxThreads = 1024;
 // Cap on default_threads(): one copy rarely gains from more threads than this, and more
 // would take cores from the caller's other threads.
 constexpr unsigned kDefaultThreadsCap = 8;
