@@ -368,9 +368,8 @@ double quota_v1(const std::string& dir) {
 }
 
 // Smallest quota along the process's cgroup path (a parent's quota limits the children).
-void cgroup_quota(Sizing& s) {
-    std::string text;
-    if (!read_file("/proc/self/cgroup", text)) return;
+// `text`: the contents of /proc/self/cgroup; `mount`: where cgroups are mounted.
+void cgroup_quota_from(const std::string& text, const std::string& mount, Sizing& s) {
     std::istringstream lines(text);
     std::string line, v2_path, v1_path;
     bool have_v1 = false, have_v2 = false;
@@ -413,22 +412,26 @@ void cgroup_quota(Sizing& s) {
         }
     };
     if (have_v1) {
-        for (const char* root : {"/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/cpuacct,cpu",
-                                 "/sys/fs/cgroup/cpu"}) {
+        for (const char* sub : {"/cpu,cpuacct", "/cpuacct,cpu", "/cpu"}) {
             std::string probe;
-            if (read_file(std::string(root) + "/cpu.cfs_period_us", probe)) {
-                walk(root, v1_path, false);
+            if (read_file(mount + sub + "/cpu.cfs_period_us", probe)) {
+                walk(mount + sub, v1_path, false);
                 break;
             }
         }
     }
     if (have_v2) {
         std::string probe;
-        if (read_file("/sys/fs/cgroup/cgroup.controllers", probe))
-            walk("/sys/fs/cgroup", v2_path, true);
-        else if (read_file("/sys/fs/cgroup/unified/cgroup.controllers", probe))
-            walk("/sys/fs/cgroup/unified", v2_path, true);
+        if (read_file(mount + "/cgroup.controllers", probe))
+            walk(mount, v2_path, true);
+        else if (read_file(mount + "/unified/cgroup.controllers", probe))
+            walk(mount + "/unified", v2_path, true);
     }
+}
+
+void cgroup_quota(Sizing& s) {
+    std::string text;
+    if (read_file("/proc/self/cgroup", text)) cgroup_quota_from(text, "/sys/fs/cgroup", s);
 }
 #endif
 
@@ -472,6 +475,19 @@ unsigned default_threads() {
         g_default_cache.store(d, std::memory_order_relaxed);
     }
     return d;
+}
+
+double cgroup_cpu_quota(const std::string& cgroup_text, const std::string& mount_root,
+                        std::string* source) {
+    Sizing s;
+#if defined(__linux__)
+    cgroup_quota_from(cgroup_text, mount_root, s);
+#else
+    (void)cgroup_text;
+    (void)mount_root;
+#endif
+    if (source) *source = s.quota_src;
+    return s.quota;
 }
 
 unsigned threads() {

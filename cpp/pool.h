@@ -51,6 +51,13 @@ void parallel_copy_chunked(void* dst, const void* src, std::size_t n, CopyFn ker
 // needed): returns false when the pool is busy or threads() == 1. For the hand-off benchmark.
 bool ping();
 
+// The cgroup CPU quota in CPUs (0 = none) that a /proc/self/cgroup text gives under a cgroup
+// mount root (normally "/sys/fs/cgroup"): the smallest cgroup v2 cpu.max or v1
+// cfs_quota_us/cfs_period_us from the process's cgroup up to the root. `source` gets the file
+// it came from. Linux only (0 elsewhere). default_threads() uses it; exposed for tests.
+double cgroup_cpu_quota(const std::string& cgroup_text, const std::string& mount_root,
+                        std::string* source = nullptr);
+
 // Workers currently started (0 before the first parallel copy and in a forked child).
 unsigned started_workers();
 

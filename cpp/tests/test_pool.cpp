@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <thread>
@@ -316,6 +317,62 @@ void test_adaptive_backoff() {
     pool::set_adaptive(false);
 }
 
+#if defined(__linux__)
+// Fake cgroup trees under a temporary directory: v2 nested quotas, v2 path missing inside a
+// container, v1 with a quota below the root, no quota.
+void write_file(const std::string& path, const std::string& text) {
+    FILE* f = std::fopen(path.c_str(), "w");
+    if (!f) return;
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+}
+void test_cgroup_quota() {
+    char tmpl[] = "/tmp/fastcopy_cgroup_XXXXXX";
+    const char* d = mkdtemp(tmpl);
+    CHECK(d != nullptr, "mkdtemp");
+    if (!d) return;
+    const std::string root = d;
+    auto mk = [](const std::string& p) { std::filesystem::create_directories(p); };
+    // cgroup v2: root "max", /a 2.5 CPUs, /a/b 1.5 CPUs -> 1.5 from /a/b.
+    const std::string v2 = root + "/v2";
+    mk(v2 + "/a/b");
+    write_file(v2 + "/cgroup.controllers", "cpuset cpu io memory pids\n");
+    write_file(v2 + "/cpu.max", "max 100000\n");
+    write_file(v2 + "/a/cpu.max", "250000 100000\n");
+    write_file(v2 + "/a/b/cpu.max", "150000 100000\n");
+    std::string src;
+    double q = pool::cgroup_cpu_quota("0::/a/b\n", v2, &src);
+    CHECK(q > 1.49 && q < 1.51 && src == v2 + "/a/b/cpu.max", "v2 nested: %.2f from %s", q, src.c_str());
+    // Parent tighter than the child: /a 0.5 CPUs.
+    write_file(v2 + "/a/cpu.max", "50000 100000\n");
+    q = pool::cgroup_cpu_quota("0::/a/b\n", v2, &src);
+    CHECK(q > 0.49 && q < 0.51, "v2 parent limit: %.2f from %s", q, src.c_str());
+    // Inside a container the path may not exist under the mount: the root's cpu.max counts.
+    write_file(v2 + "/cpu.max", "200000 100000\n");
+    q = pool::cgroup_cpu_quota("0::/system.slice/docker-1234.scope\n", v2, &src);
+    CHECK(q > 1.99 && q < 2.01, "v2 container root: %.2f from %s", q, src.c_str());
+    // No quota anywhere.
+    write_file(v2 + "/cpu.max", "max 100000\n");
+    q = pool::cgroup_cpu_quota("0::/\n", v2, &src);
+    CHECK(q == 0, "v2 no quota: %.2f", q);
+    // cgroup v1 (hybrid: the v2 line has no cpu controller there): 3 CPUs below the root.
+    const std::string v1 = root + "/v1";
+    mk(v1 + "/cpu,cpuacct/docker/abc");
+    write_file(v1 + "/cpu,cpuacct/cpu.cfs_period_us", "100000\n");
+    write_file(v1 + "/cpu,cpuacct/cpu.cfs_quota_us", "-1\n");
+    write_file(v1 + "/cpu,cpuacct/docker/abc/cpu.cfs_period_us", "100000\n");
+    write_file(v1 + "/cpu,cpuacct/docker/abc/cpu.cfs_quota_us", "300000\n");
+    q = pool::cgroup_cpu_quota("12:memory:/docker/abc\n4:cpu,cpuacct:/docker/abc\n0::/\n", v1,
+                               &src);
+    CHECK(q > 2.99 && q < 3.01, "v1: %.2f from %s", q, src.c_str());
+    q = pool::cgroup_cpu_quota("4:cpu,cpuacct:/\n", v1, &src);
+    CHECK(q == 0, "v1 no quota: %.2f", q);
+    CHECK(pool::cgroup_cpu_quota("", v1) == 0, "empty /proc/self/cgroup");
+    std::error_code ec;
+    std::filesystem::remove_all(root, ec);
+}
+#endif
+
 void test_ping() {
     pool::set_threads(2);
     CHECK(pool::ping(), "ping on a 2-thread pool");
@@ -426,6 +483,9 @@ int main() {
     // has its own test.
     pool::set_adaptive(false);
     test_sizing();
+#if defined(__linux__)
+    test_cgroup_quota();
+#endif
     test_ping();
     test_adaptive_backoff();
     test_boundaries();
