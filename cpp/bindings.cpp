@@ -31,11 +31,12 @@ void bind_shm(py::module_& m);
 namespace {
 
 // Copies of at least this many bytes release the GIL. Measured on the 2-vCPU x86_64 dev
-// machine (benchmarks/call_overhead.py --gil): releasing and re-acquiring the GIL costs
-// ~90-120 ns uncontended, while a 64 KiB copy takes ~1.5-3 us (L1/L2 resident), so at
-// 64 KiB the release is < 10% of the call and other threads can run during the copy.
-// Below ~16 KiB the release is 20-50% of the call time. 64 KiB keeps single-thread calls
-// fast and lets threads overlap on anything sizeable.
+// machine with `benchmarks/call_overhead.py --gil` (contiguous uint8, medians): a copy
+// costs ~30 ns at 1 KiB, ~120 ns at 16 KiB, ~700 ns at 32 KiB, ~1.4-1.6 us at 64 KiB; the
+// step t(64 KiB) - t(64 KiB - 1), i.e. one uncontended release + re-acquire, measured
+// 4-100 ns (noisy shared machine; ~100 ns is the usual figure). At 64 KiB the release is
+// <= ~6% of the call; at 16 KiB it could be most of it, and under contention re-acquiring
+// can wait for another thread's switch interval, so small copies keep the GIL.
 constexpr std::size_t kReleaseGilBytes = 64 * 1024;
 
 // Dimensions of a layout: numpy's maximum (64) plus the byte dimension we append.

@@ -273,3 +273,20 @@ def test_kernel_unknown_names_valid_ones():
         fastcopy.kernel("no_such_kernel")
     for name in fastcopy.kernels():
         assert name in str(e.value)
+
+
+# ---------------------------------------------------------------- docs examples run
+
+def _doc_blocks():
+    import re
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "docs" / "usage.md"
+    if not path.exists():
+        return []
+    return re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
+
+
+@pytest.mark.parametrize("block", _doc_blocks())
+def test_usage_doc_examples_run(block):
+    exec(compile(block, "docs/usage.md", "exec"), {})
