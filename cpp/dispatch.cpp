@@ -148,38 +148,54 @@ Overrides read_overrides() {
     return o;
 }
 
-// Non-temporal stores pay off once the copy no longer fits in the last-level cache share:
-// here (32 MiB L3 per sysfs) NT stores lost below a few MiB (0.15 GB/s at 64 B, 20 vs
-// 31-34 GB/s at 1 MiB) and won up to 1.5x at 16-64 MiB (12-19 vs 7-13 GB/s at 16 MiB).
-// We take a quarter of the real L3 (8 MiB here). CPUID's L3 is not used when sysfs has
-// one: under KVM it claims 256 MiB, which makes glibc start NT stores only at 192 MiB.
+// Non-temporal stores pay off once the copy no longer fits in the cache share we really
+// get. Measured (single thread, NT loop vs glibc memcpy, medians of 9):
+//  - AMD Zen 3 VM, 32 MiB L3 (sysfs): NT lost below a few MiB (20 vs 31-34 GB/s at 1 MiB)
+//    and won up to 1.5x at 16-64 MiB (12-19 vs 7-13 GB/s at 16 MiB).
+//  - Intel Xeon VM, sysfs and CPUID both claim a 480 MiB L3 (the host's, shared with other
+//    tenants): NT lost 0.85-0.87x from 4 to 32 MiB and won 1.28x at 64 MiB, 1.15x at 128 MiB.
+// Rule: half the L3, capped at 64 MiB. CPUID's L3 is not used when sysfs has one: under KVM
+// on AMD it claims 256 MiB, which makes glibc start NT stores only at 192 MiB.
+constexpr std::size_t kNtCapBytes = std::size_t(64) << 20;
+
 std::size_t default_nt_threshold(const CpuFacts& f, std::string& reason) {
     if (f.l3) {
-        reason = "a quarter of the " + size_words(f.l3) + " L3 (from " + f.cache_source +
-                 "); measured here: NT stores lose below a few MiB, win up to 1.5x at 16-64 MiB";
+        std::size_t half = f.l3 / 2;
+        reason = "half the " + size_words(f.l3) + " L3 (from " + f.cache_source + ")";
+        if (half > kNtCapBytes) reason += ", capped at 64 MiB (on a VM claiming a 480 MiB L3, NT stores won only from 64 MiB)";
+        reason += "; measured on Zen 3: NT stores lose below a few MiB, win up to 1.5x at 16-64 MiB";
         if (f.l3_cpuid && f.l3_sysfs && f.l3_cpuid != f.l3_sysfs)
             reason += "; CPUID's " + size_words(f.l3_cpuid) + " L3 ignored (sysfs disagrees, e.g. under KVM)";
-        return f.l3 / 4;
+        return half < kNtCapBytes ? half : kNtCapBytes;
     }
-    reason = "no L3 size known: 4 MiB default (quarter of a typical 16 MiB L3)";
-    return std::size_t(4) << 20;
+    reason = "no L3 size known: 16 MiB default (half a typical 32 MiB L3)";
+    return std::size_t(16) << 20;
 }
 
 Policy build_policy(const CpuFacts& f, const Overrides& o) {
     Policy p;
     if (!o.kernel.empty()) p.forced = find_kernel(o.kernel)->fn;
-    p.small_reason = "the C library: glibc uses overlapping vector moves below 2112 B; measured 17-19 GB/s at 64 B "
-                     "against 11-18 for our AVX2 loop";
+    p.small_reason = "the C library: glibc uses overlapping vector moves below 2112 B; on Zen 3 it ran 17-19 GB/s at 64 B "
+                     "against 11-18 for an AVX2 loop";
     p.mid_reason = "the C library (no faster kernel compiled for this CPU)";
 #if defined(FASTCOPY_X86)
     bool amd = f.vendor == "AuthenticAMD" || f.vendor == "HygonGenuine";
     if (f.avx2) {
-        p.mid = copy_avx2;
-        p.mid_reason = "AVX2 loop: immune to the rep movsb 4K-aliasing collapse that glibc hits from 2112 B to "
-                       "512 KiB ((dst - src) mod 4096 in 1..31: 1.5-2.9 GB/s instead of ~45); page-aligned 4 KiB "
-                       "68-88 GB/s vs glibc 49-58";
         p.nt = copy_avx2_nt;
         p.nt_min = default_nt_threshold(f, p.nt_reason);
+        if (amd) {
+            p.mid = copy_avx2;
+            p.mid_reason = "AVX2 loop: immune to the rep movsb 4K-aliasing collapse that glibc hits on Zen 3 from 2112 B "
+                           "to 512 KiB ((dst - src) mod 4096 in 1..31: 1.5-2.9 GB/s instead of ~45); page-aligned 4 KiB "
+                           "68-88 GB/s vs glibc 49-58 there";
+        } else {
+            // On Intel, glibc's memmove has EVEX/AVX-512 loops and guards its own rep movsb against
+            // short distances; on an Intel Xeon VM here it ran 188 GB/s at 4 KiB page-aligned
+            // against 141 for our AVX2 loop, so the C library keeps the band where rep movsb is not used.
+            p.mid = copy_generic;
+            p.mid_reason = "the C library: on Intel glibc's EVEX/AVX-512 loops beat our AVX2 loop (188 vs 141 GB/s at "
+                           "4 KiB on an Intel Xeon VM)";
+        }
     }
     // rep movsb: on by default only where it is known to win (Intel with ERMS); off on AMD,
     // where it is ~2x slower into and out of shared regions and 4K-aliases (see above).
@@ -207,6 +223,9 @@ Policy build_policy(const CpuFacts& f, const Overrides& o) {
         if (on) {
             p.erms_min[r] = erms_lo < kLibcMaxBytes ? kLibcMaxBytes : erms_lo;
             p.erms_max[r] = p.nt_min;
+            // glibc's own vector moves run up to where its rep movsb starts: keep the C library
+            // for that band too, rather than a sliver of AVX2 between 2048 and 2112 B.
+            if (r == static_cast<int>(Region::Private) && o.rep_movsb == "auto") p.small_max = p.erms_min[r];
         }
         p.erms_reason[r] = why;
     }
@@ -291,7 +310,7 @@ void init_policy() {
     Policy p = build_policy(cpu_facts(), o);
     g_overrides = o;
     g_policy = p;
-    pool::set_threads(o.threads > 0 ? static_cast<unsigned>(o.threads) : 0u);
+    pool::set_env_threads(o.threads > 0 ? static_cast<unsigned>(o.threads) : 0u);
 }
 
 const Overrides& overrides() { return g_overrides; }
@@ -332,8 +351,8 @@ void copy_bytes(void* dst, const void* src, std::size_t n, Region region) {
 
 void copy_bytes_with(CopyFn kernel, void* dst, const void* src, std::size_t n) { kernel(dst, src, n); }
 
-std::vector<PolicyRule> describe_policy() {
-    const Policy& p = g_policy;
+namespace {
+std::vector<PolicyRule> describe(const Policy& p) {
     std::vector<PolicyRule> rules;
     const char* region_names[3] = {"private", "to_shared", "from_shared"};
     for (int r = 0; r < 3; ++r) {
@@ -366,5 +385,11 @@ std::vector<PolicyRule> describe_policy() {
     }
     return rules;
 }
+
+}  // namespace
+
+std::vector<PolicyRule> describe_policy() { return describe(g_policy); }
+
+std::vector<PolicyRule> policy_for(const CpuFacts& facts, const Overrides& o) { return describe(build_policy(facts, o)); }
 
 }  // namespace fastcopy

@@ -1,7 +1,9 @@
 // Persistent worker pool for large copies. Started lazily by the first parallel copy,
 // never at import. Knows nothing about policy: dispatch decides when to call it.
+// How it works, sizing, fork and concurrency behaviour: docs/threads.md.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "kernels/kernels.h"
@@ -24,6 +26,41 @@ void set_threads(unsigned n);
 // are done. Precondition: the ranges do not overlap (dispatch guarantees it). When the pool
 // is busy with another caller's copy, or threads() == 1, the caller copies alone.
 void parallel_copy(void* dst, const void* src, std::size_t n, CopyFn kernel);
+
+// ---- Extensions (pool helper) ----------------------------------------------------------
+
+// The FASTCOPY_THREADS layer, kept apart from set_threads() so that set_threads(0) goes
+// back to the environment value rather than past it. 0 = variable not set. dispatch may
+// call this at import instead of set_threads(n); threads_reason() then names the variable.
+void set_env_threads(unsigned n);
+
+// Largest thread count set_threads()/FASTCOPY_THREADS may ask for (larger is clamped).
+constexpr unsigned kMaxThreads = 256;
+// Cap on default_threads(): one copy rarely gains from more threads than this, and more
+// would take cores from the caller's other threads.
+constexpr unsigned kDefaultThreadsCap = 8;
+// Smallest chunk parallel_copy cuts (bytes, a multiple of 64).
+constexpr std::size_t kMinChunkBytes = 16 * 1024;
+
+// parallel_copy with an explicit chunk size (rounded up to a multiple of 64; chunk
+// boundaries fall on 64-byte-aligned dst addresses). For tests and benchmarks.
+void parallel_copy_chunked(void* dst, const void* src, std::size_t n, CopyFn kernel,
+                           std::size_t chunk_bytes);
+
+// Round trip of an empty job through one already started worker (starting the pool if
+// needed): returns false when the pool is busy or threads() == 1. For the hand-off benchmark.
+bool ping();
+
+// Workers currently started (0 before the first parallel copy and in a forked child).
+unsigned started_workers();
+
+struct Stats {
+    std::uint64_t parallel_copies = 0;  // copies that used the pool
+    std::uint64_t busy_fallbacks = 0;   // copies done alone because another caller held the pool
+    std::uint64_t chunks_by_workers = 0;  // chunks copied by workers (not the caller)
+    std::uint64_t pools_started = 0;    // pool (re)builds, e.g. after fork
+};
+Stats stats();
 
 }  // namespace pool
 }  // namespace fastcopy

@@ -1,0 +1,127 @@
+// Single-thread copy-kernel micro-benchmark (not a test; built with -DFASTCOPY_BUILD_BENCH=ON).
+// For each size and each (dst - src) page offset, runs every kernel interleaved (kernel A,
+// B, C, ... then again), many rounds, and prints the median bandwidth in GB/s (1e9 B/s,
+// bytes copied per second) and the ratio to memcpy. Interleaving keeps the comparison fair
+// on a noisy, shared machine: compare ratios within one run, not absolute figures.
+//
+//   kernel_bench [--sizes 4K,64K,1M,16M,256M] [--offsets 0,16,64] [--rounds N]
+//                [--kernels memcpy,avx2,avx2_nt,erms] [--min-ms MS]
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "dispatch.h"
+#include "kernels/kernels.h"
+
+using namespace fastcopy;
+
+namespace {
+
+std::vector<std::string> split(const std::string& s) {
+    std::vector<std::string> out;
+    std::size_t p = 0;
+    while (p <= s.size()) {
+        std::size_t q = s.find(',', p);
+        if (q == std::string::npos) q = s.size();
+        if (q > p) out.push_back(s.substr(p, q - p));
+        p = q + 1;
+    }
+    return out;
+}
+
+void* (*volatile g_memcpy)(void*, const void*, std::size_t) = std::memcpy;
+void libc_memcpy(void* d, const void* s, std::size_t n) { g_memcpy(d, s, n); }
+
+struct K {
+    std::string name;
+    CopyFn fn;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::vector<std::size_t> sizes = {4u << 10, 64u << 10, 1u << 20, 16u << 20, 256u << 20};
+    std::vector<std::size_t> offsets = {0, 16, 64};
+    std::vector<std::string> names = {"memcpy", "avx2", "avx2_nt", "erms"};
+    int rounds = 15;
+    double min_ms = 2.0;
+    for (int i = 1; i < argc; ++i) {
+        std::string a = argv[i];
+        auto val = [&]() -> std::string {
+            if (i + 1 >= argc) { std::fprintf(stderr, "%s needs a value\n", a.c_str()); std::exit(2); }
+            return argv[++i];
+        };
+        if (a == "--sizes") { sizes.clear(); for (auto& s : split(val())) sizes.push_back(parse_size(s)); }
+        else if (a == "--offsets") { offsets.clear(); for (auto& s : split(val())) offsets.push_back(std::stoul(s)); }
+        else if (a == "--kernels") names = split(val());
+        else if (a == "--rounds") rounds = std::atoi(val().c_str());
+        else if (a == "--min-ms") min_ms = std::atof(val().c_str());
+        else { std::fprintf(stderr, "unknown option %s\n", a.c_str()); return 2; }
+    }
+    std::vector<K> ks;
+    for (auto& n : names) {
+        if (n == "memcpy") { ks.push_back({n, libc_memcpy}); continue; }
+        const KernelInfo* k = find_kernel(n);
+        if (!k) { std::fprintf(stderr, "no kernel %s in this build\n", n.c_str()); return 2; }
+        if (!k->supported) { std::printf("# skipping %s: %s\n", n.c_str(), k->why_not.c_str()); continue; }
+        ks.push_back({n, k->fn});
+    }
+    std::size_t maxn = *std::max_element(sizes.begin(), sizes.end());
+    std::size_t maxoff = offsets.empty() ? 0 : *std::max_element(offsets.begin(), offsets.end());
+    std::size_t len = maxn + maxoff + 8192;
+    auto* src = static_cast<unsigned char*>(mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    auto* dst = static_cast<unsigned char*>(mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    if (src == MAP_FAILED || dst == MAP_FAILED) { std::perror("mmap"); return 2; }
+    std::memset(src, 1, len);
+    std::memset(dst, 2, len);
+
+    std::printf("%-10s %-6s", "size", "offset");
+    for (auto& k : ks) std::printf(" %9s", k.name.c_str());
+    for (std::size_t j = 1; j < ks.size(); ++j) std::printf(" %9s", (ks[j].name + "/" + ks[0].name).substr(0, 9).c_str());
+    std::printf("   (GB/s medians of %d interleaved rounds; ratios vs %s)\n", rounds, ks[0].name.c_str());
+    using clk = std::chrono::steady_clock;
+    for (std::size_t n : sizes) {
+        for (std::size_t off : offsets) {
+            unsigned char* d = dst + off;  // src page-aligned: (dst - src) mod 4096 == off
+            unsigned char* s = src;
+            // Calibrate repetitions so one sample takes about min_ms.
+            std::size_t reps = 1;
+            for (;;) {
+                auto t0 = clk::now();
+                for (std::size_t r = 0; r < reps; ++r) ks[0].fn(d, s, n);
+                double ms = std::chrono::duration<double, std::milli>(clk::now() - t0).count();
+                if (ms >= min_ms || reps >= (std::size_t{1} << 24)) break;
+                reps *= 2;
+            }
+            std::vector<std::vector<double>> gbs(ks.size());
+            for (int r = 0; r < rounds; ++r)
+                for (std::size_t j = 0; j < ks.size(); ++j) {
+                    ks[j].fn(d, s, n);  // warm
+                    auto t0 = clk::now();
+                    for (std::size_t q = 0; q < reps; ++q) ks[j].fn(d, s, n);
+                    double sec = std::chrono::duration<double>(clk::now() - t0).count();
+                    gbs[j].push_back(double(n) * double(reps) / sec / 1e9);
+                }
+            std::vector<double> med;
+            for (auto& v : gbs) {
+                std::sort(v.begin(), v.end());
+                med.push_back(v[v.size() / 2]);
+            }
+            std::string sz = n >= (1u << 20) && n % (1u << 20) == 0 ? std::to_string(n >> 20) + "M"
+                             : n >= 1024 && n % 1024 == 0         ? std::to_string(n >> 10) + "K"
+                                                                  : std::to_string(n);
+            std::printf("%-10s %-6zu", sz.c_str(), off);
+            for (double m : med) std::printf(" %9.2f", m);
+            for (std::size_t j = 1; j < med.size(); ++j) std::printf(" %9.2f", med[j] / med[0]);
+            std::printf("\n");
+            std::fflush(stdout);
+        }
+    }
+    return 0;
+}

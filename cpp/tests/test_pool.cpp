@@ -1,0 +1,401 @@
+// Tests for the worker pool (cpp/pool.cpp): chunk boundaries, odd sizes and misalignments,
+// many concurrent callers, set_threads while copies run, fork after the pool started, the
+// overlap fallback, sizing, and that an idle pool burns no CPU. Runs under ThreadSanitizer
+// (.ci/tsan.sh). ctest name: pool_tests.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "pool.h"
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#define HAVE_FORK 1
+#endif
+
+#if defined(__SANITIZE_THREAD__)
+#define UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define UNDER_TSAN 1
+#endif
+#endif
+
+#if defined(UNDER_TSAN)
+// The fork test starts threads in a child forked from a multi-threaded parent, which is
+// what the pool does after fork; TSan refuses that unless told otherwise.
+extern "C" const char* __tsan_default_options() { return "die_after_fork=0"; }
+#endif
+
+using namespace fastcopy;
+
+namespace {
+
+std::atomic<int> g_failures{0};
+
+#define CHECK(cond, ...)                                                        \
+    do {                                                                        \
+        if (!(cond)) {                                                          \
+            g_failures.fetch_add(1);                                            \
+            std::fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            std::fprintf(stderr, __VA_ARGS__);                                  \
+            std::fprintf(stderr, "\n");                                         \
+        }                                                                       \
+    } while (0)
+
+// Fills with a pattern that differs per byte and per seed.
+void fill(unsigned char* p, std::size_t n, std::uint32_t seed) {
+    std::uint32_t x = seed * 2654435761u + 1;
+    for (std::size_t i = 0; i < n; ++i) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        p[i] = static_cast<unsigned char>(x);
+    }
+}
+
+// A kernel that checks chunk boundaries: every chunk starts at the start of the copy or at a
+// 64-byte-aligned dst address, and ends at the end of the copy or at an aligned address.
+std::atomic<std::uintptr_t> g_copy_dst{0}, g_copy_end{0};
+std::atomic<long> g_bad_bounds{0}, g_kernel_calls{0};
+void checking_kernel(void* dst, const void* src, std::size_t n) {
+    const auto d = reinterpret_cast<std::uintptr_t>(dst);
+    const bool start_ok = d == g_copy_dst.load() || d % 64 == 0;
+    const bool end_ok = d + n == g_copy_end.load() || (d + n) % 64 == 0;
+    if (!start_ok || !end_ok || n == 0) g_bad_bounds.fetch_add(1);
+    g_kernel_calls.fetch_add(1);
+    std::memcpy(dst, src, n);
+}
+
+bool have_avx2() {
+#if defined(FASTCOPY_X86) && (defined(__GNUC__) || defined(__clang__))
+    return __builtin_cpu_supports("avx2");
+#else
+    return false;
+#endif
+}
+
+// Copies with the pool and checks the bytes and the guard zones around dst.
+bool copy_and_check(std::size_t n, std::size_t src_off, std::size_t dst_off, CopyFn kernel,
+                    std::size_t chunk, std::uint32_t seed, const char* what) {
+    constexpr std::size_t kGuard = 128;
+    std::vector<unsigned char> sbuf(n + 256), dbuf(n + 256 + 2 * kGuard), expect;
+    unsigned char* src = sbuf.data() + src_off;
+    unsigned char* dst = dbuf.data() + kGuard + dst_off;
+    fill(sbuf.data(), sbuf.size(), seed);
+    std::memset(dbuf.data(), 0xA5, dbuf.size());
+    expect = dbuf;
+    std::memcpy(expect.data() + kGuard + dst_off, src, n);
+    if (chunk)
+        pool::parallel_copy_chunked(dst, src, n, kernel, chunk);
+    else
+        pool::parallel_copy(dst, src, n, kernel);
+    if (dbuf != expect) {
+        std::size_t i = 0;
+        while (dbuf[i] == expect[i]) ++i;
+        CHECK(false, "%s: n=%zu src_off=%zu dst_off=%zu chunk=%zu: first bad byte at %zd",
+              what, n, src_off, dst_off, chunk, std::ptrdiff_t(i) - std::ptrdiff_t(kGuard + dst_off));
+        return false;
+    }
+    return true;
+}
+
+void test_boundaries() {
+    pool::set_threads(4);
+    const std::size_t sizes[] = {0,   1,   2,   63,  64,  65,   127,  128,  129,  191,
+                                 192, 193, 255, 256, 257, 1000, 4095, 4096, 4097, 12345,
+                                 65535, 65536, 65537, 100003};
+    const std::size_t chunks[] = {64, 128, 192, 1000, 4096};
+    const std::size_t offs[] = {0, 1, 7, 31, 32, 63};
+    int cases = 0;
+    for (std::size_t n : sizes)
+        for (std::size_t chunk : chunks)
+            for (std::size_t so : offs)
+                for (std::size_t d : offs) {
+                    // Keep the slow sanitizer run short: all offsets for small sizes only.
+                    if (n > 5000 && (so % 2 != d % 2)) continue;
+                    copy_and_check(n, so, d, copy_generic, chunk, std::uint32_t(n + so + d),
+                                   "boundaries/generic");
+                    ++cases;
+                }
+    // Boundary placement, with a kernel that checks every chunk it is given.
+    for (std::size_t n : sizes)
+        for (std::size_t chunk : chunks)
+            for (std::size_t d : offs) {
+                std::vector<unsigned char> src(n + 64), dst(n + 128);
+                fill(src.data(), src.size(), 7);
+                unsigned char* dp = dst.data() + d;
+                g_copy_dst = reinterpret_cast<std::uintptr_t>(dp);
+                g_copy_end = reinterpret_cast<std::uintptr_t>(dp) + n;
+                g_bad_bounds = 0;
+                g_kernel_calls = 0;
+                pool::parallel_copy_chunked(dp, src.data() + 3, n, checking_kernel, chunk);
+                CHECK(g_bad_bounds == 0, "chunk bounds not 64-byte aligned: n=%zu chunk=%zu d=%zu",
+                      n, chunk, d);
+                CHECK(n == 0 || std::memcmp(dp, src.data() + 3, n) == 0, "checking kernel copy n=%zu", n);
+                // Enough work for >1 chunk must be cut into >1 chunk.
+                if (n >= d + 3 * 64 + 2 * chunk)
+                    CHECK(g_kernel_calls > 1, "n=%zu chunk=%zu not split (%ld calls)", n, chunk,
+                          g_kernel_calls.load());
+                ++cases;
+            }
+    // The default chunking, large sizes, odd sizes, every kernel this CPU runs.
+    std::vector<std::pair<CopyFn, const char*>> kernels = {{copy_generic, "generic"}};
+#if defined(FASTCOPY_X86)
+    kernels.push_back({copy_erms, "erms"});
+    if (have_avx2()) {
+        kernels.push_back({copy_avx2, "avx2"});
+        kernels.push_back({copy_avx2_nt, "avx2_nt"});
+    }
+#endif
+    const std::size_t big[] = {(1u << 20) - 1, (1u << 20) + 17, (3u << 20) + 4093, 8u << 20};
+    for (auto& k : kernels)
+        for (std::size_t n : big)
+            for (std::size_t so : {0, 5})
+                for (std::size_t d : {0, 33}) {
+                    copy_and_check(n, so, d, k.first, 0, std::uint32_t(n ^ so ^ d), k.second);
+                    ++cases;
+                }
+    std::printf("boundaries: %d cases\n", cases);
+}
+
+void test_overlap_fallback() {
+    pool::set_threads(2);
+    std::vector<unsigned char> buf(1 << 20), ref;
+    for (std::ptrdiff_t shift : {1, 64, 4096, -1, -64, -4096}) {
+        fill(buf.data(), buf.size(), 99);
+        ref = buf;
+        const std::size_t n = buf.size() - 8192;
+        unsigned char* src = buf.data() + 4096;
+        unsigned char* dst = src + shift;
+        std::memmove(ref.data() + 4096 + shift, ref.data() + 4096, n);
+        pool::parallel_copy_chunked(dst, src, n, copy_generic, 64);
+        CHECK(buf == ref, "overlapping copy shift=%td differs from memmove", shift);
+    }
+}
+
+void test_concurrent_callers() {
+    pool::set_threads(2);
+    constexpr int kThreads = 8;
+    const int iters = 40;
+    std::vector<std::thread> ts;
+    std::atomic<int> bad{0};
+    const auto before = pool::stats();
+    for (int t = 0; t < kThreads; ++t)
+        ts.emplace_back([t, iters, &bad] {
+            std::mt19937 rng(t * 7919 + 1);
+            for (int i = 0; i < iters; ++i) {
+                const std::size_t n = 1 + rng() % (600 * 1024);
+                const std::size_t so = rng() % 64, d = rng() % 64;
+                const std::size_t chunk = (i % 3 == 0) ? 0 : 64 * (1 + rng() % 64);
+                if (!copy_and_check(n, so, d, copy_generic, chunk, std::uint32_t(rng()),
+                                    "concurrent"))
+                    bad.fetch_add(1);
+            }
+        });
+    for (auto& th : ts) th.join();
+    const auto after = pool::stats();
+    CHECK(bad == 0, "%d concurrent copies wrong", bad.load());
+    std::printf("concurrent: %d callers x %d copies: %llu used the pool, %llu copied alone "
+                "(pool busy)\n",
+                kThreads, iters,
+                (unsigned long long)(after.parallel_copies - before.parallel_copies),
+                (unsigned long long)(after.busy_fallbacks - before.busy_fallbacks));
+}
+
+void test_set_threads_during_copies() {
+    std::atomic<bool> stop{false};
+    std::atomic<int> bad{0};
+    std::vector<std::thread> ts;
+    for (int t = 0; t < 3; ++t)
+        ts.emplace_back([t, &stop, &bad] {
+            std::mt19937 rng(t + 100);
+            int i = 0;
+            while (!stop.load() || i < 10) {
+                const std::size_t n = 1 + rng() % (300 * 1024);
+                if (!copy_and_check(n, rng() % 64, rng() % 64, copy_generic,
+                                    64 * (1 + rng() % 32), std::uint32_t(rng()), "set_threads"))
+                    bad.fetch_add(1);
+                ++i;
+            }
+        });
+    const unsigned seq[] = {1, 4, 2, 0, 3, 1, 8, 2, 5, 0};
+    for (int round = 0; round < 3; ++round)
+        for (unsigned n : seq) {
+            pool::set_threads(n);
+            (void)pool::threads_reason();
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+    stop = true;
+    for (auto& th : ts) th.join();
+    CHECK(bad == 0, "%d copies wrong while set_threads changed", bad.load());
+    pool::set_threads(3);
+    copy_and_check(1 << 20, 0, 0, copy_generic, 0, 5, "after resize");
+    CHECK(pool::started_workers() == 2, "3 threads -> 2 workers, have %u", pool::started_workers());
+    pool::set_threads(1);
+    copy_and_check(1 << 20, 0, 0, copy_generic, 0, 6, "threads=1");
+    CHECK(!pool::ping(), "ping must refuse with threads()==1");
+}
+
+void test_sizing() {
+    pool::set_threads(0);
+    pool::set_env_threads(0);
+    const unsigned d = pool::default_threads();
+    CHECK(d >= 1 && d <= pool::kDefaultThreadsCap, "default_threads()=%u", d);
+    CHECK(pool::threads() == d, "threads()=%u default=%u", pool::threads(), d);
+    std::printf("sizing: %s\n", pool::threads_reason().c_str());
+    pool::set_env_threads(3);
+    CHECK(pool::threads() == 3, "env layer: %u", pool::threads());
+    CHECK(pool::threads_reason().find("FASTCOPY_THREADS") != std::string::npos, "reason: %s",
+          pool::threads_reason().c_str());
+    pool::set_threads(5);
+    CHECK(pool::threads() == 5, "set_threads over env: %u", pool::threads());
+    pool::set_threads(0);
+    CHECK(pool::threads() == 3, "set_threads(0) back to env: %u", pool::threads());
+    pool::set_env_threads(0);
+    CHECK(pool::threads() == d, "back to default: %u", pool::threads());
+    pool::set_threads(100000);
+    CHECK(pool::threads() == pool::kMaxThreads, "clamp: %u", pool::threads());
+    pool::set_threads(0);
+}
+
+void test_ping() {
+    pool::set_threads(2);
+    CHECK(pool::ping(), "ping on a 2-thread pool");
+    CHECK(pool::started_workers() == 1, "workers=%u", pool::started_workers());
+}
+
+#if defined(HAVE_FORK)
+double cpu_seconds() {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// An idle pool sleeps: after the spin window, the process uses (almost) no CPU.
+void test_idle_pool_sleeps() {
+    pool::set_threads(2);
+    copy_and_check(4 << 20, 0, 0, copy_generic, 0, 11, "before idle");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // past the spin window
+    const double c0 = cpu_seconds();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const double used = cpu_seconds() - c0;
+    std::printf("idle: %.2f ms CPU in 300 ms with %u worker(s) started\n", used * 1e3,
+                pool::started_workers());
+    CHECK(used < 0.030, "idle pool used %.1f ms of CPU in 300 ms", used * 1e3);
+}
+
+// Runs `child` in a forked child; the child must exit 0 within `timeout_s`.
+bool run_forked(const char* what, int timeout_s, void (*child)()) {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    const pid_t pid = fork();
+    if (pid < 0) {
+        CHECK(false, "%s: fork failed", what);
+        return false;
+    }
+    if (pid == 0) {
+        alarm(unsigned(timeout_s) + 5);  // belt and braces: never outlive the parent's wait
+        child();
+        std::fflush(stdout);
+        _exit(g_failures.load() == 0 ? 0 : 1);
+    }
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+    int status = 0;
+    for (;;) {
+        const pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid) break;
+        if (std::chrono::steady_clock::now() > until) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            CHECK(false, "%s: child did not finish within %d s (deadlock?)", what, timeout_s);
+            return false;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: child status 0x%x", what, status);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+void child_copies() {
+    // The pool was started in the parent; here its workers do not exist.
+    CHECK(pool::started_workers() == 0, "child sees %u workers", pool::started_workers());
+    for (int i = 0; i < 5; ++i)
+        copy_and_check((2 << 20) + 4097 * i, i, 2 * i, copy_generic, 0, 40 + i, "child");
+    CHECK(pool::started_workers() >= 1, "child rebuilt no pool");
+    CHECK(pool::ping(), "child ping");
+}
+
+void test_fork() {
+    pool::set_threads(2);
+    copy_and_check(2 << 20, 0, 0, copy_generic, 0, 21, "parent before fork");
+    CHECK(pool::started_workers() == 1, "parent workers=%u", pool::started_workers());
+    run_forked("fork after pool start", 60, child_copies);
+
+    // Fork while other threads are in the middle of parallel copies (the pool lock and the
+    // workers' states are mid-job in the parent at the moment of fork).
+    std::atomic<bool> stop{false};
+    std::atomic<int> bad{0};
+    std::vector<std::thread> ts;
+    for (int t = 0; t < 2; ++t)
+        ts.emplace_back([t, &stop, &bad] {
+            int i = 0;
+            while (!stop.load())
+                if (!copy_and_check((1 << 20) + 64 * (i++ % 7), t, 0, copy_generic, 4096,
+                                    std::uint32_t(i), "during fork"))
+                    bad.fetch_add(1);
+        });
+    for (int k = 0; k < 3; ++k) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        run_forked("fork during copies", 60, [] {
+            for (int i = 0; i < 3; ++i)
+                copy_and_check((1 << 20) + 123 * i, 1, 0, copy_generic, 0, 70 + i, "child2");
+        });
+    }
+    stop = true;
+    for (auto& th : ts) th.join();
+    CHECK(bad == 0, "%d parent copies wrong around fork", bad.load());
+    copy_and_check(2 << 20, 0, 0, copy_generic, 0, 22, "parent after fork");
+}
+#endif
+
+}  // namespace
+
+int main() {
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);
+    CHECK(pool::started_workers() == 0, "the pool must not start before the first copy");
+    test_sizing();
+    test_ping();
+    test_boundaries();
+    test_overlap_fallback();
+    test_concurrent_callers();
+    test_set_threads_during_copies();
+#if defined(HAVE_FORK)
+    test_idle_pool_sleeps();
+    test_fork();
+#endif
+    const auto s = pool::stats();
+    std::printf("stats: %llu parallel copies, %llu busy fallbacks, %llu chunks by workers, "
+                "%llu pool starts\n",
+                (unsigned long long)s.parallel_copies, (unsigned long long)s.busy_fallbacks,
+                (unsigned long long)s.chunks_by_workers, (unsigned long long)s.pools_started);
+    CHECK(s.chunks_by_workers > 0, "workers never copied a chunk");
+    if (g_failures.load()) {
+        std::printf("pool_tests: %d FAILURES\n", g_failures.load());
+        return 1;
+    }
+    std::printf("pool_tests: all passed\n");
+    return 0;
+}

@@ -1,0 +1,267 @@
+"""Detection and policy: info() agrees with the OS, overrides behave as documented."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import fastcopy
+from fastcopy import _core
+
+X86 = platform.machine() in ("x86_64", "AMD64")
+NO_SUBPROCESS = os.environ.get("FASTCOPY_NO_SUBPROCESS") == "1"
+needs_subprocess = pytest.mark.skipif(NO_SUBPROCESS, reason="FASTCOPY_NO_SUBPROCESS=1 (emulated interpreter)")
+
+
+def proc_cpuinfo():
+    fields = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if ":" in line:
+                    key, _, value = line.partition(":")
+                    fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    return fields
+
+
+def run_python(code: str, **env_overrides: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTCOPY_")}
+    env.update(env_overrides)
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_info_structure():
+    data = fastcopy.info()
+    for key in ("version", "cpu", "kernels", "policy", "thresholds", "threads", "overrides", "notes"):
+        assert key in data
+    names = [k["name"] for k in data["kernels"]]
+    assert "generic" in names
+    assert fastcopy.kernels() == [k["name"] for k in data["kernels"] if k["supported"]]
+    for rule in data["policy"]:
+        assert rule["region"] in ("private", "to_shared", "from_shared")
+        assert rule["kernel"] in names
+        assert rule["reason"], rule
+        assert rule["max_bytes"] is None or rule["max_bytes"] > rule["min_bytes"]
+    # Every region's bands tile [0, inf) without gaps.
+    for region in ("private", "to_shared", "from_shared"):
+        bands = [r for r in data["policy"] if r["region"] == region]
+        assert bands[0]["min_bytes"] == 0 and bands[-1]["max_bytes"] is None
+        for a, b in zip(bands, bands[1:]):
+            assert a["max_bytes"] == b["min_bytes"]
+    json.dumps(data)  # serialisable
+
+
+@pytest.mark.skipif(not X86 or not os.path.exists("/proc/cpuinfo"), reason="x86 Linux only")
+def test_x86_facts_agree_with_proc_cpuinfo():
+    cpu = fastcopy.info()["cpu"]
+    info = proc_cpuinfo()
+    flags = set(info.get("flags", "").split())
+    assert cpu["vendor"] == info["vendor_id"]
+    assert cpu["family"] == int(info["cpu family"])
+    assert cpu["model"] == int(info["model"])
+    assert cpu["stepping"] == int(info["stepping"])
+    for flag in ("erms", "fsrm", "avx2", "avx512f", "avx512bw", "avx512vl"):
+        assert cpu["flags"][flag] == (flag in flags), flag
+    assert cpu["hypervisor"] == ("hypervisor" in flags)
+
+
+@pytest.mark.skipif(not X86, reason="x86 only")
+def test_x86_flags_agree_with_py_cpuinfo():
+    cpuinfo = pytest.importorskip("cpuinfo")
+    flags = set(cpuinfo.get_cpu_info().get("flags", []))
+    cpu = fastcopy.info()["cpu"]
+    for flag in ("erms", "avx2", "avx512f", "avx512bw", "avx512vl"):
+        assert cpu["flags"][flag] == (flag in flags), flag
+
+
+@pytest.mark.skipif(platform.machine() != "aarch64", reason="aarch64 only")
+def test_arm_facts_agree_with_proc_cpuinfo():
+    cpu = fastcopy.info()["cpu"]
+    feats = set(proc_cpuinfo().get("Features", "").split())
+    if feats:
+        assert cpu["flags"]["asimd"] == ("asimd" in feats)
+        assert cpu["flags"]["sve"] == ("sve" in feats)
+    assert ("sve" in fastcopy.kernels()) == cpu["flags"]["sve"]
+    if cpu["flags"]["sve"]:
+        assert cpu["sve_vector_bytes"] in range(16, 257, 16)
+
+
+def test_cache_sizes_prefer_sysfs():
+    cpu = fastcopy.info()["cpu"]
+    path = "/sys/devices/system/cpu/cpu0/cache/index3/size"
+    if os.path.exists(path):
+        text = open(path).read().strip()
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1], 1)
+        expected = int(text.rstrip("KMG")) * mult
+        assert cpu["l3_sysfs_bytes"] == expected
+        assert cpu["l3_bytes"] == expected
+        assert cpu["cache_source"] == "sysfs"
+
+
+def addr(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def test_chosen_kernel_rules():
+    buf = np.zeros(4 << 20, dtype=np.uint8)
+    base = (addr(buf) + 4095) // 4096 * 4096
+    cpu = fastcopy.info()["cpu"]
+    for n in (0, 1, 64, 1024):
+        assert _core.chosen_kernel(base + (2 << 20), base, n) == "generic"
+    # rep movsb is never chosen for 4K-aliasing distances nor for backward (overlapping) copies.
+    for n in (4096, 65536, 512 << 10):
+        for off in list(range(0, 64)) + [4096 + 5, 8192 + 63]:
+            assert _core.chosen_kernel(base + (2 << 20) + off, base, n) != "erms"
+        assert _core.chosen_kernel(base + 128, base, n) != "erms"  # dst inside (src, src+n)
+    if cpu["vendor"] == "AuthenticAMD":
+        for n in (4096, 65536, 1 << 20):
+            assert _core.chosen_kernel(base + (2 << 20) + 128, base, n) != "erms"
+
+
+def test_every_usable_kernel_copies_correctly():
+    rng = np.random.default_rng(1)
+    for name in fastcopy.kernels():
+        k = fastcopy.kernel(name)
+        for n in (0, 1, 31, 33, 255, 4097, 100_003):
+            src = rng.integers(0, 256, n, dtype=np.uint8)
+            dst = np.zeros(n, dtype=np.uint8)
+            k(dst, src)
+            assert np.array_equal(dst, src), (name, n)
+
+
+@needs_subprocess
+def test_import_does_not_import_cpuinfo():
+    r = run_python("import sys, fastcopy; print('cpuinfo' in sys.modules)")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False"
+
+
+@needs_subprocess
+@pytest.mark.parametrize("var,value", [
+    ("FASTCOPY_KERNEL", "no_such_kernel"),
+    ("FASTCOPY_REP_MOVSB", "sometimes"),
+    ("FASTCOPY_NT_THRESHOLD", "12Q"),
+    ("FASTCOPY_THREADS", "zero"),
+    ("FASTCOPY_THREADS", "0"),
+])
+def test_bad_override_fails_import(var, value):
+    r = run_python("import fastcopy", **{var: value})
+    assert r.returncode != 0
+    assert "ImportError" in r.stderr
+    assert var in r.stderr and value in r.stderr
+
+
+@needs_subprocess
+def test_bad_kernel_lists_valid_names():
+    r = run_python("import fastcopy", FASTCOPY_KERNEL="no_such_kernel")
+    for name in fastcopy.kernels():
+        assert name in r.stderr
+
+
+@needs_subprocess
+def test_unsupported_kernel_fails_import():
+    unsupported = [k["name"] for k in fastcopy.info()["kernels"] if not k["supported"]]
+    if not unsupported:
+        pytest.skip("every compiled kernel is supported on this CPU")
+    r = run_python("import fastcopy", FASTCOPY_KERNEL=unsupported[0])
+    assert r.returncode != 0 and "not supported" in r.stderr
+
+
+PROBE = """
+import json, numpy as np, fastcopy
+from fastcopy import _core
+buf = np.zeros(8 << 20, dtype=np.uint8)
+base = (buf.__array_interface__['data'][0] + 4095) // 4096 * 4096
+far = base + (4 << 20) + 128
+out = {n: _core.chosen_kernel(far, base, n) for n in (64, 4096, 65536, 1 << 20, 3 << 20)}
+src = np.arange(3 << 20, dtype=np.uint32).view(np.uint8)[: 3 << 20]
+dst = np.zeros_like(src)
+fastcopy.copy(dst, src)
+assert np.array_equal(dst, src)
+print(json.dumps({"chosen": out, "info": fastcopy.info()}))
+"""
+
+
+def probe(**env) -> dict:
+    r = run_python(PROBE, **env)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+@needs_subprocess
+@pytest.mark.parametrize("name", fastcopy.kernels())
+def test_forced_kernel(name):
+    out = probe(FASTCOPY_KERNEL=name)
+    assert set(out["chosen"].values()) == {name}
+    assert out["info"]["overrides"]["FASTCOPY_KERNEL"] == name
+    assert all(r["kernel"] == name for r in out["info"]["policy"])
+
+
+@needs_subprocess
+@pytest.mark.skipif(not X86, reason="rep movsb is x86 only")
+def test_rep_movsb_on_and_off():
+    on = probe(FASTCOPY_REP_MOVSB="on", FASTCOPY_NT_THRESHOLD="2M")
+    assert on["chosen"]["65536"] == "erms" and on["chosen"]["4096"] == "erms"
+    assert on["chosen"]["64"] == "generic"
+    assert on["chosen"]["3145728"] != "erms"  # above the non-temporal threshold
+    off = probe(FASTCOPY_REP_MOVSB="off")
+    assert "erms" not in off["chosen"].values()
+    assert all(r["kernel"] != "erms" for r in off["info"]["policy"])
+    assert off["info"]["overrides"]["FASTCOPY_REP_MOVSB"] == "off"
+
+
+@needs_subprocess
+@pytest.mark.parametrize("text,value", [("64K", 64 << 10), ("8M", 8 << 20), ("1G", 1 << 30), ("123456", 123456)])
+def test_nt_threshold_override(text, value):
+    out = probe(FASTCOPY_NT_THRESHOLD=text)
+    assert out["info"]["overrides"]["FASTCOPY_NT_THRESHOLD"] == value
+    nt_kernels = [k for k in ("avx2_nt",) if k in fastcopy.kernels()]
+    if nt_kernels:
+        assert out["info"]["thresholds"]["non_temporal_bytes"] == value
+        if value <= 65536:
+            assert out["chosen"]["65536"] == "avx2_nt" and out["chosen"]["1048576"] == "avx2_nt"
+        if value >= 8 << 20:
+            assert "avx2_nt" not in out["chosen"].values()
+
+
+@needs_subprocess
+def test_nt_threshold_off():
+    out = probe(FASTCOPY_NT_THRESHOLD="off")
+    assert out["info"]["thresholds"]["non_temporal_bytes"] is None
+    assert all(not r["kernel"].endswith("_nt") for r in out["info"]["policy"])
+
+
+@needs_subprocess
+def test_threads_override():
+    out = probe(FASTCOPY_THREADS="1")
+    assert out["info"]["threads"]["count"] == 1
+    assert out["info"]["overrides"]["FASTCOPY_THREADS"] == 1
+
+
+def test_set_threads_roundtrip():
+    before = fastcopy.get_threads()
+    try:
+        fastcopy.set_threads(1)
+        assert fastcopy.get_threads() == 1
+        with pytest.raises(ValueError, match="set_threads"):
+            fastcopy.set_threads(-1)
+    finally:
+        fastcopy.set_threads(0)
+    assert fastcopy.get_threads() == fastcopy.info()["threads"]["default"] or before >= 1
+
+
+@needs_subprocess
+def test_cli_info_text_and_json():
+    r = subprocess.run([sys.executable, "-m", "fastcopy", "info"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "Kernels:" in r.stdout and "generic" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "fastcopy", "info", "--json"], capture_output=True, text=True, timeout=120)
+    data = json.loads(r.stdout)
+    assert data["cpu"]["arch"] in ("x86_64", "aarch64", "unknown")
