@@ -182,3 +182,14 @@ def test_array_array_read_only_is_not_an_issue_but_size_is():
     a = array.array("i", [1, 2, 3])
     expect_error(ValueError, ["bytes", "12", "16"], a, array.array("i", [1, 2, 3, 4]))
     assert list(a) == [1, 2, 3]
+
+
+def test_raw_buffer_of_objects_refused_but_field_names_with_O_are_fine():
+    objs = np.array([1, None], dtype=object)
+    dst = bytearray(b"q" * objs.nbytes)
+    expect_error(TypeError, ["src", "object"], dst, memoryview(objs))
+    rec = np.zeros(3, dtype=[("Other", "i4"), ("Obj", "f8")])
+    rec["Other"] = [1, 2, 3]
+    out = bytearray(rec.nbytes)
+    fastcopy.copy(out, memoryview(rec))  # format "T{i:Other:d:Obj:}" holds no objects
+    assert bytes(out) == rec.tobytes()
