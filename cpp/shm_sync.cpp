@@ -38,13 +38,15 @@ inline void cpu_relax() {
 }
 
 // How long a waiter spins (checking the index) before it sleeps on the futex, at the start
-// of a message and in the middle of a streamed one. Short on purpose. Measured on the 2-vCPU
-// development VM (shared with other jobs; /tmp/pp.py-style ping-pong of 64 B, median RTT):
-// no spin 10.1-10.2 us, 5 us 11.2-11.4 us, 20 us 28.6-29.1 us, 100 us 40.8-91.8 us: when
-// the peer shares our CPU, spinning only delays it; FUTEX_WAIT/WAKE hands over in ~5 us.
-// 5 us still catches a peer that runs on another core and answers at once. Mid-message
-// spinning (30 us, 200 us) did not beat none for 64 KiB..64 MiB streams there either.
-double kSpinStart = 5e-6;
+// of a message and in the middle of a streamed one. Measured on the 2-vCPU development VM
+// (shared with other jobs), 64 B ping-pong between two processes, median RTT:
+//   start spin 0: 7.7-10.2 us | 5 us: 11.2-18.4 us | 20 us: 28.6-29.1 us | 100 us: 40.8-91.8 us
+// The scheduler tends to wake the peer on the waker's CPU, where a spinning waiter only
+// delays it; FUTEX_WAIT/WAKE hands over in a few microseconds. One-way throughput (64 B to
+// 64 MiB) was the same with 0 and 5 us, and mid-message spins of 0, 10, 30, 200 us did not
+// differ beyond noise. On an idle many-core host spinning can win (p10 RTT 1.6 us seen with
+// 5 us); _core._shm_set_spin() changes both values per process.
+double kSpinStart = 0.0;
 // Sleep slices: a sleeping waiter wakes at least this often to check the peer's liveness.
 constexpr double kLivenessSlice = 0.05;
 double kSpinMidMessage = 10e-6;
