@@ -451,3 +451,35 @@ def test_ipc_bench_smoke():
     assert set(res["ratios"]["64"]) == {"channel_vs_queue", "channel_vs_pipe"}
     table = format_ipc_table(res)
     assert "message rate" in table and "channel" in table and "pipe" in table
+
+
+# ---- a Channel passed to a spawned process pickles as its name --------------------------------
+PICKLED = r"""
+import multiprocessing as mp
+import sys
+
+import numpy as np
+
+from fastcopy.shm import Channel
+
+def child(ch):                      # arrives attached (unpickled by name)
+    ch.send(np.arange(5))
+    ch.close()
+
+if __name__ == "__main__":
+    with Channel.create(sys.argv[1], capacity=1 << 16) as ch:
+        p = mp.get_context(sys.argv[2]).Process(target=child, args=(ch,))
+        p.start()
+        assert (ch.recv(timeout=30) == np.arange(5)).all()
+        p.join(30)
+        assert p.exitcode == 0
+    print("OK")
+"""
+
+
+@pytest.mark.parametrize("method", ["spawn", "fork"])
+def test_channel_passed_to_child(tmp_path, method):
+    prefix = PREFIX + "pickle-"
+    proc = run_script(tmp_path, PICKLED, prefix + method, method, timeout=60)
+    assert_clean(proc, prefix)
+    assert proc.stdout.startswith("OK"), proc.stdout
