@@ -58,6 +58,7 @@ std::string seconds_words(double t) {
 
 void gil_release(void* ctx) { *static_cast<PyThreadState**>(ctx) = PyEval_SaveThread(); }
 void gil_acquire(void* ctx) { PyEval_RestoreThread(*static_cast<PyThreadState**>(ctx)); }
+int check_signals(void*) { return PyErr_CheckSignals() != 0; }
 
 struct DtypeEntry {
     py::object dtype;
@@ -127,7 +128,7 @@ public:
         std::memcpy(hdr + sizeof(MsgHeader) + 8 * h.ndim, wire->data(), wire->size());
         std::memset(hdr + raw, 0, hdr_len - raw);
         PyThreadState* ts = nullptr;
-        Ring::GilHooks hooks{gil_release, gil_acquire, &ts};
+        Ring::GilHooks hooks{gil_release, gil_acquire, &ts, check_signals};
         if (!ring_->send(hdr, hdr_len, ptr, nbytes, t, hooks))
             raise(PyExc_TimeoutError, "send timed out after " + seconds_words(t) +
                                           ": the ring is full (is the consumer reading?)");
@@ -136,7 +137,7 @@ public:
     py::object recv(const py::object& out, const py::object& timeout) {
         double t = timeout_arg(timeout, "recv");
         PyThreadState* ts = nullptr;
-        Ring::GilHooks hooks{gil_release, gil_acquire, &ts};
+        Ring::GilHooks hooks{gil_release, gil_acquire, &ts, check_signals};
         MsgInfo info;
         if (!ring_->peek(info, t, hooks))
             raise(PyExc_TimeoutError, "recv timed out after " + seconds_words(t) + ": no message arrived");
@@ -196,7 +197,7 @@ public:
     py::object peek(const py::object& timeout) {
         double t = timeout_arg(timeout, "peek");
         PyThreadState* ts = nullptr;
-        Ring::GilHooks hooks{gil_release, gil_acquire, &ts};
+        Ring::GilHooks hooks{gil_release, gil_acquire, &ts, check_signals};
         MsgInfo info;
         if (!ring_->peek(info, t, hooks)) return py::none();
         const DtypeEntry& de = dtype_of(info.dtype);
@@ -271,6 +272,8 @@ void bind_shm(py::module_& m) {
     py::register_exception_translator([](std::exception_ptr p) {
         try {
             if (p) std::rethrow_exception(p);
+        } catch (const shm::ShmInterrupted&) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyboardInterrupt, "interrupted");
         } catch (const shm::ShmTimeout& e) {
             PyErr_SetString(PyExc_TimeoutError, e.what());
         } catch (const shm::ShmUseAfterClose& e) {

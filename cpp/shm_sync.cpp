@@ -76,8 +76,12 @@ std::string pid_words(std::uint32_t pid) { return "pid " + std::to_string(pid); 
 struct BusyGuard {
     Ring& r;
     explicit BusyGuard(Ring& ring) : r(ring) {
-        if (r.busy_.exchange(true, std::memory_order_acquire))
+        std::uint64_t gen = fork_generation();
+        // A fork while another thread was inside leaves busy_ set in the child, where that
+        // thread does not exist: then the flag is stale and we take it.
+        if (r.busy_.exchange(true, std::memory_order_acquire) && r.busy_generation_ == gen)
             throw ShmError("Channel used from two threads at once; a Channel end is for one thread at a time");
+        r.busy_generation_ = gen;
     }
     ~BusyGuard() { r.busy_.store(false, std::memory_order_release); }
 };
@@ -503,7 +507,13 @@ int Ring::wait(WaitFor what, std::uint64_t need, double deadline, const GilHooks
             }
         }
         double slice = std::min(deadline - now, kLivenessSlice);
-        futex_wait(fut, v, slice);
+        int fr = futex_wait(fut, v, slice);
+        if ((fr == EINTR || fr == ETIMEDOUT) && hooks.check_signals && gil.released) {
+            gil.acquire();
+            int pending = hooks.check_signals(hooks.ctx);
+            gil.release();
+            if (pending) throw ShmInterrupted();
+        }
     }
 }
 
@@ -579,7 +589,7 @@ bool Ring::send(void* hdr, std::size_t hdr_len, const void* payload, std::size_t
             if (cap_ - (head_ - tail_) < want) {
                 int r;
                 try {
-                    r = wait(kSpace, want, deadline, GilHooks{nullptr, nullptr, nullptr},
+                    r = wait(kSpace, want, deadline, GilHooks{nullptr, nullptr, nullptr, nullptr},
                              written ? kSpinMidMessage : kSpinStart);
                 } catch (const ShmError& e) {
                     if (written) broken_ = std::string("a send failed in the middle of a message: ") + e.what();
@@ -681,7 +691,7 @@ void Ring::consume(const MsgInfo& info, void* dst, double timeout_s, const GilHo
                 gil.release();
                 int r;
                 try {
-                    r = wait(kData, 1, deadline, GilHooks{nullptr, nullptr, nullptr}, kSpinMidMessage);
+                    r = wait(kData, 1, deadline, GilHooks{nullptr, nullptr, nullptr, nullptr}, kSpinMidMessage);
                 } catch (const ShmError& e) {
                     broken_ = std::string("a recv failed in the middle of a message: ") + e.what();
                     throw;

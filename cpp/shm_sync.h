@@ -37,6 +37,8 @@ struct ShmClosed : ShmError { using ShmError::ShmError; };
 struct ShmTimeout : ShmError { using ShmError::ShmError; };
 // An operation on a Channel this process already closed (Python: ValueError, like files).
 struct ShmUseAfterClose : ShmError { using ShmError::ShmError; };
+// A signal handler raised while we waited (the Python exception is already set).
+struct ShmInterrupted : ShmError { ShmInterrupted() : ShmError("interrupted") {} };
 // An OS call failed; err is the errno (Python: OSError subclass from errno).
 struct ShmOsError : ShmError {
     int err;
@@ -131,7 +133,15 @@ public:
     // Returns false on timeout before anything was written (channel still usable).
     // `release_gil`/`reacquire_gil` callbacks are invoked around blocking waits and large
     // copies (nullptr: never).
-    struct GilHooks { void (*release)(void*); void (*acquire)(void*); void* ctx; };
+    // check_signals (optional) runs with the GIL held while a wait sleeps (on EINTR and every
+    // sleep slice); nonzero means a Python exception (e.g. KeyboardInterrupt) is pending and
+    // the wait ends with ShmInterrupted.
+    struct GilHooks {
+        void (*release)(void*);
+        void (*acquire)(void*);
+        void* ctx;
+        int (*check_signals)(void*);
+    };
     bool send(void* hdr, std::size_t hdr_len, const void* payload, std::size_t payload_len,
               double timeout_s, const GilHooks& gil);
 
@@ -183,6 +193,7 @@ private:
     std::uint64_t peeked_payload_ = 0;
     bool peeked_ = false;
     std::atomic<bool> busy_{false};
+    std::uint64_t busy_generation_ = 0;   // fork generation when busy_ was set
     friend struct BusyGuard;
 };
 

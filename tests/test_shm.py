@@ -348,3 +348,29 @@ def test_exception_hierarchy():
     assert issubclass(PeerDied, ChannelError)
     assert issubclass(ChannelClosed, ChannelError)
     assert issubclass(ChannelError, RuntimeError)
+
+
+def test_signal_interrupts_blocking_recv(pair):
+    """A Python signal handler that raises ends a blocked recv (e.g. Ctrl-C)."""
+    import signal
+
+    _, rx = pair
+
+    class Alarm(Exception):
+        pass
+
+    def handler(signum, frame):
+        raise Alarm()
+
+    old = signal.signal(signal.SIGALRM, handler)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        t0 = time.monotonic()
+        with pytest.raises(Alarm):
+            rx.recv()  # no timeout
+        assert time.monotonic() - t0 < 2.0
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    with pytest.raises(TimeoutError):  # the channel is still usable
+        rx.recv(timeout=0)
