@@ -47,13 +47,16 @@ def _child_main(ctrl, names, queues, pipes) -> None:  # pragma: no cover - runs 
     back_ch = Channel.attach(names[1])
     fwd_q, back_q = queues
     fwd_r, back_w = pipes
+    bufs = {}  # receive buffers are reused across runs, as a real consumer would
     try:
         while True:
             cmd = ctrl.recv()
             if cmd[0] == "exit":
                 break
             kind, transport, size, count = cmd
-            buf = np.empty(size, np.uint8)
+            buf = bufs.get(size)
+            if buf is None:
+                buf = bufs[size] = np.ones(size, np.uint8)
             echo = kind == "pingpong"
             if transport == "channel":
                 for _ in range(count):
@@ -237,6 +240,7 @@ def run_ipc_bench(
             # paths): grow the count until one run takes at least half of min_time.
             targets = {}
             for transport in transports:
+                parent.throughput(transport, size, 1, timeout)  # warm-up, not measured
                 count = max(1, min(max_messages, (4 << 20) // max(size, 1), 20000))
                 for _ in range(5):
                     dt = parent.throughput(transport, size, count, timeout)
