@@ -190,6 +190,10 @@ bool process_alive(std::uint32_t pid, std::uint64_t start_time) {
 namespace {
 std::string shm_path(const std::string& name) { return "/" + name; }
 
+// Map rings up to 256 MiB with their page tables filled in, so the first pass over the ring
+// takes no page faults in the data path (costs about 1 ms per MiB at create/attach here).
+int populate_flag(std::uint64_t bytes) { return bytes <= (std::uint64_t(256) << 20) ? MAP_POPULATE : 0; }
+
 void check_name(const std::string& name) {
     if (name.empty() || name.size() > 200 || name.find('/') != std::string::npos || name == "." || name == "..")
         throw ShmError("invalid channel name '" + name + "': use 1 to 200 characters without '/'");
@@ -219,7 +223,16 @@ Ring* Ring::create(const std::string& name, std::size_t capacity) {
         throw ShmOsError(e, "cannot size shared memory segment '" + name + "' to " + std::to_string(total) +
                                 " bytes: " + std::strerror(e));
     }
-    void* p = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    // Reserve the pages now: on a full /dev/shm (Docker's default is 64 MiB) this fails with
+    // ENOSPC here instead of a SIGBUS at the first write into a page tmpfs cannot supply.
+    int fe = ::posix_fallocate(fd, 0, static_cast<off_t>(total));
+    if (fe != 0 && fe != EOPNOTSUPP && fe != EINVAL) {
+        ::close(fd);
+        ::shm_unlink(path.c_str());
+        throw ShmOsError(fe, "cannot allocate " + std::to_string(total) + " bytes for shared memory segment '" +
+                                 name + "' (is /dev/shm full or too small?): " + std::strerror(fe));
+    }
+    void* p = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED | populate_flag(total), fd, 0);
     int e = errno;
     ::close(fd);
     if (p == MAP_FAILED) {
@@ -260,7 +273,7 @@ Ring* Ring::attach(const std::string& name) {
         throw ShmCorrupted("shared memory segment '" + name + "' has " + std::to_string(size) +
                            " bytes, which is not the size of a fastcopy channel");
     }
-    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | populate_flag(size), fd, 0);
     int e = errno;
     ::close(fd);
     if (p == MAP_FAILED)
