@@ -1,0 +1,32 @@
+"""``python -m fastcopy info [--json]``."""
+from __future__ import annotations
+
+import json
+
+import fastcopy
+
+from _cli import cli
+
+
+def test_info_text():
+    r = cli("info")
+    assert r.returncode == 0, r.stderr
+    assert f"fastcopy {fastcopy.__version__}" in r.stdout
+    assert "CPU detected:" in r.stdout and "Kernels:" in r.stdout
+    for name in fastcopy.kernels():
+        assert name in r.stdout
+
+
+def test_info_json():
+    r = cli("info", "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["version"] == fastcopy.__version__
+    assert data["usable_kernels"] == fastcopy.kernels()
+    assert {"cpu", "kernels", "policy", "thresholds", "threads", "overrides"} <= set(data)
+
+
+def test_no_command_is_an_error():
+    r = cli()
+    assert r.returncode == 2
+    assert "command" in r.stderr
