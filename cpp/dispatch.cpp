@@ -159,6 +159,7 @@ Overrides read_overrides() {
 //    tenants): NT lost 0.85-0.87x from 4 to 32 MiB and won 1.28x at 64 MiB, 1.15x at 128 MiB.
 // Rule: half the L3, capped at 64 MiB. CPUID's L3 is not used when sysfs has one: under KVM
 // on AMD it claims 256 MiB, which makes glibc start NT stores only at 192 MiB.
+#if defined(FASTCOPY_X86)
 constexpr std::size_t kNtCapBytes = std::size_t(64) << 20;
 
 std::size_t default_nt_threshold(const CpuFacts& f, std::string& reason) {
@@ -174,6 +175,8 @@ std::size_t default_nt_threshold(const CpuFacts& f, std::string& reason) {
     reason = "no L3 size known: 16 MiB default (half a typical 32 MiB L3)";
     return std::size_t(16) << 20;
 }
+
+#endif
 
 Policy build_policy(const CpuFacts& f, const Overrides& o) {
     Policy p;
