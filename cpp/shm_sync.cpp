@@ -37,16 +37,20 @@ inline void cpu_relax() {
 #endif
 }
 
-// How long a waiter spins (checking the index) before it sleeps on the futex, at the start
-// of a message and in the middle of a streamed one. Measured on the 2-vCPU development VM
-// (shared with other jobs), 64 B ping-pong between two processes, median RTT:
-//   start spin 0: 7.7-10.2 us | 5 us: 11.2-18.4 us | 20 us: 28.6-29.1 us | 100 us: 40.8-91.8 us
-// The scheduler tends to wake the peer on the waker's CPU, where a spinning waiter only
-// delays it; FUTEX_WAIT/WAKE hands over in a few microseconds. One-way throughput (64 B to
-// 64 MiB) was the same with 0 and 5 us, and mid-message spins of 0, 10, 30, 200 us did not
-// differ beyond noise. On an idle many-core host spinning can win (p10 RTT 1.6 us seen with
-// 5 us); _core._shm_set_spin() changes both values per process.
-double kSpinStart = 0.0;
+// How long a waiter spins (checking the index) before it sleeps on the futex.
+//
+// At the start of a message the spin adapts: an end does not spin, except for a probe every
+// kProbeEvery waits that spins up to kSpinMax; a spin that catches the answer switches
+// spinning on, three spins in a row that do not switch it off. Sleeping costs a FUTEX_WAKE
+// for the peer and a scheduler wake-up; spinning only pays when the peer runs on another
+// CPU at the same time. Measured on the 2-vCPU development VM, 64 B ping-pong, median RTT:
+// when it was busy with other jobs (load 3.5-5), no spin 7.7-10.2 us against 11.2-18.4 us
+// with a fixed 5 us spin and 29-92 us with 20-100 us (the woken peer tends to run on the
+// spinner's CPU); when it was quiet (load 1.7), no spin gave 70 us (waking an idle vCPU)
+// and spinning 1.6 us. The probe costs at most kSpinMax / kProbeEvery per wait.
+double kSpinMax = 50e-6;
+constexpr unsigned kProbeEvery = 64;
+constexpr double kSpinStart = -1.0;  // "adaptive", for wait()'s spin_s
 // Sleep slices: a sleeping waiter wakes at least this often to check the peer's liveness.
 constexpr double kLivenessSlice = 0.05;
 double kSpinMidMessage = 10e-6;
@@ -87,7 +91,7 @@ struct BusyGuard {
 };
 
 void set_spin(double start_s, double mid_message_s) {
-    kSpinStart = start_s;
+    kSpinMax = start_s;
     kSpinMidMessage = mid_message_s;
 }
 
@@ -474,14 +478,28 @@ int Ring::wait(WaitFor what, std::uint64_t need, double deadline, const GilHooks
         return cap_ - (head_ - read_tail_checked()) >= need;
     };
     if (ready()) return 0;
-    // Spin briefly: a peer on another core usually answers within microseconds.
+    // Spin briefly: a peer running on another core answers within microseconds. At the start
+    // of a message (spin_s < 0) the spin is adaptive: see kSpinMax.
+    const bool adaptive = spin_s < 0;
+    if (adaptive) {
+        spin_s = 0;
+        if (spinning_) spin_s = kSpinMax;
+        else if (++probe_count_ % kProbeEvery == 0) spin_s = kSpinMax;  // probe now and then
+    }
     const double start = monotonic_seconds();
     const double spin_until = std::min(deadline, start + spin_s);
     for (unsigned i = 1;; ++i) {
         for (int k = 0; k < 16; ++k) cpu_relax();
-        if (ready()) return 0;
+        if (ready()) {
+            if (adaptive && spin_s > 0) {
+                spinning_ = true;  // the spin caught the answer: keep spinning
+                spin_failures_ = 0;
+            }
+            return 0;
+        }
         if ((i & 7) == 0 && monotonic_seconds() >= spin_until) break;
     }
+    if (adaptive && spin_s > 0 && spinning_ && ++spin_failures_ >= 3) spinning_ = false;
     const bool data_wait = what == kData;
     void* fut = word(data_wait ? kOffDataFutex : kOffSpaceFutex);
     void* flag = word(data_wait ? kOffConsWaiting : kOffProdWaiting);

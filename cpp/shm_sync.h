@@ -192,13 +192,16 @@ private:
     std::uint32_t peeked_hdr_ = 0;        // header_len of the message peek() validated
     std::uint64_t peeked_payload_ = 0;
     bool peeked_ = false;
+    bool spinning_ = false;               // adaptive spin state (see wait())
+    unsigned spin_failures_ = 0, probe_count_ = 0;
     std::atomic<bool> busy_{false};
     std::uint64_t busy_generation_ = 0;   // fork generation when busy_ was set
     friend struct BusyGuard;
 };
 
 std::uint64_t fork_generation();
-// How long waits spin before sleeping: at the start of a message, and in the middle of one.
+// How long waits spin before sleeping: the most an adaptive wait at the start of a message
+// spins (0: never), and the fixed spin in the middle of a streamed message.
 void set_spin(double start_s, double mid_message_s);
 
 }  // namespace shm
