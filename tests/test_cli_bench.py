@@ -261,3 +261,32 @@ def test_ipc_missing_is_a_clear_error():
 def test_ipc_rejects_copy_only_options():
     r = cli("bench", "--ipc", "--offset", "16", *FAST)
     assert r.returncode == 2 and "--ipc" in r.stderr and "--offset" in r.stderr
+
+
+# ------------------------------------------------------------------ helpers (in-process)
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/numa_maps"), reason="no /proc/self/numa_maps")
+def test_buffer_numa_pages():
+    buf = b.aligned_buffer(4 << 20)
+    buf.fill(1)
+    pages = b.buffer_numa_pages(buf.ctypes.data)
+    assert pages is not None and sum(pages.values()) > 0
+    assert all(re.fullmatch(r"N\d+", k) for k in pages)
+    rep = b.numa_report()
+    assert rep["nodes"] == b.numa_nodes() and rep["multi_node"] == (len(rep["nodes"]) > 1)
+
+
+def test_progress_bar(capsys):
+    p = b.Progress(4, enabled=True, delay=0)
+    for i in range(4):
+        p.step(f"step {i}")
+    p.close()
+    err = capsys.readouterr().err
+    assert "100%" in err and "[" + "#" * 30 + "]" in err
+
+
+def test_progress_bar_off_when_not_a_tty(capsys):
+    p = b.Progress(4, delay=0)  # stderr is captured, not a terminal
+    p.step("x")
+    p.close()
+    assert capsys.readouterr().err == ""

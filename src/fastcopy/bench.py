@@ -588,12 +588,25 @@ def header_lines(meta: Dict[str, Any], config: Dict[str, Any], energy_desc: Dict
     return lines
 
 
+def slowest_offset(result: Dict[str, Any]) -> Optional[Tuple[int, float]]:
+    """(offset, median GB/s at that offset) of the slowest destination offset in a result's samples."""
+    per: Dict[int, List[float]] = {}
+    for smp in result.get("samples", []):
+        per.setdefault(smp["offset"], []).append(smp["gbps"])
+    if len(per) < 2:
+        return None
+    return min(((off, statistics.median(g)) for off, g in per.items()), key=lambda x: x[1])
+
+
 def format_table(results: List[Dict[str, Any]], with_energy: bool = False) -> str:
     has_ratio = any(r.get("ratio_to_copyto") is not None for r in results)
     multi_node = any(len((r.get("numa") or {}).get("nodes") or []) > 1 for r in results)
+    multi_offset = any(len(set(r.get("offsets") or [])) > 1 for r in results)
     cols = f"{'size':>9}  {'variant':<20} {'GB/s':>8}  {'[min - max]':<17}"
     if has_ratio:
         cols += f" {'vs copyto':>9}"
+    if multi_offset:
+        cols += f"  {'slowest offset':>16}"
     if with_energy:
         cols += f" {'J':>8} {'GB/J':>7}"
     lines = [cols, "-" * len(cols)]
@@ -613,6 +626,9 @@ def format_table(results: List[Dict[str, Any]], with_energy: bool = False) -> st
         if has_ratio:
             ratio = r.get("ratio_to_copyto")
             line += f" {ratio:8.2f}x" if ratio is not None else f" {'':>9}"
+        if multi_offset:
+            worst = slowest_offset(r)
+            line += f"  {worst[1]:7.2f} at {worst[0]:>4}" if worst else f"  {'':>16}"
         if with_energy:
             j, gpj = r.get("joules"), r.get("gb_per_joule")
             line += f" {j:8.3f}" if j is not None else f" {'-':>8}"
