@@ -85,7 +85,7 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="shortest timed loop per repeat (default 0.02)")
     p.add_argument("--variants", metavar="LIST",
                    help="comma list of variants: fastcopy, a kernel name (avx2 ...), kernels, np.copyto (copyto), "
-                        "dst[...]=src (slice), torch.copy_ (torch), all (default: all)")
+                        "dst[...]=src (slice), torch.copy_ (torch), all (default: all); with --ipc: transports (channel, queue, pipe ...)")
     place = p.add_mutually_exclusive_group()
     place.add_argument("--offset", type=_typed(_offset), metavar="N",
                        help="place the destination so (dst - src) mod 4096 = N (default 0: both page-aligned)")
@@ -105,7 +105,8 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="stdout format: the table (default) or ucx_info's '# Memcpy bandwidth:' block "
                         "for the automatic choice (then default sizes 4K:256M:x2)")
     p.add_argument("--ipc", action="store_true",
-                   help="measure copies between two processes through fastcopy.shm.Channel instead")
+                   help="measure copies between two processes through fastcopy.shm.Channel instead "
+                        "(against multiprocessing Queue and Pipe; sizes, repeats, min-time, variants apply)")
 
     p_cmp = sub.add_parser("compare", help="compare two bench --json files",
                            description="Per size and variant: change of the median in percent; '*' marks a "
