@@ -401,6 +401,17 @@ def libc_info() -> Dict[str, Optional[str]]:
     return {"name": name or None, "version": version or None, "confstr": conf}
 
 
+def _proc_cpuinfo_model() -> Optional[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("model name", "Model", "cpu model")):
+                    return line.split(":", 1)[1].strip() or None
+    except OSError:
+        pass
+    return None
+
+
 def metadata(argv: Sequence[str]) -> Dict[str, Any]:
     import fastcopy
 
@@ -415,7 +426,8 @@ def metadata(argv: Sequence[str]) -> Dict[str, Any]:
         "numpy_version": np.__version__,
         "libc": libc_info(),
         "cpu": info["cpu"],
-        "cpu_brand": info["cpu"].get("brand"),
+        "cpu_brand": info["cpu"].get("brand") or _proc_cpuinfo_model(),
+        "cpu_model_name": _proc_cpuinfo_model(),
         "kernels": info["usable_kernels"],
         "policy": info["policy"],
         "thresholds": info["thresholds"],
@@ -480,7 +492,11 @@ def run_bench(sizes: Sequence[int], variants: Sequence[Variant], repeats: int = 
     """Measure every (size, variant); return one result dict per pair with all samples."""
     from . import _core
 
+    import fastcopy
+
     results: List[Dict[str, Any]] = []
+    threads = fastcopy.get_threads()
+    parallel_from = _core.parallel_threshold()
     use_energy = energy is not None and energy.available
     for size in sizes:
         if progress is not None:
@@ -535,6 +551,8 @@ def run_bench(sizes: Sequence[int], variants: Sequence[Variant], repeats: int = 
             }
             if v.name == "fastcopy":
                 res["chosen_kernel"] = {str(o): c for o, c in chosen.items()}
+                res["threads_used"] = threads if (threads > 1 and parallel_from is not None
+                                                  and size >= parallel_from) else 1
             if use_energy:
                 j = sum(s["joules"] for s in samples[v.name])
                 nbytes = size * sum(s["iterations"] for s in samples[v.name])
@@ -620,7 +638,8 @@ def format_table(results: List[Dict[str, Any]], with_energy: bool = False) -> st
         if r.get("chosen_kernel"):
             ks = sorted(set(k for k in r["chosen_kernel"].values() if k))
             if ks:
-                name += f" ({'/'.join(ks)})"
+                used = r.get("threads_used") or 1
+                name += f" ({'/'.join(ks)}{f' x{used}' if used > 1 else ''})"
         spread = f"[{r['min_gbps']:.2f} - {r['max_gbps']:.2f}]"
         line = f"{size:>9}  {name:<20} {r['median_gbps']:8.2f}  {spread:<17}"
         if has_ratio:
