@@ -620,7 +620,7 @@ def format_table(results: List[Dict[str, Any]], with_energy: bool = False) -> st
     has_ratio = any(r.get("ratio_to_copyto") is not None for r in results)
     multi_node = any(len((r.get("numa") or {}).get("nodes") or []) > 1 for r in results)
     multi_offset = any(len(set(r.get("offsets") or [])) > 1 for r in results)
-    cols = f"{'size':>9}  {'variant':<20} {'GB/s':>8}  {'[min - max]':<17}"
+    cols = f"{'size':>9}  {'variant':<22} {'GB/s':>8}  {'[min - max]':<17}"
     if has_ratio:
         cols += f" {'vs copyto':>9}"
     if multi_offset:
@@ -641,7 +641,7 @@ def format_table(results: List[Dict[str, Any]], with_energy: bool = False) -> st
                 used = r.get("threads_used") or 1
                 name += f" ({'/'.join(ks)}{f' x{used}' if used > 1 else ''})"
         spread = f"[{r['min_gbps']:.2f} - {r['max_gbps']:.2f}]"
-        line = f"{size:>9}  {name:<20} {r['median_gbps']:8.2f}  {spread:<17}"
+        line = f"{size:>9}  {name:<22} {r['median_gbps']:8.2f}  {spread:<17}"
         if has_ratio:
             ratio = r.get("ratio_to_copyto")
             line += f" {ratio:8.2f}x" if ratio is not None else f" {'':>9}"
