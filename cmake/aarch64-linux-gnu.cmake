@@ -31,4 +31,7 @@ if(FASTCOPY_ARM64_ROOT)
   set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
   set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
   set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE BOTH)
+  # Debian's multiarch pyconfig.h includes <aarch64-linux-gnu/python3.X/pyconfig.h>: searched
+  # after the cross compiler's own headers, so nothing else from the rootfs shadows them.
+  set(CMAKE_CXX_FLAGS_INIT "-idirafter ${FASTCOPY_ARM64_ROOT}/usr/include")
 endif()

@@ -1,3 +1,375 @@
-// TEMPORARY: bindings for the shared-memory channel land with it.
+// Python bindings for the shared-memory channel (fastcopy.shm) and its primitives.
+//
+// _core.ShmRing is the fast path: send() and recv() each do validation, the copy into or
+// out of the ring (fastcopy's ToShared / FromShared policy entries) and the index publish
+// in one call, releasing the GIL only for waits and large copies. fastcopy.shm.Channel
+// subclasses it in Python.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
-namespace fastcopy { void bind_shm(pybind11::module_&) {} }
+#include <pybind11/stl.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <sys/mman.h>
+#include <unordered_map>
+#include <vector>
+
+#include "shm_sync.h"
+
+namespace py = pybind11;
+
+namespace fastcopy {
+namespace {
+
+using shm::MsgHeader;
+using shm::MsgInfo;
+using shm::Ring;
+
+// Python-side support set by fastcopy.shm at import: exception classes and dtype helpers.
+struct Support {
+    py::object error, corrupted, peer_died, closed;   // ChannelError and subclasses
+    py::object dtype_to_wire, dtype_from_wire;         // callables
+    py::object ascontiguousarray;
+    py::object generic_type, asarray;                  // numpy scalars travel as 0-d arrays
+};
+Support& support() {
+    static Support* s = new Support();  // leaked on purpose: no Python calls at exit
+    return *s;
+}
+
+[[noreturn]] void raise(py::handle type, const std::string& msg) {
+    PyErr_SetString(type ? type.ptr() : PyExc_RuntimeError, msg.c_str());
+    throw py::error_already_set();
+}
+
+double timeout_arg(const py::object& timeout, const char* what) {
+    if (timeout.is_none()) return -1.0;
+    double t = timeout.cast<double>();
+    if (std::isnan(t) || t < 0) raise(PyExc_ValueError, std::string(what) + ": timeout must be None or >= 0");
+    return t;
+}
+
+std::string seconds_words(double t) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%g s", t);
+    return buf;
+}
+
+void gil_release(void* ctx) { *static_cast<PyThreadState**>(ctx) = PyEval_SaveThread(); }
+void gil_acquire(void* ctx) { PyEval_RestoreThread(*static_cast<PyThreadState**>(ctx)); }
+
+struct DtypeEntry {
+    py::object dtype;
+    std::size_t itemsize;
+};
+
+class PyRing {
+public:
+    PyRing(const std::string& name, std::size_t capacity, bool create)
+        : ring_(create ? Ring::create(name, capacity) : Ring::attach(name)) {}
+
+    void send(py::handle obj, const py::object& timeout) {
+        double t = timeout_arg(timeout, "send");
+        alignas(64) std::uint8_t hdr[sizeof(MsgHeader) + 8 * shm::kMaxNdim + shm::kMaxDtypeLen + 64];
+        MsgHeader h{};
+        h.magic = shm::kMsgMagic;
+        auto* shape = reinterpret_cast<std::uint64_t*>(hdr + sizeof(MsgHeader));
+        const void* ptr = nullptr;
+        std::size_t nbytes = 0;
+        const std::string* wire = nullptr;
+        Py_buffer view;
+        bool have_view = false;
+        py::array arr;
+        bool is_array = py::isinstance<py::array>(obj);
+        if (!is_array && support().generic_type && PyObject_IsInstance(obj.ptr(), support().generic_type.ptr()) == 1) {
+            arr = support().asarray(obj);
+            is_array = true;
+        } else if (is_array) {
+            arr = py::reinterpret_borrow<py::array>(obj);
+        }
+        if (is_array) {
+            if (!(arr.flags() & py::array::c_style)) arr = support().ascontiguousarray(arr);
+            wire = &wire_of(arr.dtype());
+            std::size_t nd = static_cast<std::size_t>(arr.ndim());
+            if (nd > shm::kMaxNdim) raise(PyExc_ValueError, "send: arrays with more than 64 dimensions are not supported");
+            h.ndim = static_cast<std::uint32_t>(nd);
+            for (std::size_t i = 0; i < nd; ++i) shape[i] = static_cast<std::uint64_t>(arr.shape(i));
+            ptr = arr.data();
+            nbytes = static_cast<std::size_t>(arr.nbytes());
+        } else {
+            if (PyObject_GetBuffer(obj.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) {
+                PyErr_Clear();
+                raise(PyExc_TypeError, std::string("send: expected a numpy array or a C-contiguous buffer, got ") +
+                                           Py_TYPE(obj.ptr())->tp_name);
+            }
+            have_view = true;
+            static const std::string u1 = "|u1";
+            wire = &u1;
+            h.ndim = 1;
+            shape[0] = static_cast<std::uint64_t>(view.len);
+            ptr = view.buf;
+            nbytes = static_cast<std::size_t>(view.len);
+        }
+        struct ViewRelease {
+            Py_buffer* v;
+            bool on;
+            ~ViewRelease() { if (on) PyBuffer_Release(v); }
+        } release_view{&view, have_view};
+        if (wire->size() > shm::kMaxDtypeLen)
+            raise(PyExc_ValueError, "send: dtype description longer than 1024 characters is not supported");
+        h.dtype_len = static_cast<std::uint32_t>(wire->size());
+        std::size_t raw = sizeof(MsgHeader) + 8 * h.ndim + h.dtype_len;
+        std::size_t hdr_len = shm::pad64(raw);
+        h.header_len = static_cast<std::uint32_t>(hdr_len);
+        h.payload_len = nbytes;
+        std::memcpy(hdr, &h, sizeof h);
+        std::memcpy(hdr + sizeof(MsgHeader) + 8 * h.ndim, wire->data(), wire->size());
+        std::memset(hdr + raw, 0, hdr_len - raw);
+        PyThreadState* ts = nullptr;
+        Ring::GilHooks hooks{gil_release, gil_acquire, &ts};
+        if (!ring_->send(hdr, hdr_len, ptr, nbytes, t, hooks))
+            raise(PyExc_TimeoutError, "send timed out after " + seconds_words(t) +
+                                          ": the ring is full (is the consumer reading?)");
+    }
+
+    py::object recv(const py::object& out, const py::object& timeout) {
+        double t = timeout_arg(timeout, "recv");
+        PyThreadState* ts = nullptr;
+        Ring::GilHooks hooks{gil_release, gil_acquire, &ts};
+        MsgInfo info;
+        if (!ring_->peek(info, t, hooks))
+            raise(PyExc_TimeoutError, "recv timed out after " + seconds_words(t) + ": no message arrived");
+        const DtypeEntry& de = dtype_of(info.dtype);
+        std::uint64_t count = 1, bytes = 0;
+        for (std::uint32_t i = 0; i < info.ndim; ++i) count *= info.shape[i];  // overflow checked by peek
+        if (__builtin_mul_overflow(count, static_cast<std::uint64_t>(de.itemsize), &bytes) || bytes != info.payload_len) {
+            std::string why = "message header is corrupt: shape product x itemsize (" + std::to_string(count) +
+                              " x " + std::to_string(de.itemsize) + ") != payload length " +
+                              std::to_string(info.payload_len);
+            ring_->mark_broken(why);
+            raise(support().corrupted, why);
+        }
+        if (out.is_none()) {
+            std::vector<py::ssize_t> shape(info.shape, info.shape + info.ndim);
+            py::array result(py::reinterpret_borrow<py::dtype>(de.dtype), shape);
+            ring_->consume(info, result.mutable_data(), t, hooks);
+            return std::move(result);
+        }
+        if (py::isinstance<py::array>(out)) {
+            py::array o = py::reinterpret_borrow<py::array>(out);
+            bool shape_ok = static_cast<std::uint32_t>(o.ndim()) == info.ndim;
+            for (std::uint32_t i = 0; shape_ok && i < info.ndim; ++i)
+                shape_ok = static_cast<std::uint64_t>(o.shape(i)) == info.shape[i];
+            bool dtype_ok = o.dtype().equal(de.dtype);
+            if (!shape_ok || !dtype_ok)
+                raise(PyExc_ValueError, "recv: out has dtype " + py::str(o.dtype()).cast<std::string>() + " and shape " +
+                                            py::str(o.attr("shape")).cast<std::string>() + " but the message is " +
+                                            py::str(de.dtype).cast<std::string>() + " with shape " +
+                                            shape_words(info) + " (the message stays in the channel)");
+            if (!(o.flags() & py::array::c_style))
+                raise(PyExc_ValueError, "recv: out must be C-contiguous");
+            if (!o.writeable()) raise(PyExc_ValueError, "recv: out is read-only");
+            ring_->consume(info, o.mutable_data(), t, hooks);
+            return out;
+        }
+        Py_buffer view;
+        if (PyObject_GetBuffer(out.ptr(), &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) {
+            PyErr_Clear();
+            raise(PyExc_TypeError, std::string("recv: out must be a writable C-contiguous buffer, got ") +
+                                       Py_TYPE(out.ptr())->tp_name);
+        }
+        struct ViewRelease {
+            Py_buffer* v;
+            ~ViewRelease() { PyBuffer_Release(v); }
+        } release_view{&view};
+        if (static_cast<std::uint64_t>(view.len) != info.payload_len)
+            raise(PyExc_ValueError, "recv: out has " + std::to_string(view.len) + " bytes but the message has " +
+                                        std::to_string(info.payload_len) + " (dtype " +
+                                        py::str(de.dtype).cast<std::string>() + ", shape " + shape_words(info) +
+                                        "; the message stays in the channel)");
+        ring_->consume(info, view.buf, t, hooks);
+        return out;
+    }
+
+    // The next message's (dtype, shape) without consuming it; None on timeout.
+    py::object peek(const py::object& timeout) {
+        double t = timeout_arg(timeout, "peek");
+        PyThreadState* ts = nullptr;
+        Ring::GilHooks hooks{gil_release, gil_acquire, &ts};
+        MsgInfo info;
+        if (!ring_->peek(info, t, hooks)) return py::none();
+        const DtypeEntry& de = dtype_of(info.dtype);
+        py::tuple shape(info.ndim);
+        for (std::uint32_t i = 0; i < info.ndim; ++i) shape[i] = py::int_(info.shape[i]);
+        return py::make_tuple(de.dtype, shape);
+    }
+
+    Ring& ring() { return *ring_; }
+
+private:
+    static std::string shape_words(const MsgInfo& info) {
+        std::string s = "(";
+        for (std::uint32_t i = 0; i < info.ndim; ++i) {
+            s += std::to_string(info.shape[i]);
+            if (info.ndim == 1 || i + 1 < info.ndim) s += ",";
+            if (i + 1 < info.ndim) s += " ";
+        }
+        return s + ")";
+    }
+
+    const std::string& wire_of(const py::dtype& dt) {
+        auto it = wire_cache_.find(dt.ptr());
+        if (it != wire_cache_.end()) return it->second.second;
+        std::string w = support().dtype_to_wire(dt).cast<std::string>();
+        if (wire_cache_.size() < 64) {
+            auto res = wire_cache_.emplace(dt.ptr(), std::make_pair(py::object(dt), w));
+            return res.first->second.second;
+        }
+        scratch_wire_ = w;
+        return scratch_wire_;
+    }
+
+    const DtypeEntry& dtype_of(const std::string& wire) {
+        auto it = dtype_cache_.find(wire);
+        if (it != dtype_cache_.end()) return it->second;
+        py::object dt;
+        try {
+            dt = support().dtype_from_wire(wire);
+        } catch (py::error_already_set& e) {
+            std::string why = "message header is corrupt: dtype '" + wire.substr(0, 80) + "' cannot be decoded (" +
+                              std::string(e.what()).substr(0, 200) + ")";
+            ring_->mark_broken(why);
+            raise(support().corrupted, why);
+        }
+        DtypeEntry entry{dt, dt.attr("itemsize").cast<std::size_t>()};
+        if (dtype_cache_.size() < 256) return dtype_cache_.emplace(wire, std::move(entry)).first->second;
+        scratch_dtype_ = std::move(entry);
+        return scratch_dtype_;
+    }
+
+    std::unique_ptr<Ring> ring_;
+    std::unordered_map<PyObject*, std::pair<py::object, std::string>> wire_cache_;
+    std::unordered_map<std::string, DtypeEntry> dtype_cache_;
+    std::string scratch_wire_;
+    DtypeEntry scratch_dtype_;
+};
+
+std::uint8_t* word_ptr(py::buffer buf, std::size_t offset, std::size_t width, bool writable, py::buffer_info& bi) {
+    bi = buf.request(writable);
+    std::size_t len = static_cast<std::size_t>(bi.size * bi.itemsize);
+    if (offset % width != 0) raise(PyExc_ValueError, "offset must be a multiple of " + std::to_string(width));
+    if (offset > len || len - offset < width) raise(PyExc_IndexError, "offset out of range");
+    auto* p = static_cast<std::uint8_t*>(bi.ptr) + offset;
+    if (reinterpret_cast<std::uintptr_t>(p) % width != 0) raise(PyExc_ValueError, "word is not aligned in memory");
+    return p;
+}
+
+}  // namespace
+
+void bind_shm(py::module_& m) {
+    py::register_exception_translator([](std::exception_ptr p) {
+        try {
+            if (p) std::rethrow_exception(p);
+        } catch (const shm::ShmTimeout& e) {
+            PyErr_SetString(PyExc_TimeoutError, e.what());
+        } catch (const shm::ShmUseAfterClose& e) {
+            PyErr_SetString(PyExc_ValueError, e.what());
+        } catch (const shm::ShmOsError& e) {
+            PyObject* args = Py_BuildValue("(is)", e.err, e.what());
+            PyErr_SetObject(PyExc_OSError, args);
+            Py_XDECREF(args);
+        } catch (const shm::ShmCorrupted& e) {
+            PyErr_SetString(support().corrupted ? support().corrupted.ptr() : PyExc_RuntimeError, e.what());
+        } catch (const shm::ShmPeerDied& e) {
+            PyErr_SetString(support().peer_died ? support().peer_died.ptr() : PyExc_RuntimeError, e.what());
+        } catch (const shm::ShmClosed& e) {
+            PyErr_SetString(support().closed ? support().closed.ptr() : PyExc_RuntimeError, e.what());
+        } catch (const shm::ShmError& e) {
+            PyErr_SetString(support().error ? support().error.ptr() : PyExc_RuntimeError, e.what());
+        }
+    });
+
+    m.def("_shm_set_support",
+          [](py::object error, py::object corrupted, py::object peer_died, py::object closed, py::object to_wire,
+             py::object from_wire, py::object ascontiguousarray, py::object generic_type, py::object asarray) {
+              Support& s = support();
+              s.error = error;
+              s.corrupted = corrupted;
+              s.peer_died = peer_died;
+              s.closed = closed;
+              s.dtype_to_wire = to_wire;
+              s.dtype_from_wire = from_wire;
+              s.ascontiguousarray = ascontiguousarray;
+              s.generic_type = generic_type;
+              s.asarray = asarray;
+          });
+
+    py::class_<PyRing>(m, "ShmRing", py::dynamic_attr(),
+                       "Shared-memory SPSC ring (internal; use fastcopy.shm.Channel).")
+        .def(py::init<const std::string&, std::size_t, bool>(), py::arg("name"), py::arg("capacity"),
+             py::arg("create"))
+        .def("send", &PyRing::send, py::arg("obj"), py::arg("timeout") = py::none(),
+             "Send a numpy array or any C-contiguous buffer; blocks while the ring is full.\n"
+             "Raises TimeoutError (nothing sent), ChannelClosed, PeerDied, ChannelCorrupted.")
+        .def("recv", &PyRing::recv, py::arg("out") = py::none(), py::arg("timeout") = py::none(),
+             "Receive the next message: a new array (sent dtype and shape), or copied into out.")
+        .def("peek", &PyRing::peek, py::arg("timeout") = py::none(),
+             "(dtype, shape) of the next message without consuming it; None on timeout.")
+        .def("close", [](PyRing& r) { r.ring().close(); }, "Unmap; tells the peer this end is closed.")
+        .def("unlink", [](PyRing& r) { return r.ring().unlink(); },
+             "Remove the name from /dev/shm (attached processes keep working). False if already gone.")
+        .def_property_readonly("name", [](PyRing& r) { return r.ring().name(); })
+        .def_property_readonly("capacity", [](PyRing& r) { return r.ring().capacity(); })
+        .def_property_readonly("closed", [](PyRing& r) { return r.ring().closed(); })
+        .def_property_readonly("pending_bytes", [](PyRing& r) { return r.ring().pending_bytes(); },
+                               "Bytes sent and not yet received (a snapshot).")
+        .def_property_readonly("role", [](PyRing& r) -> py::object {
+            switch (r.ring().role()) {
+                case shm::Role::Producer: return py::str("producer");
+                case shm::Role::Consumer: return py::str("consumer");
+                default: return py::none();
+            }
+        });
+
+    m.def("shm_unlink", [](const std::string& name) {
+        std::string path = "/" + name;
+        return ::shm_unlink(path.c_str()) == 0;
+    });
+    // Primitives on words in a shared buffer (tests, and for anyone building on them).
+    m.def("shm_load_acquire_u64", [](py::buffer b, std::size_t off) {
+        py::buffer_info bi;
+        return shm::load_acquire_u64(word_ptr(b, off, 8, false, bi));
+    });
+    m.def("shm_store_release_u64", [](py::buffer b, std::size_t off, std::uint64_t v) {
+        py::buffer_info bi;
+        shm::store_release_u64(word_ptr(b, off, 8, true, bi), v);
+    });
+    m.def("shm_load_acquire_u32", [](py::buffer b, std::size_t off) {
+        py::buffer_info bi;
+        return shm::load_acquire_u32(word_ptr(b, off, 4, false, bi));
+    });
+    m.def("shm_store_release_u32", [](py::buffer b, std::size_t off, std::uint32_t v) {
+        py::buffer_info bi;
+        shm::store_release_u32(word_ptr(b, off, 4, true, bi), v);
+    });
+    m.def("shm_futex_wait", [](py::buffer b, std::size_t off, std::uint32_t expected, py::object timeout) {
+        py::buffer_info bi;
+        std::uint8_t* p = word_ptr(b, off, 4, true, bi);
+        double t = timeout_arg(timeout, "futex_wait");
+        int r;
+        {
+            py::gil_scoped_release nogil;
+            r = shm::futex_wait(p, expected, t);
+        }
+        return r == 0;  // False: timed out or interrupted
+    }, "FUTEX_WAIT (shared) on a 32-bit word while it equals expected; False on timeout.");
+    m.def("shm_futex_wake", [](py::buffer b, std::size_t off, int n) {
+        py::buffer_info bi;
+        return shm::futex_wake(word_ptr(b, off, 4, true, bi), n);
+    });
+    m.def("shm_process_alive", [](std::uint32_t pid, std::uint64_t start) { return shm::process_alive(pid, start); },
+          py::arg("pid"), py::arg("start_time") = 0);
+}
+
+}  // namespace fastcopy

@@ -50,6 +50,9 @@ const std::vector<KernelInfo>& all_kernels();   // every kernel compiled into th
 const KernelInfo* find_kernel(const std::string& name);  // nullptr when not compiled in
 const Overrides& overrides();
 std::vector<PolicyRule> describe_policy();
+// The policy another CPU would get (for tests of the rules on CPUs we do not have; the
+// kernel functions named may not be supported here). Overrides are taken as given.
+std::vector<PolicyRule> policy_for(const CpuFacts& facts, const Overrides& o);
 // Plain-words notes on decisions that are not size bands (e.g. the SVE kernel-version rule).
 std::vector<std::string> policy_notes();
 

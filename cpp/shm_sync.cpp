@@ -1,1 +1,694 @@
-// TEMPORARY: shared-memory synchronisation primitives land with the shm channel.
+// Shared-memory SPSC ring: atomics, futex waits, liveness checks and the message protocol.
+// See shm_sync.h for the layout and the rules; docs/shm.md for the user view.
+#include "shm_sync.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <limits>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+namespace fastcopy {
+namespace shm {
+
+namespace {
+
+std::atomic<std::uint64_t> g_fork_gen{1};
+void on_fork_child() { g_fork_gen.fetch_add(1, std::memory_order_relaxed); }
+struct AtForkRegistrar {
+    AtForkRegistrar() { pthread_atfork(nullptr, nullptr, on_fork_child); }
+} g_atfork_registrar;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield" ::: "memory");
+#endif
+}
+
+// How long a waiter spins (checking the index) before it sleeps on the futex. Short: with
+// few cores a spinning waiter steals time from the peer it waits for.
+constexpr double kSpinSeconds = 20e-6;
+// Sleep slices: a sleeping waiter wakes at least this often to check the peer's liveness.
+constexpr double kLivenessSlice = 0.05;
+// Spin longer in the middle of a message: the next chunk is microseconds away.
+constexpr double kSpinMidMessage = 200e-6;
+// Large copies release the GIL.
+constexpr std::size_t kReleaseGilBytes = 256 * 1024;
+// Messages from this size are published in chunks of kPublishChunk while they are written.
+constexpr std::size_t kPipelineBytes = 512 * 1024;
+constexpr std::size_t kPublishChunk = 256 * 1024;
+
+struct Gil {
+    const Ring::GilHooks& h;
+    bool released = false;
+    explicit Gil(const Ring::GilHooks& hooks) : h(hooks) {}
+    void release() {
+        if (!released && h.release) { h.release(h.ctx); released = true; }
+    }
+    void acquire() {
+        if (released) { h.acquire(h.ctx); released = false; }
+    }
+    ~Gil() { acquire(); }
+};
+
+std::string pid_words(std::uint32_t pid) { return "pid " + std::to_string(pid); }
+
+}  // namespace
+
+struct BusyGuard {
+    Ring& r;
+    explicit BusyGuard(Ring& ring) : r(ring) {
+        if (r.busy_.exchange(true, std::memory_order_acquire))
+            throw ShmError("Channel used from two threads at once; a Channel end is for one thread at a time");
+    }
+    ~BusyGuard() { r.busy_.store(false, std::memory_order_release); }
+};
+
+std::uint64_t fork_generation() { return g_fork_gen.load(std::memory_order_relaxed); }
+
+// ---- primitives -------------------------------------------------------------------------
+std::uint64_t load_acquire_u64(const void* p) {
+    return __atomic_load_n(static_cast<const std::uint64_t*>(p), __ATOMIC_ACQUIRE);
+}
+void store_release_u64(void* p, std::uint64_t v) {
+    __atomic_store_n(static_cast<std::uint64_t*>(p), v, __ATOMIC_RELEASE);
+}
+std::uint32_t load_acquire_u32(const void* p) {
+    return __atomic_load_n(static_cast<const std::uint32_t*>(p), __ATOMIC_ACQUIRE);
+}
+void store_release_u32(void* p, std::uint32_t v) {
+    __atomic_store_n(static_cast<std::uint32_t*>(p), v, __ATOMIC_RELEASE);
+}
+std::uint32_t fetch_add_u32(void* p, std::uint32_t v) {
+    return __atomic_fetch_add(static_cast<std::uint32_t*>(p), v, __ATOMIC_SEQ_CST);
+}
+
+int futex_wait(void* word, std::uint32_t expected, double timeout_s) {
+    struct timespec ts;
+    struct timespec* tsp = nullptr;
+    if (timeout_s >= 0) {
+        if (timeout_s > 1e6) timeout_s = 1e6;
+        ts.tv_sec = static_cast<time_t>(timeout_s);
+        ts.tv_nsec = static_cast<long>((timeout_s - static_cast<double>(ts.tv_sec)) * 1e9);
+        if (ts.tv_nsec >= 1000000000L) ts.tv_nsec = 999999999L;
+        tsp = &ts;
+    }
+    long r = syscall(SYS_futex, word, FUTEX_WAIT, expected, tsp, nullptr, 0);
+    if (r == 0) return 0;
+    int e = errno;
+    if (e == EAGAIN) return 0;
+    return e;
+}
+
+int futex_wake(void* word, int count) {
+    long r = syscall(SYS_futex, word, FUTEX_WAKE, count, nullptr, nullptr, 0);
+    return r < 0 ? 0 : static_cast<int>(r);
+}
+
+double monotonic_seconds() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+namespace {
+// Reads state and start time from /proc/<pid>/stat. Returns false when unreadable.
+bool read_proc_stat(std::uint32_t pid, char& state, std::uint64_t& start) {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%u/stat", pid);
+    int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    char buf[1024];
+    ssize_t n = ::read(fd, buf, sizeof buf - 1);
+    ::close(fd);
+    if (n <= 0) return false;
+    buf[n] = '\0';
+    const char* p = std::strrchr(buf, ')');  // the command name may contain spaces and ')'
+    if (!p || p[1] != ' ') return false;
+    p += 2;
+    state = *p;
+    // Fields after ')': 3 state, 4 ppid, ... 22 starttime -> 19 separators after state.
+    int field = 3;
+    while (*p && field < 22) {
+        if (*p == ' ') ++field;
+        ++p;
+    }
+    if (field != 22) return false;
+    start = std::strtoull(p, nullptr, 10);
+    return true;
+}
+}  // namespace
+
+std::uint64_t process_start_time(std::uint32_t pid) {
+    char state;
+    std::uint64_t start = 0;
+    return read_proc_stat(pid, state, start) ? start : 0;
+}
+
+bool process_alive(std::uint32_t pid, std::uint64_t start_time) {
+    if (pid == 0) return true;  // no peer yet: nothing to say
+    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return false;
+    char state = 0;
+    std::uint64_t start = 0;
+    if (!read_proc_stat(pid, state, start)) {
+        // The process exists (kill said so) but /proc is unreadable or it just exited.
+        return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH;
+    }
+    if (state == 'Z' || state == 'X' || state == 'x') return false;  // exited, not yet reaped
+    if (start_time != 0 && start != start_time) return false;          // pid reused
+    return true;
+}
+
+// ---- segment ----------------------------------------------------------------------------
+namespace {
+std::string shm_path(const std::string& name) { return "/" + name; }
+
+void check_name(const std::string& name) {
+    if (name.empty() || name.size() > 200 || name.find('/') != std::string::npos || name == "." || name == "..")
+        throw ShmError("invalid channel name '" + name + "': use 1 to 200 characters without '/'");
+    for (char c : name)
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+            throw ShmError("invalid channel name: control characters are not allowed");
+}
+}  // namespace
+
+Ring* Ring::create(const std::string& name, std::size_t capacity) {
+    check_name(name);
+    if (capacity < kMinCapacity || capacity > kMaxCapacity)
+        throw ShmError("capacity " + std::to_string(capacity) + " is out of range: use " +
+                       std::to_string(kMinCapacity) + " (64 KiB) to " + std::to_string(kMaxCapacity) + " (1 TiB) bytes");
+    capacity = pad64(capacity);
+    std::string path = shm_path(name);
+    int fd = ::shm_open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        int e = errno;
+        throw ShmOsError(e, "cannot create shared memory segment '" + name + "': " + std::strerror(e));
+    }
+    std::size_t total = kHeaderBytes + capacity;
+    if (::ftruncate(fd, static_cast<off_t>(total)) != 0) {
+        int e = errno;
+        ::close(fd);
+        ::shm_unlink(path.c_str());
+        throw ShmOsError(e, "cannot size shared memory segment '" + name + "' to " + std::to_string(total) +
+                                " bytes: " + std::strerror(e));
+    }
+    void* p = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    int e = errno;
+    ::close(fd);
+    if (p == MAP_FAILED) {
+        ::shm_unlink(path.c_str());
+        throw ShmOsError(e, "cannot map shared memory segment '" + name + "': " + std::strerror(e));
+    }
+    Ring* r = new Ring();
+    r->name_ = name;
+    r->base_ = static_cast<std::uint8_t*>(p);
+    r->map_bytes_ = total;
+    r->cap_ = capacity;
+    r->creator_ = true;
+    // The file is zero-filled by ftruncate; the magic goes last, with release.
+    store_release_u32(r->word(kOffVersion), kVersion);
+    store_release_u32(r->word(kOffHeaderBytes), static_cast<std::uint32_t>(kHeaderBytes));
+    store_release_u64(r->word(kOffCapacity), capacity);
+    store_release_u64(r->word(kOffMagic), kMagic);
+    return r;
+}
+
+Ring* Ring::attach(const std::string& name) {
+    check_name(name);
+    std::string path = shm_path(name);
+    int fd = ::shm_open(path.c_str(), O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) {
+        int e = errno;
+        throw ShmOsError(e, "cannot open shared memory segment '" + name + "': " + std::strerror(e));
+    }
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+        int e = errno;
+        ::close(fd);
+        throw ShmOsError(e, "cannot stat shared memory segment '" + name + "': " + std::strerror(e));
+    }
+    std::uint64_t size = static_cast<std::uint64_t>(st.st_size);
+    if (size < kHeaderBytes + kMinCapacity || size > kHeaderBytes + kMaxCapacity) {
+        ::close(fd);
+        throw ShmCorrupted("shared memory segment '" + name + "' has " + std::to_string(size) +
+                           " bytes, which is not the size of a fastcopy channel");
+    }
+    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    int e = errno;
+    ::close(fd);
+    if (p == MAP_FAILED)
+        throw ShmOsError(e, "cannot map shared memory segment '" + name + "': " + std::strerror(e));
+    auto* b = static_cast<std::uint8_t*>(p);
+    std::string why;
+    std::uint64_t magic = load_acquire_u64(b + kOffMagic);
+    std::uint32_t version = load_acquire_u32(b + kOffVersion);
+    std::uint32_t hb = load_acquire_u32(b + kOffHeaderBytes);
+    std::uint64_t cap = load_acquire_u64(b + kOffCapacity);
+    if (magic != kMagic) why = "bad magic (not a fastcopy channel, or not initialised yet)";
+    else if (version != kVersion) why = "protocol version " + std::to_string(version) + ", this build speaks " + std::to_string(kVersion);
+    else if (hb != kHeaderBytes) why = "header size " + std::to_string(hb);
+    else if (cap != size - kHeaderBytes || cap % kAlign != 0 || cap < kMinCapacity)
+        why = "capacity " + std::to_string(cap) + " does not match the segment size " + std::to_string(size);
+    if (!why.empty()) {
+        ::munmap(p, size);
+        throw ShmCorrupted("shared memory segment '" + name + "': " + why);
+    }
+    Ring* r = new Ring();
+    r->name_ = name;
+    r->base_ = b;
+    r->map_bytes_ = size;
+    r->cap_ = cap;
+    return r;
+}
+
+Ring::~Ring() {
+    try {
+        busy_.store(false);
+        close();
+    } catch (...) {
+    }
+}
+
+void Ring::close() {
+    if (!base_) return;
+    if (busy_.load(std::memory_order_acquire))
+        throw ShmError("cannot close a Channel while another thread is using it");
+    if (role_ != Role::None && claim_generation_ == fork_generation()) {
+        std::size_t pid_off = role_ == Role::Producer ? kOffProdPid : kOffConsPid;
+        std::size_t closed_off = role_ == Role::Producer ? kOffProdClosed : kOffConsClosed;
+        if (load_acquire_u32(word(pid_off)) == pid_) {
+            store_release_u32(word(closed_off), 1);
+            __atomic_thread_fence(__ATOMIC_SEQ_CST);
+            fetch_add_u32(word(kOffDataFutex), 1);
+            fetch_add_u32(word(kOffSpaceFutex), 1);
+            futex_wake(word(kOffDataFutex), 1 << 30);
+            futex_wake(word(kOffSpaceFutex), 1 << 30);
+        }
+    }
+    ::munmap(base_, map_bytes_);
+    base_ = nullptr;
+}
+
+bool Ring::unlink() {
+    if (unlinked_) return false;
+    unlinked_ = true;
+    if (::shm_unlink(shm_path(name_).c_str()) != 0) {
+        int e = errno;
+        if (e == ENOENT) return false;
+        throw ShmOsError(e, "cannot unlink shared memory segment '" + name_ + "': " + std::strerror(e));
+    }
+    return true;
+}
+
+void Ring::broken(const std::string& why) {
+    broken_ = why;
+    throw ShmError(why);
+}
+
+void Ring::claim(Role want) {
+    if (!base_) throw ShmUseAfterClose("operation on a closed Channel");
+    if (!broken_.empty()) throw ShmError("channel is broken: " + broken_);
+    std::uint64_t gen = fork_generation();
+    if (role_ != Role::None && claim_generation_ == gen) {
+        if (role_ != want)
+            throw ShmError(std::string("this Channel end is the ") + (role_ == Role::Producer ? "producer" : "consumer") +
+                           " (a Channel carries messages one way; use a second Channel for replies)");
+        return;
+    }
+    // First use in this process (or first use after a fork): claim the role in the header.
+    role_ = Role::None;
+    const char* what = want == Role::Producer ? "producer" : "consumer";
+    std::size_t pid_off = want == Role::Producer ? kOffProdPid : kOffConsPid;
+    std::size_t closed_off = want == Role::Producer ? kOffProdClosed : kOffConsClosed;
+    std::size_t start_off = want == Role::Producer ? kOffProdStart : kOffConsStart;
+    std::uint32_t me = static_cast<std::uint32_t>(::getpid());
+    for (int attempt = 0;; ++attempt) {
+        std::uint32_t cur = load_acquire_u32(word(pid_off));
+        if (cur == me) break;
+        bool take = cur == 0 || load_acquire_u32(word(closed_off)) != 0;
+        if (!take) {
+            if (!process_alive(cur, load_acquire_u64(word(start_off))))
+                throw ShmPeerDied(std::string("the previous ") + what + " (" + pid_words(cur) +
+                                  ") died; the stream state is unknown, create a new channel");
+            throw ShmError(std::string("channel '") + name_ + "' already has a " + what + " (" + pid_words(cur) +
+                           "); a Channel has one producer and one consumer");
+        }
+        if (__atomic_compare_exchange_n(reinterpret_cast<std::uint32_t*>(word(pid_off)), &cur, me, false,
+                                        __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+            break;
+        if (attempt > 100) throw ShmError(std::string("could not claim the ") + what + " role");
+    }
+    store_release_u64(word(start_off), process_start_time(me));
+    store_release_u32(word(closed_off), 0);
+    pid_ = me;
+    claim_generation_ = gen;
+    std::uint64_t h = load_acquire_u64(word(kOffHead));
+    std::uint64_t t = load_acquire_u64(word(kOffTail));
+    if (h - t > cap_)
+        throw ShmCorrupted("channel header is corrupt: head " + std::to_string(h) + " and tail " + std::to_string(t) +
+                           " are more than the capacity " + std::to_string(cap_) + " apart");
+    head_ = h;
+    tail_ = t;
+    seq_ = load_acquire_u64(word(want == Role::Producer ? kOffProdSeq : kOffConsSeq));
+    peeked_ = false;
+    role_ = want;
+}
+
+void Ring::check_header() {
+    std::uint64_t magic = load_acquire_u64(word(kOffMagic));
+    std::uint32_t version = load_acquire_u32(word(kOffVersion));
+    std::uint32_t hb = load_acquire_u32(word(kOffHeaderBytes));
+    std::uint64_t cap = load_acquire_u64(word(kOffCapacity));
+    if (magic != kMagic || version != kVersion || hb != kHeaderBytes || cap != cap_)
+        broken("channel header is corrupt: magic, version or capacity changed after attach");
+    if (role_ == Role::Producer) {
+        std::uint64_t h = load_acquire_u64(word(kOffHead));
+        if (h != head_) broken("channel header is corrupt: head index changed by someone other than the producer");
+    } else if (role_ == Role::Consumer) {
+        std::uint64_t t = load_acquire_u64(word(kOffTail));
+        if (t != tail_) broken("channel header is corrupt: tail index changed by someone other than the consumer");
+    }
+}
+
+std::uint64_t Ring::read_tail_checked() {
+    std::uint64_t t = load_acquire_u64(word(kOffTail));
+    if (head_ - t > cap_ || t - tail_ > cap_)  // unsigned: catches t > head_ and t < tail_
+        broken("channel header is corrupt: tail index " + std::to_string(t) + " is outside [" +
+               std::to_string(tail_) + ", " + std::to_string(head_) + "]");
+    tail_ = t;
+    return t;
+}
+
+std::uint64_t Ring::read_head_checked() {
+    std::uint64_t h = load_acquire_u64(word(kOffHead));
+    if (h - tail_ > cap_ || h - head_ > cap_)  // catches h < tail_, h < head_, h > tail_ + cap
+        broken("channel header is corrupt: head index " + std::to_string(h) + " is outside [" +
+               std::to_string(std::max(head_, tail_)) + ", " + std::to_string(tail_ + cap_) + "]");
+    head_ = h;
+    return h;
+}
+
+void Ring::publish_head(std::uint64_t h) {
+    store_release_u64(word(kOffHead), h);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (__atomic_load_n(reinterpret_cast<std::uint32_t*>(word(kOffConsWaiting)), __ATOMIC_RELAXED)) {
+        fetch_add_u32(word(kOffDataFutex), 1);
+        futex_wake(word(kOffDataFutex), 1);
+    }
+}
+
+void Ring::publish_tail(std::uint64_t t) {
+    store_release_u64(word(kOffTail), t);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (__atomic_load_n(reinterpret_cast<std::uint32_t*>(word(kOffProdWaiting)), __ATOMIC_RELAXED)) {
+        fetch_add_u32(word(kOffSpaceFutex), 1);
+        futex_wake(word(kOffSpaceFutex), 1);
+    }
+}
+
+void Ring::copy_in(std::uint64_t pos, const void* src, std::size_t n) {
+    std::size_t off = static_cast<std::size_t>(pos % cap_);
+    std::size_t first = std::min(n, cap_ - off);
+    const auto* s = static_cast<const std::uint8_t*>(src);
+    if (first) copy_bytes(data() + off, s, first, Region::ToShared);
+    if (n > first) copy_bytes(data(), s + first, n - first, Region::ToShared);
+}
+
+void Ring::copy_out(std::uint64_t pos, void* dst, std::size_t n) {
+    std::size_t off = static_cast<std::size_t>(pos % cap_);
+    std::size_t first = std::min(n, cap_ - off);
+    auto* d = static_cast<std::uint8_t*>(dst);
+    if (first) copy_bytes(d, data() + off, first, Region::FromShared);
+    if (n > first) copy_bytes(d + first, data(), n - first, Region::FromShared);
+}
+
+int Ring::wait(WaitFor what, std::uint64_t need, double deadline, const GilHooks& hooks, double spin_s) {
+    auto ready = [&]() -> bool {
+        if (what == kData) return read_head_checked() - tail_ >= need;
+        return cap_ - (head_ - read_tail_checked()) >= need;
+    };
+    if (ready()) return 0;
+    // Spin briefly: a peer on another core usually answers within microseconds.
+    double start = monotonic_seconds();
+    double spin_until = std::min(deadline, start + spin_s);
+    for (unsigned i = 1;; ++i) {
+        for (int k = 0; k < 16; ++k) cpu_relax();
+        if (ready()) return 0;
+        if ((i & 7) == 0 && monotonic_seconds() >= spin_until) break;
+    }
+    const bool data_wait = what == kData;
+    void* fut = word(data_wait ? kOffDataFutex : kOffSpaceFutex);
+    void* flag = word(data_wait ? kOffConsWaiting : kOffProdWaiting);
+    std::size_t peer_pid_off = data_wait ? kOffProdPid : kOffConsPid;
+    std::size_t peer_start_off = data_wait ? kOffProdStart : kOffConsStart;
+    std::size_t peer_closed_off = data_wait ? kOffProdClosed : kOffConsClosed;
+    const char* peer = data_wait ? "producer" : "consumer";
+    Gil gil(hooks);
+    gil.release();
+    struct FlagReset {
+        void* f;
+        ~FlagReset() { __atomic_store_n(static_cast<std::uint32_t*>(f), 0u, __ATOMIC_SEQ_CST); }
+    } reset{flag};
+    double last_check = monotonic_seconds();
+    for (;;) {
+        std::uint32_t v = load_acquire_u32(fut);
+        __atomic_store_n(static_cast<std::uint32_t*>(flag), 1u, __ATOMIC_SEQ_CST);
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        check_header();
+        if (ready()) return 0;
+        if (load_acquire_u32(word(peer_closed_off)) != 0) {
+            if (ready()) return 0;
+            throw ShmClosed(std::string("the ") + peer + " closed the channel" +
+                            (data_wait ? "" : "; this message would never be read"));
+        }
+        double now = monotonic_seconds();
+        if (now >= deadline) return 1;
+        if (now - last_check >= kLivenessSlice) {
+            last_check = now;
+            std::uint32_t pid = load_acquire_u32(word(peer_pid_off));
+            if (!process_alive(pid, load_acquire_u64(word(peer_start_off)))) {
+                if (ready()) return 0;
+                throw ShmPeerDied(std::string("the ") + peer + " (" + pid_words(pid) + ") died" +
+                                  (data_wait ? " before sending the next message (or in the middle of one)"
+                                             : " without reading"));
+            }
+        }
+        double slice = std::min(deadline - now, kLivenessSlice);
+        futex_wait(fut, v, slice);
+    }
+}
+
+bool Ring::send(void* hdr, std::size_t hdr_len, const void* payload, std::size_t payload_len,
+                double timeout_s, const GilHooks& hooks) {
+    BusyGuard busy(*this);
+    claim(Role::Producer);
+    check_header();
+    if (load_acquire_u32(word(kOffConsClosed)) != 0)
+        throw ShmClosed("the consumer closed the channel; the message would never be read");
+    if (hdr_len % kAlign != 0 || hdr_len == 0 || hdr_len > cap_ / 4)
+        throw ShmError("internal error: message header length " + std::to_string(hdr_len));
+    static_cast<MsgHeader*>(hdr)->seq = seq_;
+    if (payload_len > kMaxPayload) throw ShmError("message too large (more than 64 TiB)");
+    const double deadline = timeout_s < 0 ? std::numeric_limits<double>::infinity()
+                                          : monotonic_seconds() + timeout_s;
+    const std::uint64_t body = pad64(payload_len);
+    const std::uint64_t total = hdr_len + body;
+    const auto* hdr_bytes = static_cast<const std::uint8_t*>(hdr);
+    const auto* pay = static_cast<const std::uint8_t*>(payload);
+    Gil gil(hooks);
+    const std::uint64_t msg_start = head_;
+    // Copies logical message bytes [a, end) (header, payload; padding is skipped) to the ring.
+    auto write_logical = [&](std::uint64_t a, std::uint64_t end) {
+        if (a < hdr_len) {
+            std::uint64_t m = std::min<std::uint64_t>(end, hdr_len) - a;
+            copy_in(msg_start + a, hdr_bytes + a, m);
+            a += m;
+        }
+        if (a < end && a - hdr_len < payload_len) {
+            std::uint64_t pa = a - hdr_len;
+            std::uint64_t m = std::min<std::uint64_t>(end - hdr_len, payload_len) - pa;
+            copy_in(msg_start + a, pay + pa, m);
+        }
+    };
+    auto advance = [&](std::uint64_t written) {
+        head_ = msg_start + written;
+        if (written == total) {
+            ++seq_;
+            store_release_u64(word(kOffProdSeq), seq_);
+        }
+        publish_head(head_);
+    };
+    if (total <= cap_) {
+        // Atomic: wait for room for the whole message (so a timeout leaves nothing half
+        // sent), then write it. Large messages are published in chunks as they are written,
+        // so the consumer copies out while we copy in.
+        if (cap_ - (head_ - tail_) < total) {
+            read_tail_checked();
+            if (cap_ - (head_ - tail_) < total && wait(kSpace, total, deadline, hooks, kSpinSeconds) != 0)
+                return false;
+        }
+        if (payload_len >= kReleaseGilBytes) gil.release();
+        const std::uint64_t step = payload_len >= kPipelineBytes ? std::min<std::uint64_t>(kPublishChunk, cap_ / 4) : total;
+        for (std::uint64_t w = 0; w < total;) {
+            std::uint64_t n = std::min(step, total - w);
+            write_logical(w, w + n);
+            w += n;
+            advance(w);
+        }
+        return true;
+    }
+    // Streamed: the message is larger than the ring. Write it in chunks as room frees up and
+    // publish each chunk.
+    gil.release();
+    const std::uint64_t chunk = std::min<std::uint64_t>(kPublishChunk, cap_ / 4);
+    std::uint64_t written = 0;
+    while (written < total) {
+        std::uint64_t remaining = total - written;
+        std::uint64_t want = std::min(chunk, remaining);
+        if (cap_ - (head_ - tail_) < want) {
+            read_tail_checked();
+            if (cap_ - (head_ - tail_) < want) {
+                int r;
+                try {
+                    r = wait(kSpace, want, deadline, GilHooks{nullptr, nullptr, nullptr},
+                             written ? kSpinMidMessage : kSpinSeconds);
+                } catch (const ShmError& e) {
+                    if (written) broken_ = std::string("a send failed in the middle of a message: ") + e.what();
+                    throw;
+                }
+                if (r != 0) {
+                    if (written == 0) return false;
+                    broken_ = "a send timed out in the middle of a message larger than the ring";
+                    throw ShmTimeout("send timed out in the middle of a message larger than the ring "
+                                     "(the channel is now unusable)");
+                }
+            }
+        }
+        std::uint64_t n = std::min<std::uint64_t>({cap_ - (head_ - tail_), remaining, chunk});
+        write_logical(written, written + n);
+        written += n;
+        advance(written);
+    }
+    return true;
+}
+
+bool Ring::peek(MsgInfo& info, double timeout_s, const GilHooks& hooks) {
+    BusyGuard busy(*this);
+    claim(Role::Consumer);
+    check_header();
+    peeked_ = false;
+    if (tail_ % kAlign != 0) broken("channel header is corrupt: tail index is not at a message boundary");
+    const double deadline = timeout_s < 0 ? std::numeric_limits<double>::infinity()
+                                          : monotonic_seconds() + timeout_s;
+    if (head_ - tail_ < kAlign) {
+        read_head_checked();
+        if (head_ - tail_ < kAlign && wait(kData, kAlign, deadline, hooks, kSpinSeconds) != 0) return false;
+    }
+    MsgHeader h;
+    std::memcpy(&h, data() + tail_ % cap_, sizeof h);  // 64-aligned position: never wraps
+    std::string why;
+    std::uint64_t expect_len = pad64(sizeof(MsgHeader) + 8ull * h.ndim + h.dtype_len);
+    if (h.magic != kMsgMagic) why = "bad message magic";
+    else if (h.seq != seq_) why = "message number " + std::to_string(h.seq) + " where " + std::to_string(seq_) + " was expected";
+    else if (h.ndim > kMaxNdim) why = "ndim " + std::to_string(h.ndim) + " > " + std::to_string(kMaxNdim);
+    else if (h.dtype_len == 0 || h.dtype_len > kMaxDtypeLen) why = "dtype length " + std::to_string(h.dtype_len);
+    else if (h.header_len != expect_len) why = "header length " + std::to_string(h.header_len);
+    else if (h.payload_len > kMaxPayload) why = "payload length " + std::to_string(h.payload_len);
+    if (!why.empty()) broken("message header is corrupt: " + why);
+    if (head_ - tail_ < h.header_len) {
+        read_head_checked();
+        if (head_ - tail_ < h.header_len && wait(kData, h.header_len, deadline, hooks, kSpinMidMessage) != 0) return false;
+    }
+    info.header_len = h.header_len;
+    info.payload_len = h.payload_len;
+    info.ndim = h.ndim;
+    std::uint8_t extra[8 * kMaxNdim + kMaxDtypeLen];
+    std::size_t extra_len = 8ull * h.ndim + h.dtype_len;
+    std::size_t pos = static_cast<std::size_t>((tail_ + sizeof(MsgHeader)) % cap_);
+    std::size_t first = std::min(extra_len, cap_ - pos);
+    std::memcpy(extra, data() + pos, first);
+    if (extra_len > first) std::memcpy(extra + first, data(), extra_len - first);
+    std::uint64_t count = 1;
+    for (std::uint32_t i = 0; i < h.ndim; ++i) {
+        std::memcpy(&info.shape[i], extra + 8 * i, 8);
+        if (info.shape[i] > (std::uint64_t(1) << 62) || __builtin_mul_overflow(count, info.shape[i], &count))
+            broken("message header is corrupt: shape overflows");
+    }
+    info.dtype.assign(reinterpret_cast<const char*>(extra + 8 * h.ndim), h.dtype_len);
+    for (char c : info.dtype)
+        if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e)
+            broken("message header is corrupt: dtype string is not printable ASCII");
+    peeked_ = true;
+    peeked_hdr_ = h.header_len;
+    peeked_payload_ = h.payload_len;
+    return true;
+}
+
+void Ring::consume(const MsgInfo& info, void* dst, double timeout_s, const GilHooks& hooks) {
+    BusyGuard busy(*this);
+    claim(Role::Consumer);
+    if (!peeked_ || info.payload_len != peeked_payload_ || info.header_len != peeked_hdr_)
+        throw ShmError("internal error: consume() without a matching peek()");
+    peeked_ = false;
+    const double deadline = timeout_s < 0 ? std::numeric_limits<double>::infinity()
+                                          : monotonic_seconds() + timeout_s;
+    const std::uint64_t payload_len = peeked_payload_;
+    const std::uint64_t body = pad64(payload_len);
+    const std::uint64_t chunk = std::min<std::uint64_t>(kPublishChunk, cap_ / 4);
+    auto* out = static_cast<std::uint8_t*>(dst);
+    tail_ += peeked_hdr_;
+    Gil gil(hooks);
+    if (payload_len >= kReleaseGilBytes) gil.release();
+    std::uint64_t done = 0;
+    while (done < body) {
+        if (head_ == tail_) {
+            read_head_checked();
+            if (head_ == tail_) {
+                publish_tail(tail_);  // let a streaming producer continue
+                gil.release();
+                int r;
+                try {
+                    r = wait(kData, 1, deadline, GilHooks{nullptr, nullptr, nullptr}, kSpinMidMessage);
+                } catch (const ShmError& e) {
+                    broken_ = std::string("a recv failed in the middle of a message: ") + e.what();
+                    throw;
+                }
+                if (r != 0) {
+                    broken_ = "a recv timed out in the middle of a message";
+                    throw ShmTimeout("recv timed out in the middle of a message (the channel is now unusable)");
+                }
+            }
+        }
+        std::uint64_t n = std::min<std::uint64_t>({head_ - tail_, body - done, chunk});
+        if (done < payload_len) copy_out(tail_, out + done, std::min<std::uint64_t>(n, payload_len - done));
+        tail_ += n;
+        done += n;
+        if (done < body) publish_tail(tail_);
+    }
+    ++seq_;
+    store_release_u64(word(kOffConsSeq), seq_);
+    publish_tail(tail_);
+}
+
+std::uint64_t Ring::pending_bytes() {
+    if (!base_) return 0;
+    std::uint64_t h = load_acquire_u64(word(kOffHead));
+    std::uint64_t t = load_acquire_u64(word(kOffTail));
+    std::uint64_t d = h - t;
+    return d > cap_ ? 0 : d;
+}
+
+}  // namespace shm
+}  // namespace fastcopy

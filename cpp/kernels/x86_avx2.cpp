@@ -138,10 +138,33 @@ __attribute__((target("avx2"))) void copy_bwd(u8* d, const u8* s, std::size_t n)
 // stores of whole cache lines; the unaligned head and tail use ordinary stores. Because the
 // ranges do not overlap, overlapping ordinary and streaming stores write identical bytes, so
 // their order does not matter; one sfence at the end orders the streaming stores.
+// The bulk goes in blocks of 4 x 4 KiB, taking one cache line from each of the 4 pages in
+// turn: 4 concurrent streams per direction kept the memory controller busier than one
+// (measured here, Xeon under KVM: 64 MiB 12.8-13.1 vs 11.9-12.0 GB/s for a linear loop,
+// 256 MiB 9.0 vs 6.8; noisy machine, same ordering in repeated runs).
 __attribute__((target("avx2"))) void copy_nt_fwd(u8* d, const u8* s, std::size_t n) {
     st(d, ld(s));
     st(d + 32, ld(s + 32));
     std::size_t i = (0u - reinterpret_cast<std::uintptr_t>(d)) & 63u;  // d + i 64-aligned
+    constexpr std::size_t kPage = 4096, kBlock = 4 * kPage;
+    for (; n - i >= kBlock; i += kBlock) {
+        const u8* sp = s + i;
+        u8* dp = d + i;
+        for (std::size_t j = 0; j < kPage; j += 64) {
+            __m256i a0 = ld(sp + j), a1 = ld(sp + j + 32);
+            __m256i b0 = ld(sp + kPage + j), b1 = ld(sp + kPage + j + 32);
+            __m256i c0 = ld(sp + 2 * kPage + j), c1 = ld(sp + 2 * kPage + j + 32);
+            __m256i e0 = ld(sp + 3 * kPage + j), e1 = ld(sp + 3 * kPage + j + 32);
+            stnt(dp + j, a0);
+            stnt(dp + j + 32, a1);
+            stnt(dp + kPage + j, b0);
+            stnt(dp + kPage + j + 32, b1);
+            stnt(dp + 2 * kPage + j, c0);
+            stnt(dp + 2 * kPage + j + 32, c1);
+            stnt(dp + 3 * kPage + j, e0);
+            stnt(dp + 3 * kPage + j + 32, e1);
+        }
+    }
     for (; n - i >= 128; i += 128) {
         __m256i v0 = ld(s + i), v1 = ld(s + i + 32), v2 = ld(s + i + 64), v3 = ld(s + i + 96);
         stnt(d + i, v0);

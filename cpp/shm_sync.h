@@ -1,0 +1,191 @@
+// Shared-memory single-producer single-consumer ring (fastcopy.shm.Channel), without Python.
+//
+// Layout of a segment (/dev/shm/<name>): a 4096-byte header, then `capacity` bytes of ring.
+// The ring is a byte stream of messages; each message is a 64-byte-aligned record:
+//   MsgHeader (32 B) | shape (ndim x u64) | dtype string | pad to 64 | payload | pad to 64.
+// head (bytes ever written) is written only by the producer, tail (bytes ever consumed) only
+// by the consumer; both are monotonic u64 and published with release stores / read with
+// acquire loads, so the bytes a peer sees behind an index are complete.
+//
+// Everything read from the segment is untrusted: magic, version, capacity, indices and every
+// message field are checked before any copy (ShmCorrupted otherwise). Positions are always
+// reduced modulo the capacity this process validated at attach, so no access leaves the
+// mapping whatever the header says.
+//
+// Blocking: spin briefly, then FUTEX_WAIT (shared, not _PRIVATE) on a 32-bit word with a
+// timeout slice; the waker only issues FUTEX_WAKE when the sleeper flagged itself as
+// sleeping. While sleeping the waiter checks the peer's liveness (pid + start time from the
+// header) so a dead peer is reported (ShmPeerDied), never waited on forever.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <sys/types.h>
+
+#include "dispatch.h"
+
+namespace fastcopy {
+namespace shm {
+
+// Errors. The Python binding maps them to fastcopy.shm.ChannelError and its subclasses.
+struct ShmError : std::runtime_error { using std::runtime_error::runtime_error; };
+struct ShmCorrupted : ShmError { using ShmError::ShmError; };
+struct ShmPeerDied : ShmError { using ShmError::ShmError; };
+struct ShmClosed : ShmError { using ShmError::ShmError; };
+struct ShmTimeout : ShmError { using ShmError::ShmError; };
+// An operation on a Channel this process already closed (Python: ValueError, like files).
+struct ShmUseAfterClose : ShmError { using ShmError::ShmError; };
+// An OS call failed; err is the errno (Python: OSError subclass from errno).
+struct ShmOsError : ShmError {
+    int err;
+    ShmOsError(int e, const std::string& what) : ShmError(what), err(e) {}
+};
+
+// ---- primitives on a 4- or 8-byte aligned word in shared memory -------------------------
+std::uint64_t load_acquire_u64(const void* p);
+void store_release_u64(void* p, std::uint64_t v);
+std::uint32_t load_acquire_u32(const void* p);
+void store_release_u32(void* p, std::uint32_t v);
+std::uint32_t fetch_add_u32(void* p, std::uint32_t v);
+// FUTEX_WAIT (shared) while *word == expected, at most timeout_s seconds (< 0: no limit).
+// Returns 0 when woken or the value differed, ETIMEDOUT on timeout, EINTR on a signal.
+int futex_wait(void* word, std::uint32_t expected, double timeout_s);
+// FUTEX_WAKE (shared); returns how many waiters were woken.
+int futex_wake(void* word, int count);
+// True unless the process is known to be gone: kill(pid, 0) says ESRCH, /proc says zombie,
+// or its start time differs from start_time (pid reused). start_time 0 = not checked.
+bool process_alive(std::uint32_t pid, std::uint64_t start_time);
+// Start time (clock ticks after boot, /proc/<pid>/stat field 22) of a process; 0 if unknown.
+std::uint64_t process_start_time(std::uint32_t pid);
+double monotonic_seconds();
+
+// ---- segment layout -----------------------------------------------------------------------
+constexpr std::uint64_t kMagic = 0x31484353504f4346ull;  // "FCOPSCH1" little-endian
+constexpr std::uint32_t kVersion = 1;
+constexpr std::size_t kHeaderBytes = 4096;
+constexpr std::size_t kMinCapacity = 64 * 1024;
+constexpr std::size_t kMaxCapacity = std::size_t(1) << 40;
+constexpr std::uint32_t kMsgMagic = 0x4d534346u;  // "FCSM"
+constexpr std::uint32_t kMaxNdim = 64;
+constexpr std::uint32_t kMaxDtypeLen = 1024;
+constexpr std::uint64_t kMaxPayload = std::uint64_t(1) << 46;
+constexpr std::size_t kAlign = 64;
+
+// Offsets in the header. Hot words written by different processes sit on different
+// 128-byte blocks (adjacent-line prefetch pairs lines).
+enum Off : std::size_t {
+    kOffMagic = 0, kOffVersion = 8, kOffHeaderBytes = 12, kOffCapacity = 16,
+    kOffProdPid = 128, kOffProdClosed = 132, kOffProdStart = 136, kOffProdSeq = 144,
+    kOffConsPid = 256, kOffConsClosed = 260, kOffConsStart = 264, kOffConsSeq = 272,
+    kOffHead = 512, kOffTail = 640,
+    kOffDataFutex = 768, kOffConsWaiting = 896,
+    kOffSpaceFutex = 1024, kOffProdWaiting = 1152,
+};
+
+struct MsgHeader {          // 32 bytes, at a 64-byte aligned ring position
+    std::uint32_t magic;    // kMsgMagic
+    std::uint32_t header_len;  // pad64(32 + 8*ndim + dtype_len)
+    std::uint64_t payload_len;
+    std::uint32_t dtype_len;
+    std::uint32_t ndim;
+    std::uint64_t seq;      // message number, 0, 1, 2, ... (detects loss/duplication)
+};
+static_assert(sizeof(MsgHeader) == 32, "MsgHeader layout");
+
+inline std::size_t pad64(std::size_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }
+
+// A message as the consumer sees it after validation of its header.
+struct MsgInfo {
+    std::uint64_t payload_len = 0;
+    std::uint32_t header_len = 0;
+    std::string dtype;
+    std::uint32_t ndim = 0;
+    std::uint64_t shape[kMaxNdim] = {};
+};
+
+enum class Role { None, Producer, Consumer };
+
+// One process's view of a channel segment. One call at a time: a second thread calling in
+// while another is inside (e.g. blocked in send) gets ShmError instead of a data race.
+class Ring {
+public:
+    // Creates /dev/shm/<name> exclusively (EEXIST -> ShmError) and initialises the header.
+    static Ring* create(const std::string& name, std::size_t capacity);
+    // Opens and validates an existing segment.
+    static Ring* attach(const std::string& name);
+    ~Ring();
+
+    const std::string& name() const { return name_; }
+    std::size_t capacity() const { return cap_; }
+    bool closed() const { return base_ == nullptr; }
+    void close();                 // marks our role closed (wakes the peer) and unmaps
+    bool unlink();                // shm_unlink; false if it was already gone
+
+    // Producer side. The message is the header bytes hdr[0:hdr_len] (a MsgHeader, whose seq
+    // field send() fills in, then shape and dtype) followed by payload.
+    // Messages with pad64(hdr_len)+pad64(payload_len) <= capacity are written atomically
+    // (all or nothing). Larger ones stream through the ring in chunks; a timeout or error in
+    // the middle breaks the channel (later calls raise ShmError).
+    // Returns false on timeout before anything was written (channel still usable).
+    // `release_gil`/`reacquire_gil` callbacks are invoked around blocking waits and large
+    // copies (nullptr: never).
+    struct GilHooks { void (*release)(void*); void (*acquire)(void*); void* ctx; };
+    bool send(void* hdr, std::size_t hdr_len, const void* payload, std::size_t payload_len,
+              double timeout_s, const GilHooks& gil);
+
+    // Consumer side, step 1: wait for the next message header and validate it. Returns false
+    // on timeout (nothing consumed). Does not consume anything.
+    bool peek(MsgInfo& info, double timeout_s, const GilHooks& gil);
+    // Step 2: consume the message peeked, copying its payload into dst (info.payload_len
+    // bytes). Waits for streamed parts with the same deadline rules as send.
+    void consume(const MsgInfo& info, void* dst, double timeout_s, const GilHooks& gil);
+    // Bytes published and not yet consumed (consumer view; 0 for other roles).
+    std::uint64_t pending_bytes();
+
+    // Marks the channel unusable (later calls raise ShmError with this reason).
+    void mark_broken(const std::string& why) { broken_ = why; }
+    Role role() const { return role_; }
+    std::uint64_t messages_done() const { return seq_; }
+
+private:
+    Ring() = default;
+    void claim(Role want);
+    void check_header();              // magic/version/capacity/own index unchanged
+    std::uint8_t* word(std::size_t off) const { return base_ + off; }
+    std::uint8_t* data() const { return base_ + kHeaderBytes; }
+    void copy_in(std::uint64_t pos, const void* src, std::size_t n);   // into the ring
+    void copy_out(std::uint64_t pos, void* dst, std::size_t n);        // out of the ring
+    std::uint64_t read_tail_checked();
+    std::uint64_t read_head_checked();
+    void publish_head(std::uint64_t h);
+    void publish_tail(std::uint64_t t);
+    // Waits until pred() or deadline; returns 0 ready, 1 timeout; throws on peer death.
+    enum WaitFor { kData, kSpace };
+    int wait(WaitFor what, std::uint64_t need, double deadline, const GilHooks& gil, double spin_s);
+    [[noreturn]] void broken(const std::string& why);
+
+    std::string name_;
+    std::uint8_t* base_ = nullptr;
+    std::size_t map_bytes_ = 0;
+    std::size_t cap_ = 0;
+    bool creator_ = false;
+    bool unlinked_ = false;
+    Role role_ = Role::None;
+    std::uint64_t claim_generation_ = 0;  // fork generation when the role was claimed
+    std::uint32_t pid_ = 0;
+    std::uint64_t head_ = 0, tail_ = 0;   // our copies: own index authoritative, peer's cached
+    std::uint64_t seq_ = 0;
+    std::string broken_;
+    std::uint32_t peeked_hdr_ = 0;        // header_len of the message peek() validated
+    std::uint64_t peeked_payload_ = 0;
+    bool peeked_ = false;
+    std::atomic<bool> busy_{false};
+    friend struct BusyGuard;
+};
+
+std::uint64_t fork_generation();
+
+}  // namespace shm
+}  // namespace fastcopy

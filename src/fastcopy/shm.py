@@ -1,0 +1,209 @@
+"""Shared-memory channels between processes: ``fastcopy.shm.Channel``.
+
+A :class:`Channel` is a single-producer single-consumer ring buffer in POSIX shared memory
+(``/dev/shm/<name>``). One process sends numpy arrays (or any buffer), another receives
+them with their dtype and shape; the bytes are copied into and out of the ring with
+fastcopy's kernels (the ``to_shared`` / ``from_shared`` policy entries of ``fastcopy.info()``).
+Messages of any size are accepted: messages larger than the ring are split into chunks and
+reassembled on the receiving side. See docs/shm.md.
+
+Example (two processes)::
+
+    # producer                                    # consumer
+    ch = Channel.create("frames", capacity=1<<24)  ch = Channel.attach("frames")
+    ch.send(np.arange(10.0))                       a = ch.recv()          # new array
+    ...                                            ch.recv(out=buffer)    # into a buffer
+    ch.close(); ch.unlink()                        ch.close()
+
+Errors: :class:`ChannelError` (a RuntimeError) and its subclasses :class:`ChannelCorrupted`
+(the shared header or a message header failed validation), :class:`PeerDied` (the other
+process exited while we waited for it) and :class:`ChannelClosed` (the other end closed);
+``TimeoutError`` when a timeout passes; ``ValueError`` for a wrong ``out`` buffer (the
+message then stays in the channel) or use after ``close()``.
+"""
+
+from __future__ import annotations
+
+import ast
+import atexit
+import os
+import secrets
+import sys
+from typing import Any, Dict, Iterator, Optional
+
+import numpy as np
+
+from . import _core
+
+if sys.platform != "linux":  # pragma: no cover
+    raise ImportError("fastcopy.shm needs Linux (futex, /dev/shm)")
+
+__all__ = [
+    "Channel",
+    "ChannelError",
+    "ChannelCorrupted",
+    "PeerDied",
+    "ChannelClosed",
+    "DEFAULT_CAPACITY",
+]
+
+#: Ring size in bytes when Channel.create() is not given one.
+DEFAULT_CAPACITY = 8 << 20
+
+
+class ChannelError(RuntimeError):
+    """A shared-memory channel cannot be used (base class of the channel errors)."""
+
+
+class ChannelCorrupted(ChannelError):
+    """The shared header or a message header failed validation (corrupt or hostile segment).
+
+    The channel is unusable afterwards; nothing outside the segment was read or written.
+    """
+
+
+class PeerDied(ChannelError):
+    """The process at the other end exited (or was killed) while this one waited for it."""
+
+
+class ChannelClosed(ChannelError):
+    """The other end closed the channel (recv: and every sent message was received)."""
+
+
+def _dtype_to_wire(dtype: np.dtype) -> str:
+    """dtype -> the string carried in message headers: ``dtype.str`` for plain dtypes,
+    ``"descr:" + repr(dtype.descr)`` for structured and sub-array dtypes."""
+    if dtype.hasobject:
+        raise TypeError(f"send: arrays of dtype {dtype} hold Python object pointers, which cannot cross processes")
+    if dtype.fields is None and dtype.subdtype is None:
+        return dtype.str
+    return "descr:" + repr(dtype.descr)
+
+
+def _dtype_from_wire(wire: str) -> np.dtype:
+    if wire.startswith("descr:"):
+        dt = np.dtype(ast.literal_eval(wire[6:]))
+    else:
+        if len(wire) > 64:
+            raise ValueError("dtype string too long")
+        dt = np.dtype(wire)
+    if dt.hasobject:
+        raise ValueError("object dtype in a message")
+    return dt
+
+
+_core._shm_set_support(
+    ChannelError, ChannelCorrupted, PeerDied, ChannelClosed, _dtype_to_wire, _dtype_from_wire,
+    np.ascontiguousarray, np.generic, np.asarray,
+)
+
+# Segments this process created and has not unlinked: removed at interpreter exit (so a
+# forgotten unlink() does not leave files in /dev/shm). Only in the creating process, not in
+# forked children.
+_created: Dict[str, int] = {}
+
+
+@atexit.register
+def _unlink_created_at_exit() -> None:
+    pid = os.getpid()
+    for name, owner in list(_created.items()):
+        if owner == pid:
+            _core.shm_unlink(name)
+    _created.clear()
+
+
+def _default_name() -> str:
+    return f"fastcopy-{os.getpid()}-{secrets.token_hex(6)}"
+
+
+class Channel(_core.ShmRing):
+    """One end of a one-way message channel in shared memory (one producer, one consumer).
+
+    Make one with :meth:`create` (allocates ``/dev/shm/<name>``) and open the other end in
+    another process with :meth:`attach` (or inherit it through ``fork``). The first
+    :meth:`send` makes an end the producer, the first :meth:`recv` the consumer; an end is
+    either, not both (use two channels for request/reply).
+
+    ``send(obj, timeout=None)``
+        Copies a numpy array (any dtype without Python objects, any shape; non-contiguous
+        arrays are made contiguous first) or any C-contiguous buffer (bytes, bytearray,
+        memoryview, mmap) into the ring. Blocks while the ring is full; ``timeout`` in
+        seconds (None = wait forever, 0 = don't wait) raises ``TimeoutError`` with nothing
+        sent. Messages larger than the capacity are streamed in chunks (the consumer must be
+        receiving); if such a send times out or fails half way, the channel is broken.
+    ``recv(out=None, timeout=None)``
+        Returns the next message as a new numpy array with the sent dtype and shape
+        (buffers that were not numpy arrays come back as 1-D ``uint8`` arrays), or copies
+        it into ``out`` and returns ``out``: a numpy array needs the same dtype and shape and
+        to be C-contiguous and writable; any other writable buffer needs the same byte
+        length. A wrong ``out`` raises ``ValueError`` and leaves the message in the channel.
+    ``peek(timeout=None)``
+        ``(dtype, shape)`` of the next message without consuming it, or None on timeout.
+
+    Iterating over a channel receives until the producer closes it.
+    """
+
+    _created_here = False
+
+    @classmethod
+    def create(cls, name: Optional[str] = None, capacity: int = DEFAULT_CAPACITY) -> "Channel":
+        """A new channel with a ring of ``capacity`` bytes (64 KiB to 1 TiB, rounded up to 64).
+
+        ``name`` (no ``/``) defaults to a random ``fastcopy-<pid>-<hex>``. Raises
+        ``FileExistsError`` if the name is taken. The creating process should call
+        :meth:`unlink` when done (a ``with`` block does, and so does interpreter exit).
+        """
+        if name is None:
+            name = _default_name()
+        name = name.lstrip("/")
+        ch = cls(name, int(capacity), True)
+        ch._created_here = True
+        _created[name] = os.getpid()
+        return ch
+
+    @classmethod
+    def attach(cls, name: str) -> "Channel":
+        """Opens the channel ``name`` made by :meth:`create` in another process.
+
+        Raises ``FileNotFoundError`` if there is none, :class:`ChannelCorrupted` if the
+        segment is not a valid channel.
+        """
+        return cls(name.lstrip("/"), 0, False)
+
+    def unlink(self) -> bool:  # type: ignore[override]
+        """Removes ``/dev/shm/<name>``; processes that have it open keep working.
+
+        Idempotent: returns False when the name was already removed.
+        """
+        _created.pop(self.name, None)
+        return super().unlink()
+
+    def __enter__(self) -> "Channel":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        """Closes; the creating process also unlinks."""
+        try:
+            self.close()
+        finally:
+            if self._created_here and _created.get(self.name) == os.getpid():
+                self.unlink()
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        while True:
+            try:
+                yield self.recv()
+            except ChannelClosed:
+                return
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"role={self.role}"
+        return f"<fastcopy.shm.Channel name={self.name!r} capacity={self.capacity} {state}>"
+
+    def __reduce__(self):  # pickling (e.g. to a spawned process) attaches by name there
+        return (_attach_by_name, (type(self), self.name))
+
+
+def _attach_by_name(cls, name: str) -> "Channel":
+    return cls.attach(name)
+

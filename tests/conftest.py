@@ -1,0 +1,122 @@
+"""Shared helpers for the copy tests: reference results from np.copyto, array layouts."""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Tuple
+
+import numpy as np
+import pytest
+
+import fastcopy
+
+# Every dtype the semantic matrix uses: all numeric kinds, bool, complex, structured,
+# datetime/timedelta, void, bytes/str, and non-native byte order.
+DTYPES = [
+    np.bool_, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64,
+    np.float16, np.float32, np.float64, np.longdouble, np.complex64, np.complex128, np.clongdouble,
+    np.dtype("M8[ns]"), np.dtype("m8[s]"), np.dtype("V7"), np.dtype("S5"), np.dtype("U3"),
+    np.dtype(">i4"), np.dtype(">f8"), np.dtype("<c8"),
+    np.dtype([("a", "<i4"), ("b", "f8"), ("c", "S3")]),
+    np.dtype([("x", ">u2"), ("y", "u1")], align=True),
+]
+
+SHAPES = [(), (0,), (1,), (7,), (3, 4), (2, 3, 5), (2, 0, 3), (1, 1, 6)]
+
+no_subprocess = pytest.mark.skipif(
+    os.environ.get("FASTCOPY_NO_SUBPROCESS") == "1",
+    reason="FASTCOPY_NO_SUBPROCESS=1: tests that start processes are skipped (e.g. under qemu)",
+)
+
+
+def random_bytes(n: int, seed: int) -> bytes:
+    return np.random.default_rng(seed).integers(0, 256, size=n, dtype=np.uint8).tobytes()
+
+
+def random_array(shape, dtype, seed: int) -> np.ndarray:
+    """A C-contiguous array of `shape` filled with random bytes (any dtype)."""
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    raw = random_bytes(count * dtype.itemsize, seed)
+    return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+
+
+def make_layout(kind: str, shape, dtype, seed: int) -> np.ndarray:
+    """An array of `shape` and `dtype` with the memory layout `kind`, random contents."""
+    shape = tuple(shape)
+    if kind == "C" or shape == ():  # 0-d: every layout is the same (np.asfortranarray makes 1-d)
+        return random_array(shape, dtype, seed)
+    if kind == "C":
+        return random_array(shape, dtype, seed)
+    if kind == "F":
+        return np.asfortranarray(random_array(shape, dtype, seed))
+    if kind == "T":  # transposed C array
+        return random_array(shape[::-1], dtype, seed).T
+    if kind in ("step", "negstep", "neg"):
+        step = {"step": 2, "negstep": -2, "neg": -1}[kind]
+        big = tuple((n - 1) * abs(step) + 1 if n else 0 for n in shape)
+        base = random_array(big, dtype, seed)
+        view = base[tuple(slice(None, None, step) for _ in shape)]
+        assert view.shape == shape
+        return view
+    raise ValueError(kind)
+
+
+LAYOUTS = ["C", "F", "T", "step", "negstep", "neg"]
+
+
+def assert_same_bytes(a, b) -> None:
+    """Byte-wise equality of two arrays or buffers (NaN payloads included).
+
+    Padding bytes of structured dtypes are left out: np.copyto copies field by field and
+    leaves dst's padding, fastcopy copies whole items (padding from src). Documented.
+    """
+    ab = _comparable_bytes(a)
+    bb = _comparable_bytes(b)
+    assert ab == bb
+
+
+def has_padding(dtype) -> bool:
+    dtype = np.dtype(dtype)
+    if dtype.names is None:
+        return False
+    return sum(dtype.fields[n][0].itemsize for n in dtype.names) != dtype.itemsize or any(
+        has_padding(dtype.fields[n][0]) for n in dtype.names)
+
+
+def _comparable_bytes(a) -> bytes:
+    if not isinstance(a, np.ndarray):
+        return bytes(a)
+    a = np.ascontiguousarray(a)
+    if has_padding(a.dtype):
+        from numpy.lib import recfunctions
+
+        a = recfunctions.repack_fields(a)
+    return a.tobytes()
+
+
+def compare_on_base(base: np.ndarray, make_views: Callable[[np.ndarray], Tuple[np.ndarray, np.ndarray]],
+                    copy=None) -> None:
+    """Builds (dst, src) views of `base` twice: np.copyto on one copy, fastcopy on the other;
+    the whole base must end up byte-identical (this covers overlapping views).
+
+    The reference is np.copyto(dst, src.copy()): np.copyto's documented semantics for
+    overlap ("as if src were copied to a temporary first"). np.copyto(dst, src) itself
+    misses that for 1-d views with different strides of the same sign (numpy 2.4: it only
+    reverses the loop direction there), e.g. dst = a[::2], src = a[:n//2]; see
+    test_numpy_1d_strided_overlap_quirk.
+    """
+    copy = copy or fastcopy.copy
+    ref = base.copy()
+    rd, rs = make_views(ref)
+    np.copyto(rd, rs.copy(), casting="no")
+    d, s = make_views(base)
+    copy(d, s)
+    assert base.tobytes() == ref.tobytes()
+
+
+def snapshot(obj) -> bytes:
+    """The bytes of a buffer or array, for "dst unchanged" checks."""
+    if isinstance(obj, np.ndarray):
+        return obj.tobytes()
+    return bytes(memoryview(obj).cast("B")) if memoryview(obj).contiguous else memoryview(obj).tobytes()
