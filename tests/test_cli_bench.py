@@ -171,6 +171,7 @@ def test_ucx_format():
     (["--variants", "nosuch"], "--variants"),
     (["--format", "csv"], "--format"),
     (["--threads", "-1"], "--threads"),
+    (["--json", "/nonexistent-dir/x.json"], "--json"),
 ])
 def test_bad_arguments(args, named):
     r = cli("bench", "--sizes", "64", *FAST, *args) if args[0] != "--sizes" else cli("bench", *FAST, *args)

@@ -125,6 +125,18 @@ def _need_matplotlib(p: argparse.ArgumentParser) -> None:
                 "(pip install 'fastcopy[plot]' or pip install matplotlib)")
 
 
+def _check_outputs(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Fail before a long run, not after it, when an output file cannot be written."""
+    for option in ("json", "plot"):
+        path = getattr(args, option, None)
+        if path:
+            folder = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(folder):
+                p.error(f"argument --{option}: folder {folder} does not exist")
+            if not os.access(folder, os.W_OK):
+                p.error(f"argument --{option}: folder {folder} is not writable")
+
+
 def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
@@ -136,6 +148,7 @@ def _bench(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: List
     from . import bench as b
 
     p = _subparser(parser, "bench")
+    _check_outputs(p, args)
     if args.plot:
         _need_matplotlib(p)
     if args.cpus is not None:
@@ -268,6 +281,7 @@ def _compare(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from .compare import compare_files
 
     p = _subparser(parser, "compare")
+    _check_outputs(p, args)
     if args.plot:
         _need_matplotlib(p)
     try:
