@@ -65,6 +65,7 @@ echo "target interpreter: $("$QPY" -c 'import sys, numpy; print(sys.version.spli
 
 section "Cross-build the extension (aarch64)"
 BM=$B/arm64-module
+rm -rf "$BM"  # small; a stale cache would keep old toolchain flags
 cmake -S "$ROOT" -B "$BM" $(command -v ninja >/dev/null && echo -G Ninja) -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_TOOLCHAIN_FILE="$ROOT/cmake/aarch64-linux-gnu.cmake" -DFASTCOPY_ARM64_ROOT="$R" \
     -DFASTCOPY_BUILD_MODULE=ON -Dpybind11_DIR="$PYBIND11_DIR" \

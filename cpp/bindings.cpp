@@ -31,11 +31,12 @@ void bind_shm(py::module_& m);
 namespace {
 
 // Copies of at least this many bytes release the GIL. Measured on the 2-vCPU x86_64 dev
-// machine (benchmarks/call_overhead.py --gil): releasing and re-acquiring the GIL costs
-// ~90-120 ns uncontended, while a 64 KiB copy takes ~1.5-3 us (L1/L2 resident), so at
-// 64 KiB the release is < 10% of the call and other threads can run during the copy.
-// Below ~16 KiB the release is 20-50% of the call time. 64 KiB keeps single-thread calls
-// fast and lets threads overlap on anything sizeable.
+// machine with `benchmarks/call_overhead.py --gil` (contiguous uint8, medians): a copy
+// costs ~30 ns at 1 KiB, ~120 ns at 16 KiB, ~700 ns at 32 KiB, ~1.4-1.6 us at 64 KiB; the
+// step t(64 KiB) - t(64 KiB - 1), i.e. one uncontended release + re-acquire, measured
+// 4-100 ns (noisy shared machine; ~100 ns is the usual figure). At 64 KiB the release is
+// <= ~6% of the call; at 16 KiB it could be most of it, and under contention re-acquiring
+// can wait for another thread's switch interval, so small copies keep the GIL.
 constexpr std::size_t kReleaseGilBytes = 64 * 1024;
 
 // Dimensions of a layout: numpy's maximum (64) plus the byte dimension we append.
@@ -100,6 +101,18 @@ std::string obj_str(PyObject* o) {
     if (!c) PyErr_Clear();
     Py_DECREF(s);
     return out;
+}
+
+// True when a struct-module / PEP 3118 format contains 'O' (Python object) items. Field
+// names (between colons, e.g. "T{<i:Other:}") are skipped.
+bool format_has_objects(const char* fmt) {
+    if (!fmt) return false;
+    bool in_name = false;
+    for (const char* c = fmt; *c; ++c) {
+        if (*c == ':') in_name = !in_name;
+        else if (!in_name && *c == 'O') return true;
+    }
+    return false;
 }
 
 // Re-raises the pending exception with the same type and "fastcopy.<fn>: <which>: " in front.
@@ -181,7 +194,7 @@ bool resolve(const char* fn, PyObject* obj, const char* which, bool writable, Op
         return false;
     }
     op.has_view = true;
-    if (op.view.format && std::strchr(op.view.format, 'O')) {
+    if (format_has_objects(op.view.format)) {
         PyErr_Format(PyExc_TypeError,
                      "fastcopy.%s: %s holds Python object references (buffer format '%s') and cannot be "
                      "copied as bytes",
@@ -399,13 +412,106 @@ void copy_runs(const Layout& d, const Layout& s, std::size_t total, const CopyCt
     }
 }
 
+// For layouts already normalized together (normalize_joint): appends the byte dimension
+// to both and merges it with the last element dimension when both are contiguous there.
+// The two layouts keep identical shapes, so they can be walked together.
+void append_byte_dim_joint(Layout& d, Layout& s, Py_ssize_t itemsize) {
+    int nd = d.nd;
+    if (nd > 0 && d.strides[nd - 1] == itemsize && s.strides[nd - 1] == itemsize) {
+        d.shape[nd - 1] *= itemsize;
+        s.shape[nd - 1] = d.shape[nd - 1];
+        d.strides[nd - 1] = s.strides[nd - 1] = 1;
+        return;
+    }
+    d.shape[nd] = s.shape[nd] = itemsize;
+    d.strides[nd] = s.strides[nd] = 1;
+    d.nd = s.nd = nd + 1;
+}
+
+// Gives a contiguous byte layout `c` the shape of byte layout `o` (C order, same bytes).
+void reshape_contiguous_like(Layout& c, const Layout& o) {
+    c.nd = o.nd;
+    Py_ssize_t stride = 1;
+    for (int i = o.nd - 1; i >= 0; --i) {
+        c.shape[i] = o.shape[i];
+        c.strides[i] = stride;
+        stride *= o.shape[i];
+    }
+}
+
+// Calls f(dp, sp) for every index of dimensions [0, nouter) of two same-shaped layouts.
+template <class F>
+void for_each_outer(const Layout& d, const Layout& s, int nouter, F&& f) {
+    char* dp = d.ptr;
+    char* sp = s.ptr;
+    if (nouter <= 0) {
+        f(dp, sp);
+        return;
+    }
+    Py_ssize_t idx[kMaxDims];
+    std::fill(idx, idx + nouter, 0);
+    for (;;) {
+        f(dp, sp);
+        int i = nouter - 1;
+        for (; i >= 0; --i) {
+            dp += d.strides[i];
+            sp += s.strides[i];
+            if (++idx[i] < d.shape[i]) break;
+            dp -= d.strides[i] * d.shape[i];
+            sp -= s.strides[i] * s.shape[i];
+            idx[i] = 0;
+        }
+        if (i < 0) return;
+    }
+}
+
+template <std::size_t K>
+void small_loop(char* dp, const char* sp, Py_ssize_t count, Py_ssize_t dstep, Py_ssize_t sstep) {
+    for (Py_ssize_t i = 0; i < count; ++i, dp += dstep, sp += sstep) std::memcpy(dp, sp, K);
+}
+
+// Runs shorter than this are the elements of an element-wise strided copy (e.g. a[::2] of
+// float64: 8-byte runs). They are moved inline with fixed-size moves, as numpy's strided
+// loops do, instead of one copy_bytes() call each (~15 ns of call and dispatch per element,
+// 20-45x slower than np.copyto). Every run of this length or more goes to copy_bytes().
+// Copies through a forced kernel (fastcopy.kernel(name)) always call that kernel.
+constexpr Py_ssize_t kInlineRunBytes = 64;
+
+// Copies between two same-shaped byte layouts whose innermost dimension is a contiguous
+// run (stride 1) in both. Precondition: no overlap unless both are one contiguous run.
+void copy_joint(const Layout& d, const Layout& s, const CopyCtx& cp) {
+    int nd = d.nd;
+    Py_ssize_t run = d.shape[nd - 1];
+    if (nd == 1) {
+        cp(d.ptr, s.ptr, static_cast<std::size_t>(run));
+        return;
+    }
+    if (run >= kInlineRunBytes || cp.forced) {
+        for_each_outer(d, s, nd - 1, [&](char* dp, char* sp) { cp(dp, sp, static_cast<std::size_t>(run)); });
+        return;
+    }
+    Py_ssize_t count = d.shape[nd - 2], dstep = d.strides[nd - 2], sstep = s.strides[nd - 2];
+    for_each_outer(d, s, nd - 2, [&](char* dp, char* sp) {
+        switch (run) {
+            case 1: small_loop<1>(dp, sp, count, dstep, sstep); break;
+            case 2: small_loop<2>(dp, sp, count, dstep, sstep); break;
+            case 4: small_loop<4>(dp, sp, count, dstep, sstep); break;
+            case 8: small_loop<8>(dp, sp, count, dstep, sstep); break;
+            case 16: small_loop<16>(dp, sp, count, dstep, sstep); break;
+            default:
+                for (Py_ssize_t i = 0; i < count; ++i, dp += dstep, sp += sstep)
+                    std::memcpy(dp, sp, static_cast<std::size_t>(run));
+        }
+    });
+}
+
 enum class CopyStatus { Ok, NoMemory, Failed };
 
-// The part without Python: layouts are resolved, sizes checked. Returns a status.
-CopyStatus copy_layouts(Layout& d, Layout& s, std::size_t total, const CopyCtx& cp) noexcept {
+// The part without Python: layouts are resolved, sizes checked. `joint`: d and s have
+// identical shapes (copy_joint), else their byte sequences are paired run by run.
+CopyStatus copy_layouts(Layout& d, Layout& s, std::size_t total, const CopyCtx& cp, bool joint) noexcept {
     try {
-        bool d_contig = d.nd == 1, s_contig = s.nd == 1;
-        if (d_contig && s_contig) {  // memmove semantics cover any overlap
+        if (d.nd == 1 && s.nd == 1) {  // one contiguous run each: memmove semantics cover any overlap
             cp(d.ptr, s.ptr, total);
             return CopyStatus::Ok;
         }
@@ -419,15 +525,22 @@ CopyStatus copy_layouts(Layout& d, Layout& s, std::size_t total, const CopyCtx& 
             if (!tmp) return CopyStatus::NoMemory;
             Layout t;
             t.ptr = tmp;
-            t.nd = 1;
-            t.shape[0] = static_cast<Py_ssize_t>(total);
-            t.strides[0] = 1;
-            copy_runs(t, s, total, cp);
-            copy_runs(d, t, total, cp);
+            if (joint) {
+                reshape_contiguous_like(t, s);
+                copy_joint(t, s, cp);
+                copy_joint(d, t, cp);
+            } else {
+                t.nd = 1;
+                t.shape[0] = static_cast<Py_ssize_t>(total);
+                t.strides[0] = 1;
+                copy_runs(t, s, total, cp);
+                copy_runs(d, t, total, cp);
+            }
             std::free(tmp);
             return CopyStatus::Ok;
         }
-        copy_runs(d, s, total, cp);
+        if (joint) copy_joint(d, s, cp);
+        else copy_runs(d, s, total, cp);
         return CopyStatus::Ok;
     } catch (...) {
         return CopyStatus::Failed;
@@ -448,8 +561,9 @@ PyObject* do_copy(const char* fn, PyObject* dst, PyObject* src, CopyFn forced, R
     Layout dl, sl;
     element_layout(d, dl);
     element_layout(s, sl);
+    bool same_shape = d.ndim == s.ndim && std::memcmp(d.shape, s.shape, sizeof(Py_ssize_t) * d.ndim) == 0;
     if (d.arr && s.arr) {
-        if (d.ndim != s.ndim || std::memcmp(d.shape, s.shape, sizeof(Py_ssize_t) * d.ndim) != 0) {
+        if (!same_shape) {
             PyErr_Format(PyExc_ValueError,
                          "fastcopy.%s: shape mismatch: dst has shape %s but src has shape %s; fastcopy does not "
                          "broadcast, use np.copyto(dst, src) for that",
@@ -465,28 +579,38 @@ PyObject* do_copy(const char* fn, PyObject* dst, PyObject* src, CopyFn forced, R
                          fn, dd.c_str(), sd.c_str());
             return nullptr;
         }
-        if (d.nbytes == 0) Py_RETURN_NONE;
-        normalize_joint(dl, sl);
-    } else {
-        if (d.nbytes != s.nbytes) {
-            PyErr_Format(PyExc_ValueError,
-                         "fastcopy.%s: size mismatch: dst (%s) has %zu bytes but src (%s) has %zu bytes; "
-                         "byte counts must be equal",
-                         fn, type_name(dst), d.nbytes, type_name(src), s.nbytes);
-            return nullptr;
-        }
-        if (d.nbytes == 0) Py_RETURN_NONE;
+    } else if (d.nbytes != s.nbytes) {
+        PyErr_Format(PyExc_ValueError,
+                     "fastcopy.%s: size mismatch: dst (%s) has %zu bytes but src (%s) has %zu bytes; "
+                     "byte counts must be equal",
+                     fn, type_name(dst), d.nbytes, type_name(src), s.nbytes);
+        return nullptr;
     }
-    to_byte_runs(dl, d.itemsize);
-    to_byte_runs(sl, s.itemsize);
+    if (d.nbytes == 0) Py_RETURN_NONE;
+    bool joint;
+    if (same_shape && d.itemsize == s.itemsize) {
+        // Element i of dst pairs with element i of src: normalize both together.
+        normalize_joint(dl, sl);
+        append_byte_dim_joint(dl, sl, d.itemsize);
+        joint = true;
+    } else {
+        // Different shapes (raw buffers): pair the C-order byte sequences. When one side is
+        // contiguous it takes the other's shape, so the two can still be walked together.
+        to_byte_runs(dl, d.itemsize);
+        to_byte_runs(sl, s.itemsize);
+        joint = true;
+        if (dl.nd == 1) reshape_contiguous_like(dl, sl);
+        else if (sl.nd == 1) reshape_contiguous_like(sl, dl);
+        else joint = false;
+    }
     CopyCtx cp{forced, region};
     CopyStatus st;
     if (d.nbytes >= kReleaseGilBytes) {
         Py_BEGIN_ALLOW_THREADS
-        st = copy_layouts(dl, sl, d.nbytes, cp);
+        st = copy_layouts(dl, sl, d.nbytes, cp, joint);
         Py_END_ALLOW_THREADS
     } else {
-        st = copy_layouts(dl, sl, d.nbytes, cp);
+        st = copy_layouts(dl, sl, d.nbytes, cp, joint);
     }
     if (st == CopyStatus::NoMemory) return PyErr_NoMemory();
     if (st == CopyStatus::Failed) {
@@ -532,7 +656,7 @@ inline int try_fast(PyObject* dst, PyObject* src, CopyFn forced, Region region) 
     dl.strides[0] = sl.strides[0] = 1;
     CopyStatus st;
     Py_BEGIN_ALLOW_THREADS
-    st = copy_layouts(dl, sl, n, cp);
+    st = copy_layouts(dl, sl, n, cp, true);
     Py_END_ALLOW_THREADS
     if (st != CopyStatus::Ok) {
         PyErr_SetString(PyExc_RuntimeError, "fastcopy.copy: the copy failed inside the native core");

@@ -31,6 +31,9 @@ constexpr std::size_t kRepMovsbMinFsrm = 2112;
 constexpr std::size_t kRepMovsbMinNoFsrm = 4096;
 
 // PARALLEL THRESHOLD (measured by the pool benchmark, cpp/bench/bandwidth.cpp; see docs/threads.md)
+// Zen 3 KVM, 2 threads vs memcpy alone, paired medians of 3 runs: 256 KiB 0.91-1.01x, 512 KiB
+// 1.02-1.18x hot but 0.43-0.68x with the worker asleep, 1 MiB 1.54-1.74x hot and 0.75-1.11x
+// asleep, 2 MiB 1.84-2.30x hot and 1.04-1.43x asleep.
 constexpr std::size_t kParallelMinBytes = std::size_t(1) << 20;
 // END PARALLEL THRESHOLD
 
@@ -156,6 +159,7 @@ Overrides read_overrides() {
 //    tenants): NT lost 0.85-0.87x from 4 to 32 MiB and won 1.28x at 64 MiB, 1.15x at 128 MiB.
 // Rule: half the L3, capped at 64 MiB. CPUID's L3 is not used when sysfs has one: under KVM
 // on AMD it claims 256 MiB, which makes glibc start NT stores only at 192 MiB.
+#if defined(FASTCOPY_X86)
 constexpr std::size_t kNtCapBytes = std::size_t(64) << 20;
 
 std::size_t default_nt_threshold(const CpuFacts& f, std::string& reason) {
@@ -171,6 +175,8 @@ std::size_t default_nt_threshold(const CpuFacts& f, std::string& reason) {
     reason = "no L3 size known: 16 MiB default (half a typical 32 MiB L3)";
     return std::size_t(16) << 20;
 }
+
+#endif
 
 Policy build_policy(const CpuFacts& f, const Overrides& o) {
     Policy p;

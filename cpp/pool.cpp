@@ -27,13 +27,14 @@
 #include <thread>
 #include <vector>
 
+// FASTCOPY_POOL_NO_FUTEX: use the portable condition-variable wait on Linux too (to test it).
 #if defined(__linux__)
-#include <linux/futex.h>
-#include <pthread.h>
 #include <sched.h>
-#include <signal.h>
-#include <sys/syscall.h>
 #include <unistd.h>
+#endif
+#if defined(__linux__) && !defined(FASTCOPY_POOL_NO_FUTEX)
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #define FASTCOPY_POOL_FUTEX 1
 #else
 #include <condition_variable>
@@ -175,7 +176,15 @@ struct Pool {
 };
 
 std::atomic<std::uint64_t> g_parallel_copies{0}, g_busy_fallbacks{0}, g_worker_chunks{0},
-    g_pools_started{0};
+    g_pools_started{0}, g_late_events{0}, g_backoff_fallbacks{0};
+
+// Adaptive back-off (see parallel_copy_chunked). g_backoff_* belong to the g_busy holder.
+constexpr std::int64_t kLateSlackNs = 50'000;
+constexpr std::int64_t kMinBackoffNs = 1'000'000;
+constexpr std::int64_t kMaxBackoffNs = 100'000'000;
+std::atomic<bool> g_adaptive{true};
+std::int64_t g_backoff_until = 0;
+std::int64_t g_backoff_ns = kMinBackoffNs / 2;
 
 void worker_main(Worker* w) {
 #if defined(__linux__)
@@ -263,6 +272,7 @@ std::atomic<bool> g_atfork_registered{false};
 // not be destroyed) and let the next parallel copy build a fresh one.
 void atfork_child() {
     g_pool = nullptr;
+    g_backoff_until = 0;
     reset_wait_state_after_fork();
     g_busy.store(false, std::memory_order_relaxed);
 }
@@ -358,9 +368,8 @@ double quota_v1(const std::string& dir) {
 }
 
 // Smallest quota along the process's cgroup path (a parent's quota limits the children).
-void cgroup_quota(Sizing& s) {
-    std::string text;
-    if (!read_file("/proc/self/cgroup", text)) return;
+// `text`: the contents of /proc/self/cgroup; `mount`: where cgroups are mounted.
+void cgroup_quota_from(const std::string& text, const std::string& mount, Sizing& s) {
     std::istringstream lines(text);
     std::string line, v2_path, v1_path;
     bool have_v1 = false, have_v2 = false;
@@ -403,22 +412,26 @@ void cgroup_quota(Sizing& s) {
         }
     };
     if (have_v1) {
-        for (const char* root : {"/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/cpuacct,cpu",
-                                 "/sys/fs/cgroup/cpu"}) {
+        for (const char* sub : {"/cpu,cpuacct", "/cpuacct,cpu", "/cpu"}) {
             std::string probe;
-            if (read_file(std::string(root) + "/cpu.cfs_period_us", probe)) {
-                walk(root, v1_path, false);
+            if (read_file(mount + sub + "/cpu.cfs_period_us", probe)) {
+                walk(mount + sub, v1_path, false);
                 break;
             }
         }
     }
     if (have_v2) {
         std::string probe;
-        if (read_file("/sys/fs/cgroup/cgroup.controllers", probe))
-            walk("/sys/fs/cgroup", v2_path, true);
-        else if (read_file("/sys/fs/cgroup/unified/cgroup.controllers", probe))
-            walk("/sys/fs/cgroup/unified", v2_path, true);
+        if (read_file(mount + "/cgroup.controllers", probe))
+            walk(mount, v2_path, true);
+        else if (read_file(mount + "/unified/cgroup.controllers", probe))
+            walk(mount + "/unified", v2_path, true);
     }
+}
+
+void cgroup_quota(Sizing& s) {
+    std::string text;
+    if (read_file("/proc/self/cgroup", text)) cgroup_quota_from(text, "/sys/fs/cgroup", s);
 }
 #endif
 
@@ -462,6 +475,19 @@ unsigned default_threads() {
         g_default_cache.store(d, std::memory_order_relaxed);
     }
     return d;
+}
+
+double cgroup_cpu_quota(const std::string& cgroup_text, const std::string& mount_root,
+                        std::string* source) {
+    Sizing s;
+#if defined(__linux__)
+    cgroup_quota_from(cgroup_text, mount_root, s);
+#else
+    (void)cgroup_text;
+    (void)mount_root;
+#endif
+    if (source) *source = s.quota_src;
+    return s.quota;
 }
 
 unsigned threads() {
@@ -525,14 +551,41 @@ void parallel_copy_chunked(void* dst, const void* src, std::size_t n, CopyFn ker
         kernel(dst, src, n);
         return;
     }
+    const bool adaptive = g_adaptive.load(std::memory_order_relaxed);
+    const std::int64_t t0 = adaptive ? now_ns() : 0;
+    if (adaptive && t0 < g_backoff_until) {
+        // Workers were late recently (descheduled: other processes hold the cores).
+        g_busy.store(false, std::memory_order_release);
+        g_backoff_fallbacks.fetch_add(1, std::memory_order_relaxed);
+        kernel(dst, src, n);
+        return;
+    }
     Pool* p = pool_with(t - 1);
     const std::size_t helpers = std::min<std::size_t>(p->workers.size(), job.nchunks - 1);
     for (std::size_t i = 0; i < helpers; ++i) enlist(p->workers[i], &job);
-    run_chunks(job);
+    const std::size_t mine = run_chunks(job);
+    const std::int64_t t1 = adaptive ? now_ns() : 0;
     for (std::size_t i = 0; i < helpers; ++i) retire(p->workers[i]);
+    if (adaptive) {
+        // A worker that holds a chunk while descheduled makes the caller wait for the
+        // scheduler (milliseconds when the machine is oversubscribed), which no chunking
+        // can hide. Waiting much longer than a chunk takes the caller means exactly that:
+        // then copy alone for a while (1 ms, doubling while it repeats, up to 100 ms).
+        const std::int64_t t2 = now_ns();
+        const std::int64_t per_chunk = (t1 - t0) / std::int64_t(mine ? mine : 1);
+        if (t2 - t1 > 4 * per_chunk + kLateSlackNs) {
+            g_backoff_ns = std::min<std::int64_t>(g_backoff_ns * 2, kMaxBackoffNs);
+            g_backoff_until = t2 + g_backoff_ns;
+            g_late_events.fetch_add(1, std::memory_order_relaxed);
+        } else {
+            g_backoff_ns = std::max<std::int64_t>(g_backoff_ns / 2, kMinBackoffNs / 2);
+        }
+    }
     g_parallel_copies.fetch_add(1, std::memory_order_relaxed);
     g_busy.store(false, std::memory_order_release);
 }
+
+void set_adaptive(bool on) { g_adaptive.store(on, std::memory_order_relaxed); }
 
 void parallel_copy(void* dst, const void* src, std::size_t n, CopyFn kernel) {
     const unsigned t = std::max(1u, threads());
@@ -574,6 +627,8 @@ Stats stats() {
     Stats s;
     s.parallel_copies = g_parallel_copies.load(std::memory_order_relaxed);
     s.busy_fallbacks = g_busy_fallbacks.load(std::memory_order_relaxed);
+    s.late_events = g_late_events.load(std::memory_order_relaxed);
+    s.backoff_fallbacks = g_backoff_fallbacks.load(std::memory_order_relaxed);
     s.chunks_by_workers = g_worker_chunks.load(std::memory_order_relaxed);
     s.pools_started = g_pools_started.load(std::memory_order_relaxed);
     return s;

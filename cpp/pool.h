@@ -35,7 +35,7 @@ void parallel_copy(void* dst, const void* src, std::size_t n, CopyFn kernel);
 void set_env_threads(unsigned n);
 
 // Largest thread count set_threads()/FASTCOPY_THREADS may ask for (larger is clamped).
-constexpr unsigned kMaxThreads = 256;
+constexpr unsigned kMaxThreads = 1024;
 // Cap on default_threads(): one copy rarely gains from more threads than this, and more
 // would take cores from the caller's other threads.
 constexpr unsigned kDefaultThreadsCap = 8;
@@ -51,6 +51,13 @@ void parallel_copy_chunked(void* dst, const void* src, std::size_t n, CopyFn ker
 // needed): returns false when the pool is busy or threads() == 1. For the hand-off benchmark.
 bool ping();
 
+// The cgroup CPU quota in CPUs (0 = none) that a /proc/self/cgroup text gives under a cgroup
+// mount root (normally "/sys/fs/cgroup"): the smallest cgroup v2 cpu.max or v1
+// cfs_quota_us/cfs_period_us from the process's cgroup up to the root. `source` gets the file
+// it came from. Linux only (0 elsewhere). default_threads() uses it; exposed for tests.
+double cgroup_cpu_quota(const std::string& cgroup_text, const std::string& mount_root,
+                        std::string* source = nullptr);
+
 // Workers currently started (0 before the first parallel copy and in a forked child).
 unsigned started_workers();
 
@@ -59,7 +66,15 @@ struct Stats {
     std::uint64_t busy_fallbacks = 0;   // copies done alone because another caller held the pool
     std::uint64_t chunks_by_workers = 0;  // chunks copied by workers (not the caller)
     std::uint64_t pools_started = 0;    // pool (re)builds, e.g. after fork
+    std::uint64_t late_events = 0;      // copies where the caller waited long for a worker
+    std::uint64_t backoff_fallbacks = 0;  // copies done alone during the back-off after one
 };
+
+// Adaptive back-off, on by default: when the caller had to wait for a worker much longer
+// than a chunk takes (the worker was descheduled: the machine is oversubscribed), the next
+// copies for 1 ms (doubling while it repeats, up to 100 ms) run on the caller alone. Tests
+// and benchmarks that need every copy split turn it off.
+void set_adaptive(bool on);
 Stats stats();
 
 }  // namespace pool

@@ -106,3 +106,43 @@ def test_contiguous_shift_overlap(n, shift, itemsize, seed):
     ref[d0:d0 + size] = ref[s0:s0 + size].copy()
     fastcopy.copy(base[d0:d0 + size], base[s0:s0 + size])
     assert base.tobytes() == ref.tobytes()
+
+
+@st.composite
+def raw_case(draw):
+    """A strided array src and a strided uint8 raw buffer dst of another shape, same bytes."""
+    dtype = draw(st.sampled_from([np.dtype(t) for t in ["u1", "<i2", ">i4", "f8", "c16"]]))
+    nd = draw(st.integers(1, 3))
+    shape = tuple(draw(st.lists(st.integers(1, 5), min_size=nd, max_size=nd)))
+    total = int(np.prod(shape)) * dtype.itemsize
+    divisors = [k for k in range(1, total + 1) if total % k == 0]
+    rows = draw(st.sampled_from(divisors))
+    dshape = (rows, total // rows)
+    return dtype, shape, dshape, draw(view_spec(dshape)), draw(view_spec(shape)), draw(st.booleans()), \
+        draw(st.sampled_from(["mv_dst", "mv_src", "mv_both"])), draw(st.integers(0, 2**32 - 1))
+
+
+@settings(max_examples=200, deadline=None)
+@given(raw_case())
+def test_raw_buffers_of_other_shapes_copy_c_order_bytes(case):
+    dtype, shape, dshape, dspec, sspec, same_base, wrap, seed = case
+    u1 = np.dtype("u1")
+    rng = np.random.default_rng(seed)
+    nd_bytes, ns_bytes = needed_bytes(dshape, dspec, 1), needed_bytes(shape, sspec, dtype.itemsize)
+    if same_base:
+        bases = [rng.integers(0, 256, max(nd_bytes, ns_bytes), dtype=np.uint8)]
+        views = lambda bs: (make_view(bs[0], dshape, dspec, u1), make_view(bs[0], shape, sspec, dtype))
+    else:
+        bases = [rng.integers(0, 256, nd_bytes, dtype=np.uint8), rng.integers(0, 256, ns_bytes, dtype=np.uint8)]
+        views = lambda bs: (make_view(bs[0], dshape, dspec, u1), make_view(bs[1], shape, sspec, dtype))
+    refs = [b.copy() for b in bases]
+    rd, rs = views(refs)
+    rd[...] = np.frombuffer(np.ascontiguousarray(rs).tobytes(), np.uint8).reshape(dshape)
+    d, s = views(bases)
+    if wrap in ("mv_dst", "mv_both"):
+        d = memoryview(d)
+    if wrap in ("mv_src", "mv_both"):
+        s = memoryview(s)
+    fastcopy.copy(d, s)
+    for b, r in zip(bases, refs):
+        assert b.tobytes() == r.tobytes()

@@ -273,3 +273,33 @@ def test_kernel_unknown_names_valid_ones():
         fastcopy.kernel("no_such_kernel")
     for name in fastcopy.kernels():
         assert name in str(e.value)
+
+
+# ---------------------------------------------------------------- docs examples run
+
+def _doc_blocks():
+    import re
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "docs" / "usage.md"
+    if not path.exists():
+        return []
+    return re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
+
+
+@pytest.mark.parametrize("block", _doc_blocks())
+def test_usage_doc_examples_run(block):
+    exec(compile(block, "docs/usage.md", "exec"), {})
+
+
+def test_call_overhead_benchmark_runs(capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "call_overhead.py"
+    spec = importlib.util.spec_from_file_location("call_overhead", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--number", "200", "--repeats", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "8B" in out and "64B" in out and "np.copyto" in out

@@ -13,6 +13,7 @@
 // 16 MiB: memcpy alone vs the pool) with the ratio of medians.
 //
 //   bandwidth [--rounds=N] [--threads=N] [--sizes=1,4,16] (MiB) [--no-sweep] [--quick]
+//             [--no-adaptive]   (pool: no back-off after late workers; see pool.h)
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -150,6 +151,7 @@ int main(int argc, char** argv) {
         if (a.rfind("--rounds=", 0) == 0) rounds = std::max(1, std::atoi(a.c_str() + 9));
         else if (a.rfind("--threads=", 0) == 0) threads = unsigned(std::max(1, std::atoi(a.c_str() + 10)));
         else if (a == "--no-sweep") sweep = false;
+        else if (a == "--no-adaptive") pool::set_adaptive(false);
         else if (a == "--quick") quick = true;
         else if (a.rfind("--sizes=", 0) == 0) {
             sizes_mib.clear();
@@ -160,7 +162,7 @@ int main(int argc, char** argv) {
             }
         } else {
             std::fprintf(stderr, "usage: %s [--rounds=N] [--threads=N] [--sizes=1,4,16] "
-                                 "[--no-sweep] [--quick]\n", argv[0]);
+                                 "[--no-sweep] [--no-adaptive] [--quick]\n", argv[0]);
             return 2;
         }
     }
@@ -228,21 +230,35 @@ int main(int argc, char** argv) {
                            }});
         }
 #endif
-        std::printf("\nThreshold sweep (GB/s medians of %d interleaved rounds; ratio = pool / "
-                    "same kernel alone):\n",
-                    rounds * 2 + 1);
-        std::printf("%-8s %8s %11s %6s", "size", "memcpy", "pool:memcpy", "ratio");
-        if (tv.size() > 2) std::printf(" %8s %9s %6s", "avx2", "pool:avx2", "ratio");
+        // Many short samples; the ratio is taken per round (pool and alone measured next to
+        // each other), so load from other processes that drifts over the run cancels out.
+        const int sr = std::max(31, rounds * 4 + 1);
+        std::printf("\nThreshold sweep, hot (back-to-back copies; GB/s medians of %d interleaved "
+                    "rounds; ratio = median over rounds of pool / same kernel alone, with its "
+                    "quartiles):\n", sr);
+        std::printf("%-8s %8s %11s %17s", "size", "memcpy", "pool:memcpy", "ratio [q1 q3]");
+        if (tv.size() > 2) std::printf(" %8s %9s %17s", "avx2", "pool:avx2", "ratio [q1 q3]");
         std::printf("\n");
+        auto quartiles = [](std::vector<double> v, double& q1, double& q2, double& q3) {
+            std::sort(v.begin(), v.end());
+            const std::size_t m = v.size();
+            q1 = v[m / 4];
+            q2 = v[m / 2];
+            q3 = v[(3 * m) / 4];
+        };
         for (std::size_t n = 64u << 10; n <= (16u << 20) && n <= max_n; n *= 2) {
-            const auto gbs = measure(tv, dst, src, n, rounds * 2 + 1, quick ? 0.002 : 0.005);
+            const auto gbs = measure(tv, dst, src, n, sr, quick ? 0.0005 : 0.001);
             std::vector<Stat> st;
             for (auto& g : gbs) st.push_back(summarize(g));
-            std::printf("%-8s %8.2f %11.2f %5.2fx", size_str(n).c_str(), st[0].median,
-                        st[1].median, st[1].median / st[0].median);
-            if (tv.size() > 2)
-                std::printf(" %8.2f %9.2f %5.2fx", st[2].median, st[3].median,
-                            st[3].median / st[2].median);
+            std::printf("%-8s %8.2f %11.2f", size_str(n).c_str(), st[0].median, st[1].median);
+            for (std::size_t k = 0; k + 1 < tv.size(); k += 2) {
+                if (k) std::printf(" %8.2f %9.2f", st[k].median, st[k + 1].median);
+                std::vector<double> ratio;
+                for (std::size_t r = 0; r < gbs[k].size(); ++r) ratio.push_back(gbs[k + 1][r] / gbs[k][r]);
+                double q1, q2, q3;
+                quartiles(ratio, q1, q2, q3);
+                std::printf("  %5.2fx [%4.2f %4.2f]", q2, q1, q3);
+            }
             std::printf("\n");
         }
     }
@@ -269,9 +285,10 @@ int main(int argc, char** argv) {
         }
     }
     const auto s = pool::stats();
-    std::printf("\npool: %llu parallel copies, %llu busy fallbacks, %llu chunks by workers\n",
-                (unsigned long long)s.parallel_copies, (unsigned long long)s.busy_fallbacks,
-                (unsigned long long)s.chunks_by_workers);
+    std::printf("\npool: %llu parallel copies, %llu chunks by workers, %llu late workers, "
+                "%llu copies alone during back-off\n",
+                (unsigned long long)s.parallel_copies, (unsigned long long)s.chunks_by_workers,
+                (unsigned long long)s.late_events, (unsigned long long)s.backoff_fallbacks);
     std::free(src);
     std::free(dst);
     return 0;

@@ -9,6 +9,7 @@
 //   --only NAME[,NAME]           test only these kernels
 //   --expect-kernel NAME@SIZE    choose_kernel() for a page-aligned disjoint copy of SIZE
 //                                bytes (private region) must give kernel NAME
+//   --expect-kernel-not NAME@SIZE  ... must not give kernel NAME
 //   --expect-supported A,B       these kernels must be compiled in and supported
 //   --expect-unsupported A,B     these kernels must be compiled in and NOT supported
 //   --expect-sve-bytes N         cpu_facts().sve_vector_bytes must be N
@@ -194,7 +195,7 @@ struct Options {
     bool quick = false;
     bool sve_sweep = false;
     std::vector<std::string> only, expect_supported, expect_unsupported;
-    std::vector<std::pair<std::string, std::size_t>> expect_kernel;
+    std::vector<std::pair<std::string, std::size_t>> expect_kernel, expect_kernel_not;
     long expect_sve_bytes = -1;
 };
 
@@ -310,14 +311,15 @@ int main(int argc, char** argv) {
         else if (a == "--expect-supported") for (auto& s : split(need(i))) o.expect_supported.push_back(s);
         else if (a == "--expect-unsupported") for (auto& s : split(need(i))) o.expect_unsupported.push_back(s);
         else if (a == "--expect-sve-bytes") o.expect_sve_bytes = std::atol(need(i).c_str());
-        else if (a == "--expect-kernel") {
+        else if (a == "--expect-kernel" || a == "--expect-kernel-not") {
             std::string v = need(i);
             auto at = v.find('@');
             if (at == std::string::npos) {
-                std::fprintf(stderr, "kernel_tests: --expect-kernel wants NAME@SIZE, got %s\n", v.c_str());
+                std::fprintf(stderr, "kernel_tests: %s wants NAME@SIZE, got %s\n", a.c_str(), v.c_str());
                 return 2;
             }
-            o.expect_kernel.emplace_back(v.substr(0, at), parse_size(v.substr(at + 1)));
+            (a == "--expect-kernel" ? o.expect_kernel : o.expect_kernel_not)
+                .emplace_back(v.substr(0, at), parse_size(v.substr(at + 1)));
         } else if (a == "-h" || a == "--help") {
             std::printf("usage: kernel_tests [--quick] [--only K,..] [--sve-sweep] [--expect-kernel NAME@SIZE]...\n"
                         "       [--expect-supported K,..] [--expect-unsupported K,..] [--expect-sve-bytes N]\n");
@@ -383,6 +385,35 @@ int main(int argc, char** argv) {
     for (auto& e : o.expect_kernel) {
         const char* got = kernel_name(choose_kernel(cd, cs, e.second, Region::Private));
         check(e.first == got, "choose_kernel(" + std::to_string(e.second) + " B) = " + got + ", expected " + e.first);
+    }
+    for (auto& e : o.expect_kernel_not) {
+        const char* got = kernel_name(choose_kernel(cd, cs, e.second, Region::Private));
+        check(e.first != got, "choose_kernel(" + std::to_string(e.second) + " B) = " + got + ", expected not " + e.first);
+    }
+    {
+        // Always: whatever the policy picks is a kernel this CPU supports, for any size,
+        // region and address offset (including overlapping ranges).
+        std::string bad;
+        int probes = 0;
+        for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{64}, std::size_t{2048}, std::size_t{2112},
+                              std::size_t{4096}, std::size_t{65536}, std::size_t{1} << 20, std::size_t{16} << 20,
+                              std::size_t{256} << 20, std::size_t{1} << 30})
+            for (std::size_t off : {std::size_t{0}, std::size_t{16}, std::size_t{64}, std::size_t{4095}})
+                for (int r = 0; r < 3; ++r)
+                    for (int ov = 0; ov < 3; ++ov) {
+                        // ov 0: disjoint; 1: dst = src + off (overlap forward); 2: src = dst + off
+                        char* base = static_cast<char*>(cd);
+                        void* d = ov == 2 ? static_cast<void*>(base) : static_cast<void*>(base + off);
+                        const void* sp = ov == 0 ? static_cast<const void*>(static_cast<char*>(cs))
+                                                 : static_cast<const void*>(ov == 1 ? base : base + off);
+                        const char* name = kernel_name(choose_kernel(d, sp, n, static_cast<Region>(r)));
+                        const KernelInfo* k = find_kernel(name);
+                        ++probes;
+                        if (!k || !k->supported)
+                            bad += std::string(bad.empty() ? "" : ", ") + name + "@" + std::to_string(n);
+                    }
+        check(bad.empty(), "choose_kernel picks supported kernels only (" + std::to_string(probes) + " probes)" +
+                               (bad.empty() ? "" : ": got " + bad));
     }
     for (auto& name : o.expect_supported) {
         const KernelInfo* k = find_kernel(name);

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <thread>
@@ -271,6 +272,107 @@ void test_sizing() {
     pool::set_threads(0);
 }
 
+// A worker that is descheduled while it holds a chunk makes the caller wait; the pool then
+// copies alone for a while (adaptive back-off).
+std::thread::id g_caller_id;
+void slow_on_worker_kernel(void* dst, const void* src, std::size_t n) {
+    if (std::this_thread::get_id() != g_caller_id)
+        std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    std::memcpy(dst, src, n);
+}
+
+void test_adaptive_backoff() {
+    pool::set_threads(2);
+    pool::set_adaptive(true);
+    g_caller_id = std::this_thread::get_id();
+    std::vector<unsigned char> src(4 << 20), dst(4 << 20);
+    fill(src.data(), src.size(), 3);
+    const auto s0 = pool::stats();
+    // The worker must get a chunk to be late; on a loaded machine it may not run for a
+    // while, so keep trying (up to 5 s). Then the very next copy must run alone (unless
+    // this thread itself was descheduled past the 1 ms back-off: try again).
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    bool late = false, backed_off = false;
+    while (!backed_off && std::chrono::steady_clock::now() < until) {
+        const auto l0 = pool::stats().late_events;
+        pool::parallel_copy_chunked(dst.data(), src.data(), src.size(), slow_on_worker_kernel,
+                                    64 << 10);
+        if (pool::stats().late_events == l0) continue;
+        late = true;
+        const auto b0 = pool::stats().backoff_fallbacks;
+        pool::parallel_copy_chunked(dst.data(), src.data(), src.size(), copy_generic, 64 << 10);
+        backed_off = pool::stats().backoff_fallbacks > b0;
+    }
+    const auto s1 = pool::stats();
+    std::printf("adaptive: %llu late workers, %llu copies alone during back-off\n",
+                (unsigned long long)(s1.late_events - s0.late_events),
+                (unsigned long long)(s1.backoff_fallbacks - s0.backoff_fallbacks));
+    CHECK(late, "a 3 ms stall on a worker was not noticed");
+    CHECK(backed_off, "no back-off after a late worker");
+    CHECK(src == dst, "copy during back-off");
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));  // past the longest back-off
+    const auto s3 = pool::stats();
+    pool::parallel_copy_chunked(dst.data(), src.data(), src.size(), copy_generic, 64 << 10);
+    CHECK(pool::stats().parallel_copies > s3.parallel_copies, "back-off did not end");
+    pool::set_adaptive(false);
+}
+
+#if defined(__linux__)
+// Fake cgroup trees under a temporary directory: v2 nested quotas, v2 path missing inside a
+// container, v1 with a quota below the root, no quota.
+void write_file(const std::string& path, const std::string& text) {
+    FILE* f = std::fopen(path.c_str(), "w");
+    if (!f) return;
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+}
+void test_cgroup_quota() {
+    char tmpl[] = "/tmp/fastcopy_cgroup_XXXXXX";
+    const char* d = mkdtemp(tmpl);
+    CHECK(d != nullptr, "mkdtemp");
+    if (!d) return;
+    const std::string root = d;
+    auto mk = [](const std::string& p) { std::filesystem::create_directories(p); };
+    // cgroup v2: root "max", /a 2.5 CPUs, /a/b 1.5 CPUs -> 1.5 from /a/b.
+    const std::string v2 = root + "/v2";
+    mk(v2 + "/a/b");
+    write_file(v2 + "/cgroup.controllers", "cpuset cpu io memory pids\n");
+    write_file(v2 + "/cpu.max", "max 100000\n");
+    write_file(v2 + "/a/cpu.max", "250000 100000\n");
+    write_file(v2 + "/a/b/cpu.max", "150000 100000\n");
+    std::string src;
+    double q = pool::cgroup_cpu_quota("0::/a/b\n", v2, &src);
+    CHECK(q > 1.49 && q < 1.51 && src == v2 + "/a/b/cpu.max", "v2 nested: %.2f from %s", q, src.c_str());
+    // Parent tighter than the child: /a 0.5 CPUs.
+    write_file(v2 + "/a/cpu.max", "50000 100000\n");
+    q = pool::cgroup_cpu_quota("0::/a/b\n", v2, &src);
+    CHECK(q > 0.49 && q < 0.51, "v2 parent limit: %.2f from %s", q, src.c_str());
+    // Inside a container the path may not exist under the mount: the root's cpu.max counts.
+    write_file(v2 + "/cpu.max", "200000 100000\n");
+    q = pool::cgroup_cpu_quota("0::/system.slice/docker-1234.scope\n", v2, &src);
+    CHECK(q > 1.99 && q < 2.01, "v2 container root: %.2f from %s", q, src.c_str());
+    // No quota anywhere.
+    write_file(v2 + "/cpu.max", "max 100000\n");
+    q = pool::cgroup_cpu_quota("0::/\n", v2, &src);
+    CHECK(q == 0, "v2 no quota: %.2f", q);
+    // cgroup v1 (hybrid: the v2 line has no cpu controller there): 3 CPUs below the root.
+    const std::string v1 = root + "/v1";
+    mk(v1 + "/cpu,cpuacct/docker/abc");
+    write_file(v1 + "/cpu,cpuacct/cpu.cfs_period_us", "100000\n");
+    write_file(v1 + "/cpu,cpuacct/cpu.cfs_quota_us", "-1\n");
+    write_file(v1 + "/cpu,cpuacct/docker/abc/cpu.cfs_period_us", "100000\n");
+    write_file(v1 + "/cpu,cpuacct/docker/abc/cpu.cfs_quota_us", "300000\n");
+    q = pool::cgroup_cpu_quota("12:memory:/docker/abc\n4:cpu,cpuacct:/docker/abc\n0::/\n", v1,
+                               &src);
+    CHECK(q > 2.99 && q < 3.01, "v1: %.2f from %s", q, src.c_str());
+    q = pool::cgroup_cpu_quota("4:cpu,cpuacct:/\n", v1, &src);
+    CHECK(q == 0, "v1 no quota: %.2f", q);
+    CHECK(pool::cgroup_cpu_quota("", v1) == 0, "empty /proc/self/cgroup");
+    std::error_code ec;
+    std::filesystem::remove_all(root, ec);
+}
+#endif
+
 void test_ping() {
     pool::set_threads(2);
     CHECK(pool::ping(), "ping on a 2-thread pool");
@@ -307,6 +409,7 @@ bool run_forked(const char* what, int timeout_s, void (*child)()) {
         return false;
     }
     if (pid == 0) {
+        g_failures = 0;  // count the child's own failures only
         alarm(unsigned(timeout_s) + 5);  // belt and braces: never outlive the parent's wait
         child();
         std::fflush(stdout);
@@ -376,8 +479,15 @@ void test_fork() {
 int main() {
     std::setvbuf(stdout, nullptr, _IOLBF, 0);
     CHECK(pool::started_workers() == 0, "the pool must not start before the first copy");
+    // Every copy below must really be split, however loaded the machine; the back-off
+    // has its own test.
+    pool::set_adaptive(false);
     test_sizing();
+#if defined(__linux__)
+    test_cgroup_quota();
+#endif
     test_ping();
+    test_adaptive_backoff();
     test_boundaries();
     test_overlap_fallback();
     test_concurrent_callers();
@@ -388,9 +498,10 @@ int main() {
 #endif
     const auto s = pool::stats();
     std::printf("stats: %llu parallel copies, %llu busy fallbacks, %llu chunks by workers, "
-                "%llu pool starts\n",
+                "%llu pool starts, %llu late workers, %llu back-off fallbacks\n",
                 (unsigned long long)s.parallel_copies, (unsigned long long)s.busy_fallbacks,
-                (unsigned long long)s.chunks_by_workers, (unsigned long long)s.pools_started);
+                (unsigned long long)s.chunks_by_workers, (unsigned long long)s.pools_started,
+                (unsigned long long)s.late_events, (unsigned long long)s.backoff_fallbacks);
     CHECK(s.chunks_by_workers > 0, "workers never copied a chunk");
     if (g_failures.load()) {
         std::printf("pool_tests: %d FAILURES\n", g_failures.load());

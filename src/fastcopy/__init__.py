@@ -15,7 +15,7 @@ from . import _core
 
 __version__ = "0.1.0"
 
-__all__ = ["copy", "kernels", "kernel", "info", "set_threads", "get_threads", "__version__"]
+__all__ = ["copy", "kernels", "kernel", "info", "set_threads", "get_threads", "shm", "__version__"]
 
 try:
     _core.init_policy()
@@ -61,3 +61,12 @@ def set_threads(n: int) -> None:
 def get_threads() -> int:
     """Threads a large copy uses now (the calling thread included)."""
     return _core.threads()
+
+
+def __getattr__(name: str) -> Any:
+    # fastcopy.shm is imported on first use, so `import fastcopy` stays cheap.
+    if name == "shm":
+        import importlib
+
+        return importlib.import_module(".shm", __name__)
+    raise AttributeError(f"module 'fastcopy' has no attribute {name!r}")

@@ -1,0 +1,93 @@
+"""Per-call cost of fastcopy.copy for tiny numpy arrays, side by side with np.copyto and
+``dst[...] = src``: medians of interleaved repeats (each repeat times all three methods,
+in rotating order, so drift and noise from other processes hit all of them alike).
+
+    PYTHONPATH=src python benchmarks/call_overhead.py            # 8 B and 64 B
+    PYTHONPATH=src python benchmarks/call_overhead.py --check    # exit 1 if the targets are missed
+    PYTHONPATH=src python benchmarks/call_overhead.py --gil      # GIL-release threshold data
+
+Targets (issue 2): at 8 B and 64 B, fastcopy.copy <= 0.6 x np.copyto and <= dst[...] = src.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import timeit
+
+import numpy as np
+
+import fastcopy
+
+
+def interleaved(stmts: dict, env: dict, number: int, repeats: int) -> dict:
+    """{name: [ns per call for each repeat]}, the methods rotated inside every repeat."""
+    timers = {name: timeit.Timer(stmt, globals=env) for name, stmt in stmts.items()}
+    names = list(stmts)
+    out = {name: [] for name in names}
+    for r in range(repeats):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for name in order:
+            out[name].append(timers[name].timeit(number) / number * 1e9)
+    return out
+
+
+def call_overhead(number: int, repeats: int) -> bool:
+    ok = True
+    print(f"{'size':>6} {'fastcopy.copy':>14} {'np.copyto':>10} {'dst[...]=src':>13} "
+          f"{'vs copyto':>10} {'vs setitem':>11}   (ns/call, medians of {repeats} interleaved repeats)")
+    for nbytes in (8, 64):
+        src = np.arange(nbytes // 8, dtype=np.float64)
+        dst = np.zeros_like(src)
+        env = {"fc": fastcopy.copy, "copyto": np.copyto, "d": dst, "s": src}
+        res = interleaved({"fastcopy": "fc(d, s)", "copyto": "copyto(d, s)", "setitem": "d[...] = s"}, env,
+                          number, repeats)
+        med = {k: statistics.median(v) for k, v in res.items()}
+        # Ratios per repeat, then the median: robust against a slow repeat hitting one method.
+        r_copyto = statistics.median(f / c for f, c in zip(res["fastcopy"], res["copyto"]))
+        r_set = statistics.median(f / c for f, c in zip(res["fastcopy"], res["setitem"]))
+        print(f"{nbytes:>5}B {med['fastcopy']:>14.1f} {med['copyto']:>10.1f} {med['setitem']:>13.1f} "
+              f"{r_copyto:>9.2f}x {r_set:>10.2f}x")
+        ok = ok and r_copyto <= 0.6 and r_set <= 1.0
+    print("targets (<= 0.6x np.copyto, <= 1.0x dst[...]=src):", "met" if ok else "MISSED")
+    return ok
+
+
+def gil_threshold(number: int, repeats: int) -> None:
+    """Copy time around the GIL-release threshold (64 KiB in cpp/bindings.cpp). The step
+    between 64 KiB - 1 and 64 KiB is the cost of releasing and re-acquiring the GIL."""
+    print("size        ns/call   (fastcopy.copy, contiguous uint8; GIL released from 65536 B)")
+    rows = {}
+    for n in (1024, 4096, 16384, 32768, 65535, 65536, 262144, 1 << 20):
+        src = np.ones(n, np.uint8)
+        dst = np.zeros(n, np.uint8)
+        res = interleaved({"c": "fc(d, s)"}, {"fc": fastcopy.copy, "d": dst, "s": src}, max(number // 20, 200),
+                          repeats)
+        rows[n] = statistics.median(res["c"])
+        print(f"{n:>8} {rows[n]:>12.1f}")
+    # Interleave the two sizes next to the threshold to isolate the release cost.
+    a, b = np.zeros(65535, np.uint8), np.zeros(65536, np.uint8)
+    env = {"fc": fastcopy.copy, "a": a, "b": b, "sa": np.ones(65535, np.uint8), "sb": np.ones(65536, np.uint8)}
+    res = interleaved({"below": "fc(a, sa)", "at": "fc(b, sb)"}, env, max(number // 20, 200), repeats * 2)
+    step = statistics.median(x - y for x, y in zip(res["at"], res["below"]))
+    print(f"GIL release+acquire (t(65536) - t(65535)), median of pairs: {step:.1f} ns "
+          f"= {100 * step / rows[65536]:.1f}% of a 64 KiB copy")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--number", type=int, default=20000, help="calls per timing (default 20000)")
+    p.add_argument("--repeats", type=int, default=21, help="interleaved repeats (default 21)")
+    p.add_argument("--check", action="store_true", help="exit with status 1 when a target is missed")
+    p.add_argument("--gil", action="store_true", help="print the GIL-release threshold measurement instead")
+    args = p.parse_args(argv)
+    if args.gil:
+        gil_threshold(args.number, args.repeats)
+        return 0
+    ok = call_overhead(args.number, args.repeats)
+    return 0 if ok or not args.check else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

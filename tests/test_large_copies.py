@@ -1,0 +1,142 @@
+"""Large copies: sizes around the thresholds, the thread pool, concurrency and fork safety."""
+from __future__ import annotations
+
+import multiprocessing as mp
+import threading
+
+import numpy as np
+import pytest
+
+import fastcopy
+from conftest import no_subprocess
+
+MiB = 1 << 20
+
+
+def thresholds():
+    t = fastcopy.info()["thresholds"]
+    out = {t["parallel_bytes"]}
+    if t["non_temporal_bytes"] is not None and t["non_temporal_bytes"] <= 96 * MiB:
+        out.add(t["non_temporal_bytes"])
+    return sorted(out)
+
+
+def sizes_around(edge: int):
+    return sorted({max(0, edge + d) for d in (-4097, -64, -1, 0, 1, 63, 4097)})
+
+
+@pytest.fixture(params=[1, 2, 3], ids=lambda n: f"threads={n}")
+def threads(request):
+    fastcopy.set_threads(request.param)
+    yield request.param
+    fastcopy.set_threads(0)
+
+
+def test_sizes_around_thresholds(threads):
+    rng = np.random.default_rng(threads)
+    biggest = max(thresholds()) + 8192
+    pool_src = rng.integers(0, 256, biggest + 128, dtype=np.uint8)
+    pool_dst = np.zeros(biggest + 128, dtype=np.uint8)
+    for edge in thresholds():
+        for n in sizes_around(edge):
+            for s_off, d_off in ((0, 0), (1, 63), (17, 5)):
+                src = pool_src[s_off:s_off + n]
+                dst = pool_dst[d_off:d_off + n]
+                dst[:] = 0
+                pool_dst[d_off + n:d_off + n + 64] = 0xAB  # bytes after dst must stay untouched
+                fastcopy.copy(dst, src)
+                assert np.array_equal(dst, src), (edge, n, s_off, d_off)
+                assert (pool_dst[d_off + n:d_off + n + 64] == 0xAB).all()
+
+
+@pytest.mark.parametrize("shift", [1, 64, 4096, MiB + 3])
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+def test_large_overlapping_copies(threads, shift, direction):
+    n = 3 * MiB + 5
+    rng = np.random.default_rng(shift)
+    buf = rng.integers(0, 256, n + shift, dtype=np.uint8)
+    expect = buf.copy()
+    if direction == "forward":  # dst after src
+        np.copyto(expect[shift:], expect[:n].copy())
+        fastcopy.copy(buf[shift:], buf[:n])
+    else:
+        np.copyto(expect[:n], expect[shift:].copy())
+        fastcopy.copy(buf[:n], buf[shift:])
+    assert np.array_equal(buf, expect)
+
+
+def test_many_python_threads_large_copies():
+    fastcopy.set_threads(2)
+    try:
+        errors = []
+        sizes = [MiB, 2 * MiB + 7, 5 * MiB + 64, 9 * MiB + 1]
+
+        def worker(k: int):
+            rng = np.random.default_rng(k)
+            for rep in range(4):
+                n = sizes[(k + rep) % len(sizes)]
+                src = rng.integers(0, 256, n, dtype=np.uint8)
+                dst = np.empty_like(src)
+                fastcopy.copy(dst, src)
+                if not np.array_equal(dst, src):
+                    errors.append((k, rep, n))
+
+        ts = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(timeout=120)
+        assert not any(t.is_alive() for t in ts), "a copy thread hung"
+        assert errors == []
+    finally:
+        fastcopy.set_threads(0)
+
+
+def _child_large_copy(queue):
+    import numpy as np
+    import fastcopy
+
+    ok = True
+    for n in (3 * MiB + 1, 17 * MiB):
+        src = np.arange(n, dtype=np.uint64).view(np.uint8)[:n]
+        dst = np.zeros(n, dtype=np.uint8)
+        fastcopy.copy(dst, src)
+        ok = ok and bool(np.array_equal(dst, src))
+    queue.put((ok, fastcopy.get_threads()))
+
+
+@no_subprocess
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_child_after_pool_started(method):
+    fastcopy.set_threads(2)
+    try:
+        src = np.ones(8 * MiB, dtype=np.uint8)
+        dst = np.zeros_like(src)
+        fastcopy.copy(dst, src)  # starts the pool in the parent
+        assert dst.all()
+        ctx = mp.get_context(method)
+        queue = ctx.Queue()
+        p = ctx.Process(target=_child_large_copy, args=(queue,))
+        p.start()
+        ok, child_threads = queue.get(timeout=120)
+        p.join(timeout=60)
+        assert p.exitcode == 0
+        assert ok
+        assert child_threads >= 1
+        fastcopy.copy(dst, src)  # the parent's pool still works
+    finally:
+        fastcopy.set_threads(0)
+
+
+def test_info_reports_large_copy_settings():
+    info = fastcopy.info()
+    assert info["threads"]["count"] == fastcopy.get_threads() >= 1
+    assert info["threads"]["reason"]
+    assert info["thresholds"]["parallel_bytes"] > 0 and info["thresholds"]["parallel_reason"]
+    assert info["thresholds"]["non_temporal_reason"]
+    fastcopy.set_threads(1)
+    try:
+        assert fastcopy.info()["threads"]["count"] == 1
+        assert "set_threads" in fastcopy.info()["threads"]["reason"]
+    finally:
+        fastcopy.set_threads(0)
