@@ -291,3 +291,11 @@ def test_progress_bar_off_when_not_a_tty(capsys):
     p.step("x")
     p.close()
     assert capsys.readouterr().err == ""
+
+
+def test_quick_defaults_and_explicit_options_win(tmp_path):
+    path = str(tmp_path / "q.json")
+    r = cli("bench", "--quick", "--sizes", "64", "--min-time", "0.001", "--variants", "fastcopy", "--json", path)
+    assert r.returncode == 0, r.stderr
+    doc = json.load(open(path))
+    assert doc["repeats"] == 3 and doc["config"]["sizes"] == [64] and doc["config"]["min_time"] == 0.001
