@@ -213,6 +213,11 @@ def _bench(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: List
         progress.close()
         print("interrupted", file=sys.stderr)
         return 130
+    except MemoryError:
+        progress.close()
+        print(f"python -m fastcopy bench: not enough memory for two buffers of {b.human_size(max(sizes))}",
+              file=sys.stderr)
+        return 1
     progress.close()
     if args.format == "ucx":
         print(b.format_ucx(results))
