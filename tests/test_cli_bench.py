@@ -171,6 +171,7 @@ def test_ucx_format():
     (["--variants", "nosuch"], "--variants"),
     (["--format", "csv"], "--format"),
     (["--threads", "-1"], "--threads"),
+    (["--json", "/nonexistent-dir/x.json"], "--json"),
 ])
 def test_bad_arguments(args, named):
     r = cli("bench", "--sizes", "64", *FAST, *args) if args[0] != "--sizes" else cli("bench", *FAST, *args)
@@ -261,3 +262,40 @@ def test_ipc_missing_is_a_clear_error():
 def test_ipc_rejects_copy_only_options():
     r = cli("bench", "--ipc", "--offset", "16", *FAST)
     assert r.returncode == 2 and "--ipc" in r.stderr and "--offset" in r.stderr
+
+
+# ------------------------------------------------------------------ helpers (in-process)
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/numa_maps"), reason="no /proc/self/numa_maps")
+def test_buffer_numa_pages():
+    buf = b.aligned_buffer(4 << 20)
+    buf.fill(1)
+    pages = b.buffer_numa_pages(buf.ctypes.data)
+    assert pages is not None and sum(pages.values()) > 0
+    assert all(re.fullmatch(r"N\d+", k) for k in pages)
+    rep = b.numa_report()
+    assert rep["nodes"] == b.numa_nodes() and rep["multi_node"] == (len(rep["nodes"]) > 1)
+
+
+def test_progress_bar(capsys):
+    p = b.Progress(4, enabled=True, delay=0)
+    for i in range(4):
+        p.step(f"step {i}")
+    p.close()
+    err = capsys.readouterr().err
+    assert "100%" in err and "[" + "#" * 30 + "]" in err
+
+
+def test_progress_bar_off_when_not_a_tty(capsys):
+    p = b.Progress(4, delay=0)  # stderr is captured, not a terminal
+    p.step("x")
+    p.close()
+    assert capsys.readouterr().err == ""
+
+
+def test_quick_defaults_and_explicit_options_win(tmp_path):
+    path = str(tmp_path / "q.json")
+    r = cli("bench", "--quick", "--sizes", "64", "--min-time", "0.001", "--variants", "fastcopy", "--json", path)
+    assert r.returncode == 0, r.stderr
+    doc = json.load(open(path))
+    assert doc["repeats"] == 3 and doc["config"]["sizes"] == [64] and doc["config"]["min_time"] == 0.001

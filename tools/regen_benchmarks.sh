@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}"
-SIZES=${SIZES:-64:64M:x4}
+SIZES=${SIZES:-64:256M:x4}
 REPEATS=${REPEATS:-5}
 ALIAS_SIZES=${ALIAS_SIZES:-1K:1M:x4}
 mkdir -p docs/bench docs/img

@@ -85,7 +85,7 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="shortest timed loop per repeat (default 0.02)")
     p.add_argument("--variants", metavar="LIST",
                    help="comma list of variants: fastcopy, a kernel name (avx2 ...), kernels, np.copyto (copyto), "
-                        "dst[...]=src (slice), torch.copy_ (torch), all (default: all)")
+                        "dst[...]=src (slice), torch.copy_ (torch), all (default: all); with --ipc: transports (channel, queue, pipe ...)")
     place = p.add_mutually_exclusive_group()
     place.add_argument("--offset", type=_typed(_offset), metavar="N",
                        help="place the destination so (dst - src) mod 4096 = N (default 0: both page-aligned)")
@@ -105,7 +105,8 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="stdout format: the table (default) or ucx_info's '# Memcpy bandwidth:' block "
                         "for the automatic choice (then default sizes 4K:256M:x2)")
     p.add_argument("--ipc", action="store_true",
-                   help="measure copies between two processes through fastcopy.shm.Channel instead")
+                   help="measure copies between two processes through fastcopy.shm.Channel instead "
+                        "(against multiprocessing Queue and Pipe; sizes, repeats, min-time, variants apply)")
 
     p_cmp = sub.add_parser("compare", help="compare two bench --json files",
                            description="Per size and variant: change of the median in percent; '*' marks a "
@@ -124,6 +125,18 @@ def _need_matplotlib(p: argparse.ArgumentParser) -> None:
                 "(pip install 'fastcopy[plot]' or pip install matplotlib)")
 
 
+def _check_outputs(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Fail before a long run, not after it, when an output file cannot be written."""
+    for option in ("json", "plot"):
+        path = getattr(args, option, None)
+        if path:
+            folder = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(folder):
+                p.error(f"argument --{option}: folder {folder} does not exist")
+            if not os.access(folder, os.W_OK):
+                p.error(f"argument --{option}: folder {folder} is not writable")
+
+
 def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
@@ -135,6 +148,7 @@ def _bench(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: List
     from . import bench as b
 
     p = _subparser(parser, "bench")
+    _check_outputs(p, args)
     if args.plot:
         _need_matplotlib(p)
     if args.cpus is not None:
@@ -199,6 +213,11 @@ def _bench(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: List
         progress.close()
         print("interrupted", file=sys.stderr)
         return 130
+    except MemoryError:
+        progress.close()
+        print(f"python -m fastcopy bench: not enough memory for two buffers of {b.human_size(max(sizes))}",
+              file=sys.stderr)
+        return 1
     progress.close()
     if args.format == "ucx":
         print(b.format_ucx(results))
@@ -267,6 +286,7 @@ def _compare(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from .compare import compare_files
 
     p = _subparser(parser, "compare")
+    _check_outputs(p, args)
     if args.plot:
         _need_matplotlib(p)
     try:

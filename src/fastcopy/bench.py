@@ -5,8 +5,9 @@ Every variant (fastcopy's automatic choice, each usable kernel, ``np.copyto``,
 buffers. Bandwidth is bytes copied per second with each byte counted *once* per copy
 (STREAM's Copy counts it twice, read plus write). For each size every variant is
 calibrated to a loop of at least ``min_time`` seconds after a warm-up, then timed
-``repeats`` times with the variants interleaved round-robin inside each repeat, so a
-noisy neighbour slows every variant alike rather than one of them.
+``repeats`` times with the variants interleaved round-robin inside each repeat, in a new
+(seeded random) order each repeat, so a noisy neighbour slows every variant alike rather than
+one of them, and no variant always runs right after the same other one.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import glob
 import math
 import os
 import platform
+import random
 import re
 import statistics
 import sys
@@ -204,6 +206,10 @@ def _torch_module() -> Optional[Any]:
 
     if importlib.util.find_spec("torch") is None:
         return None
+    # Idle OpenMP workers of torch spin for a while after each parallel copy; interleaved with the
+    # other variants that spinning steals their CPU time. Passive waiting keeps the comparison fair
+    # (an explicit OMP_WAIT_POLICY is respected). Only effective before torch's OpenMP starts.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         import torch  # type: ignore[import-not-found]
 
@@ -244,6 +250,7 @@ def available_variants(with_torch: bool = True, torch_threads: Optional[int] = N
         out.append(Variant("torch.copy_", _torch_timer(torch), "torch.from_numpy(dst).copy_(torch.from_numpy(src))"))
         notes["torch_version"] = torch.__version__
         notes["torch_default_threads"] = torch.get_num_threads()
+        notes["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY")
         if torch_threads is None:  # the same parallelism budget as fastcopy's pool
             torch_threads = fastcopy.get_threads()
         if torch_threads:
@@ -401,6 +408,17 @@ def libc_info() -> Dict[str, Optional[str]]:
     return {"name": name or None, "version": version or None, "confstr": conf}
 
 
+def _proc_cpuinfo_model() -> Optional[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("model name", "Model", "cpu model")):
+                    return line.split(":", 1)[1].strip() or None
+    except OSError:
+        pass
+    return None
+
+
 def metadata(argv: Sequence[str]) -> Dict[str, Any]:
     import fastcopy
 
@@ -415,7 +433,8 @@ def metadata(argv: Sequence[str]) -> Dict[str, Any]:
         "numpy_version": np.__version__,
         "libc": libc_info(),
         "cpu": info["cpu"],
-        "cpu_brand": info["cpu"].get("brand"),
+        "cpu_brand": info["cpu"].get("brand") or _proc_cpuinfo_model(),
+        "cpu_model_name": _proc_cpuinfo_model(),
         "kernels": info["usable_kernels"],
         "policy": info["policy"],
         "thresholds": info["thresholds"],
@@ -480,8 +499,13 @@ def run_bench(sizes: Sequence[int], variants: Sequence[Variant], repeats: int = 
     """Measure every (size, variant); return one result dict per pair with all samples."""
     from . import _core
 
+    import fastcopy
+
     results: List[Dict[str, Any]] = []
+    threads = fastcopy.get_threads()
+    parallel_from = _core.parallel_threshold()
     use_energy = energy is not None and energy.available
+    shuffle = random.Random(12345)
     for size in sizes:
         if progress is not None:
             progress.step(f"{human_size(size)} (warm-up)", 0)
@@ -508,8 +532,8 @@ def run_bench(sizes: Sequence[int], variants: Sequence[Variant], repeats: int = 
         samples: Dict[str, List[Dict[str, Any]]] = {v.name: [] for v in variants}
         for r in range(repeats):
             off = offsets[r % len(offsets)]
-            k = r % len(variants)
-            order = list(variants[k:]) + list(variants[:k])  # rotate the start so no variant always goes first
+            order = list(variants)
+            shuffle.shuffle(order)  # a new order every repeat: no variant always goes first or after another
             for v in order:
                 n = iters[v.name]
                 e0 = energy.read() if use_energy else None  # type: ignore[union-attr]
@@ -535,6 +559,8 @@ def run_bench(sizes: Sequence[int], variants: Sequence[Variant], repeats: int = 
             }
             if v.name == "fastcopy":
                 res["chosen_kernel"] = {str(o): c for o, c in chosen.items()}
+                res["threads_used"] = threads if (threads > 1 and parallel_from is not None
+                                                  and size >= parallel_from) else 1
             if use_energy:
                 j = sum(s["joules"] for s in samples[v.name])
                 nbytes = size * sum(s["iterations"] for s in samples[v.name])
@@ -566,11 +592,12 @@ def header_lines(meta: Dict[str, Any], config: Dict[str, Any], energy_desc: Dict
         "GB/s = 1e9 bytes per second, each byte counted once per copy (STREAM's Copy counts it twice: "
         "read + write, so its figures are 2x these)",
         f"median of {config['repeats']} repeats [min - max]; each repeat times a loop of >= "
-        f"{config['min_time'] * 1e3:g} ms after a warm-up; variants interleaved round-robin; "
+        f"{config['min_time'] * 1e3:g} ms after a warm-up; variants interleaved round-robin in a new order each repeat; "
         f"ratio = median / median of {BASELINE}; caches are warm (the same buffers every iteration)",
         f"buffers: {placement}",
         f"threads: {meta['threads']} (fastcopy pool); CPUs: {format_cpus(meta['cpus']) if meta['cpus'] else '?'}"
-        + (f"; torch threads: {notes['torch_threads']} (its default: {notes['torch_default_threads']})"
+        + (f"; torch threads: {notes['torch_threads']} (its default: {notes['torch_default_threads']}, "
+           f"OMP_WAIT_POLICY={notes.get('omp_wait_policy')})"
            if notes.get("torch_threads") else "")
         + (f"; load average {meta['load_average_before'][0]:.2f} on {meta['online_cpus']} CPUs"
            if meta.get("load_average_before") else ""),
@@ -588,12 +615,37 @@ def header_lines(meta: Dict[str, Any], config: Dict[str, Any], energy_desc: Dict
     return lines
 
 
+def slowest_offset(result: Dict[str, Any]) -> Optional[Tuple[int, float]]:
+    """(offset, median GB/s at that offset) of the slowest destination offset in a result's samples."""
+    per: Dict[int, List[float]] = {}
+    for smp in result.get("samples", []):
+        per.setdefault(smp["offset"], []).append(smp["gbps"])
+    if len(per) < 2:
+        return None
+    return min(((off, statistics.median(g)) for off, g in per.items()), key=lambda x: x[1])
+
+
+def _display_name(r: Dict[str, Any]) -> str:
+    """``fastcopy (erms x2)``: the variant, with the kernel(s) the policy chose and the threads used."""
+    name = r["variant"]
+    ks = sorted(set(k for k in (r.get("chosen_kernel") or {}).values() if k))
+    if ks:
+        used = r.get("threads_used") or 1
+        name += f" ({'/'.join(ks)}{f' x{used}' if used > 1 else ''})"
+    return name
+
+
 def format_table(results: List[Dict[str, Any]], with_energy: bool = False) -> str:
     has_ratio = any(r.get("ratio_to_copyto") is not None for r in results)
     multi_node = any(len((r.get("numa") or {}).get("nodes") or []) > 1 for r in results)
-    cols = f"{'size':>9}  {'variant':<20} {'GB/s':>8}  {'[min - max]':<17}"
+    multi_offset = any(len(set(r.get("offsets") or [])) > 1 for r in results)
+    names = {id(r): _display_name(r) for r in results}
+    width = max([22] + [len(n) for n in names.values()])
+    cols = f"{'size':>9}  {'variant':<{width}} {'GB/s':>8}  {'[min - max]':<17}"
     if has_ratio:
         cols += f" {'vs copyto':>9}"
+    if multi_offset:
+        cols += f"  {'slowest offset':>16}"
     if with_energy:
         cols += f" {'J':>8} {'GB/J':>7}"
     lines = [cols, "-" * len(cols)]
@@ -603,16 +655,15 @@ def format_table(results: List[Dict[str, Any]], with_energy: bool = False) -> st
         if r["size"] != last and last is not None:
             lines.append("")
         last = r["size"]
-        name = r["variant"]
-        if r.get("chosen_kernel"):
-            ks = sorted(set(k for k in r["chosen_kernel"].values() if k))
-            if ks:
-                name += f" ({'/'.join(ks)})"
+        name = names[id(r)]
         spread = f"[{r['min_gbps']:.2f} - {r['max_gbps']:.2f}]"
-        line = f"{size:>9}  {name:<20} {r['median_gbps']:8.2f}  {spread:<17}"
+        line = f"{size:>9}  {name:<{width}} {r['median_gbps']:8.2f}  {spread:<17}"
         if has_ratio:
             ratio = r.get("ratio_to_copyto")
             line += f" {ratio:8.2f}x" if ratio is not None else f" {'':>9}"
+        if multi_offset:
+            worst = slowest_offset(r)
+            line += f"  {worst[1]:7.2f} at {worst[0]:>4}" if worst else f"  {'':>16}"
         if with_energy:
             j, gpj = r.get("joules"), r.get("gb_per_joule")
             line += f" {j:8.3f}" if j is not None else f" {'-':>8}"

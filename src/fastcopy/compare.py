@@ -20,6 +20,10 @@ def load(path: str) -> Dict[str, Any]:
             doc = json.load(f)
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not JSON ({e})") from None
+    except OSError as e:
+        raise ValueError(f"cannot read {path}: {e.strerror}") from None
+    if isinstance(doc, dict) and doc.get("kind") == "ipc":
+        raise ValueError(f"{path}: a 'bench --ipc' result; compare reads copy benchmarks only")
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
         raise ValueError(f"{path}: not a 'python -m fastcopy bench --json' file (no results list)")
     schema = doc.get("schema")
