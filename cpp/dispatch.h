@@ -67,6 +67,10 @@ const char* kernel_name(CopyFn fn);
 // Copy n bytes with memmove semantics using the policy (and the thread pool for large,
 // non-overlapping copies). Never touches Python; callers release the GIL around it.
 void copy_bytes(void* dst, const void* src, std::size_t n, Region region = Region::Private);
+// One piece of a transfer of `whole` bytes that is copied piece by piece (a message leaving
+// a shared ring in 256 KiB steps): the non-temporal decision follows `whole` (the destination
+// is that large), the rest of the policy follows n. No thread pool.
+void copy_bytes_piece(void* dst, const void* src, std::size_t n, std::size_t whole, Region region);
 // Same with one forced kernel for every size (fastcopy.kernel(name)); no thread pool.
 void copy_bytes_with(CopyFn kernel, void* dst, const void* src, std::size_t n);
 

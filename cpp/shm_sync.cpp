@@ -464,12 +464,14 @@ void Ring::copy_in(std::uint64_t pos, const void* src, std::size_t n) {
     if (n > first) copy_bytes(data(), s + first, n - first, Region::ToShared);
 }
 
-void Ring::copy_out(std::uint64_t pos, void* dst, std::size_t n) {
+void Ring::copy_out(std::uint64_t pos, void* dst, std::size_t n, std::size_t whole) {
+    // A message leaves the ring in pieces; the policy decides non-temporal stores on the
+    // whole message (`whole`), since the destination is that large.
     std::size_t off = static_cast<std::size_t>(pos % cap_);
     std::size_t first = std::min(n, cap_ - off);
     auto* d = static_cast<std::uint8_t*>(dst);
-    if (first) copy_bytes(d, data() + off, first, Region::FromShared);
-    if (n > first) copy_bytes(d + first, data(), n - first, Region::FromShared);
+    if (first) copy_bytes_piece(d, data() + off, first, whole, Region::FromShared);
+    if (n > first) copy_bytes_piece(d + first, data(), n - first, whole, Region::FromShared);
 }
 
 int Ring::wait(WaitFor what, std::uint64_t need, double deadline, const GilHooks& hooks, double spin_s) {
@@ -734,7 +736,8 @@ void Ring::consume(const MsgInfo& info, void* dst, double timeout_s, const GilHo
             }
         }
         std::uint64_t n = std::min<std::uint64_t>({head_ - tail_, body - done, chunk});
-        if (done < payload_len) copy_out(tail_, out + done, std::min<std::uint64_t>(n, payload_len - done));
+        if (done < payload_len)
+            copy_out(tail_, out + done, std::min<std::uint64_t>(n, payload_len - done), payload_len);
         tail_ += n;
         done += n;
         if (done < body) publish_tail(tail_);

@@ -166,7 +166,7 @@ private:
     std::uint8_t* word(std::size_t off) const { return base_ + off; }
     std::uint8_t* data() const { return base_ + kHeaderBytes; }
     void copy_in(std::uint64_t pos, const void* src, std::size_t n);   // into the ring
-    void copy_out(std::uint64_t pos, void* dst, std::size_t n);        // out of the ring
+    void copy_out(std::uint64_t pos, void* dst, std::size_t n, std::size_t whole);  // out of the ring; whole = message size
     std::uint64_t read_tail_checked();
     std::uint64_t read_head_checked();
     void publish_head(std::uint64_t h);

@@ -1,0 +1,39 @@
+"""The installed package: type stubs cover the extension, public names are documented."""
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import fastcopy
+from fastcopy import _core
+
+PKG = Path(fastcopy.__file__).parent
+
+
+def stub_names(path: Path) -> set:
+    tree = ast.parse(path.read_text())
+    return {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+
+
+def test_py_typed_and_stubs_ship():
+    assert (PKG / "py.typed").exists()
+    assert (PKG / "_core.pyi").exists()
+
+
+def test_core_stub_matches_module():
+    public = {n for n in dir(_core) if not n.startswith("__")}
+    assert stub_names(PKG / "_core.pyi") == public
+
+
+def test_public_names_have_docstrings():
+    for name in fastcopy.__all__:
+        obj = getattr(fastcopy, name)
+        if name == "__version__":
+            assert isinstance(obj, str)
+            continue
+        assert inspect.getdoc(obj), name
+    import fastcopy.shm as shm
+
+    for name in getattr(shm, "__all__", []):
+        assert inspect.getdoc(getattr(shm, name)), f"shm.{name}"
