@@ -110,6 +110,7 @@ void bind_info(py::module_& m) {
     m.def("overrides", &overrides_dict, "The FASTCOPY_* overrides in force (None when not set).");
     m.def("nt_threshold", [] { return size_or_none(nt_threshold()); }, "Bytes from which non-temporal stores are used (None: never).");
     m.def("parallel_threshold", &parallel_threshold, "Bytes from which copies are split across the thread pool.");
+    m.def("parallel_reason", &parallel_reason, "The measurement behind parallel_threshold(), in words.");
     m.def("threads", [] { return pool::threads(); }, "Threads a large copy uses now (caller included).");
     m.def("default_threads", [] { return pool::default_threads(); }, "Threads from CPU affinity and cgroup quota.");
     m.def("threads_reason", [] { return pool::threads_reason(); }, "Where the thread count comes from, in words.");

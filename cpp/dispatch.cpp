@@ -31,10 +31,14 @@ constexpr std::size_t kRepMovsbMinFsrm = 2112;
 constexpr std::size_t kRepMovsbMinNoFsrm = 4096;
 
 // PARALLEL THRESHOLD (measured by the pool benchmark, cpp/bench/bandwidth.cpp; see docs/threads.md)
-// Zen 3 KVM, 2 threads vs memcpy alone, paired medians of 3 runs: 256 KiB 0.91-1.01x, 512 KiB
+// Intel Xeon KVM guest (2 vCPUs), 2 threads vs memcpy alone, paired medians of 3 runs: 256 KiB 0.91-1.01x, 512 KiB
 // 1.02-1.18x hot but 0.43-0.68x with the worker asleep, 1 MiB 1.54-1.74x hot and 0.75-1.11x
 // asleep, 2 MiB 1.84-2.30x hot and 1.04-1.43x asleep.
 constexpr std::size_t kParallelMinBytes = std::size_t(1) << 20;
+constexpr const char* kParallelReason =
+    "two threads against one, measured on a 2-vCPU Intel Xeon VM: 0.91-1.01x at 256 KiB, 1.02-1.22x at 512 KiB (but 0.43-0.82x "
+    "when the worker was asleep), 1.5-1.9x at 1 MiB back-to-back and 0.95x for an isolated copy (worker asleep), "
+    "1.8-2.5x at 2-16 MiB";
 // END PARALLEL THRESHOLD
 
 struct Policy {
@@ -326,6 +330,7 @@ void init_policy() {
 const Overrides& overrides() { return g_overrides; }
 std::size_t nt_threshold() { return g_policy.nt ? g_policy.nt_min : SIZE_MAX; }
 std::size_t parallel_threshold() { return kParallelMinBytes; }
+std::string parallel_reason() { return kParallelReason; }
 std::vector<std::string> policy_notes() { return g_policy.notes; }
 
 CopyFn choose_kernel(void* dst, const void* src, std::size_t n, Region region) {

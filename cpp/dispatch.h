@@ -58,6 +58,7 @@ std::vector<std::string> policy_notes();
 
 std::size_t nt_threshold();        // bytes from which non-temporal stores are used
 std::size_t parallel_threshold();  // bytes from which the pool is used
+std::string parallel_reason();     // the measurement behind parallel_threshold(), in words
 
 // The kernel the policy picks for one contiguous copy.
 CopyFn choose_kernel(void* dst, const void* src, std::size_t n, Region region);

@@ -44,8 +44,7 @@ def collect_info(brand: bool = True) -> Dict[str, Any]:
             "non_temporal_bytes": nt,
             "non_temporal_reason": nt_reason,
             "parallel_bytes": _core.parallel_threshold(),
-            "parallel_reason": "copies from this size, without overlap, are split across the thread pool "
-            "(measured: docs/threads.md)",
+            "parallel_reason": _core.parallel_reason(),
         },
         "threads": {
             "count": _core.threads(),
@@ -90,19 +89,27 @@ def format_info(data: Dict[str, Any]) -> str:
     by_region: Dict[str, List[Dict[str, Any]]] = {}
     for rule in data["policy"]:
         by_region.setdefault(rule["region"], []).append(rule)
+
+    def bands(rules: List[Dict[str, Any]]) -> List[Any]:
+        return [(r["min_bytes"], r["max_bytes"], r["kernel"], r["reason"]) for r in rules]
+
     for region, rules in by_region.items():
-        lines += ["", f"{_REGION_TITLES.get(region, region)}:"]
+        title = _REGION_TITLES.get(region, region)
+        if region != "private" and bands(rules) == bands(by_region.get("private", [])):
+            lines += ["", f"{title}: same as ordinary copies"]
+            continue
+        lines += ["", f"{title}:"]
         for r in rules:
             band = f"{human_size(r['min_bytes'])} to {human_size(r['max_bytes'])}"
             lines.append(f"  {band:<22} {r['kernel']:<9} {r['reason']}")
-    for note in data["notes"]:
-        lines.append(f"  note: {note}")
+    if data["notes"]:
+        lines += ["", "Notes:"] + [f"  {note}" for note in data["notes"]]
     t = data["thresholds"]
     th = data["threads"]
     lines += ["", "Large copies:",
               f"  non-temporal stores from {human_size(t['non_temporal_bytes'])}",
-              f"  thread pool from {human_size(t['parallel_bytes'])}: {t['parallel_reason']}",
-              f"  threads: {th['count']} ({th['reason']})"]
+              f"  thread pool from {human_size(t['parallel_bytes'])} (copies without overlap): {t['parallel_reason']}",
+              f"  threads: {th['reason']}"]
     lines += ["", "Overrides:"]
     for key, value in data["overrides"].items():
         lines.append(f"  {key} = {value if value is not None else '(not set)'}")
