@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+import fastcopy
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("FASTCOPY_NO_SUBPROCESS") == "1",
@@ -25,7 +26,9 @@ pytestmark = pytest.mark.skipif(
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-SRC = ROOT / "src"
+# Children import the same fastcopy as this process: the installed package in CI, src/ with a
+# developer build (a plain checkout's src/ has no compiled _core).
+SRC = Path(fastcopy.__file__).resolve().parent.parent
 PREFIX = f"fctp-{os.getpid()}-"
 
 
