@@ -78,7 +78,8 @@ SO=$(ls "$BM"/_core*"$SUFFIX" 2>/dev/null | head -1)
 file "$SO"
 STAGE=$B/arm64-site
 rm -rf "$STAGE" && mkdir -p "$STAGE/fastcopy"
-cp "$ROOT"/src/fastcopy/*.py "$ROOT"/src/fastcopy/py.typed "$STAGE/fastcopy/" 2>/dev/null || cp "$ROOT"/src/fastcopy/*.py "$STAGE/fastcopy/"
+# Everything the wheel ships (modules, type stubs, py.typed), minus any host-built extension.
+cp "$ROOT"/src/fastcopy/*.py "$ROOT"/src/fastcopy/*.pyi "$ROOT"/src/fastcopy/py.typed "$STAGE/fastcopy/"
 cp "$SO" "$STAGE/fastcopy/"
 
 failed=0
