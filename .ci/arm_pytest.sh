@@ -10,6 +10,8 @@
 # Environment: FASTCOPY_CI_BUILD (default build/ci), FASTCOPY_ARM_ROOTFS (default
 # $FASTCOPY_CI_BUILD/rootfs-arm64; reused when present), FASTCOPY_ARM_CPUS, PYTEST_ARGS.
 set -euo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 B=${FASTCOPY_CI_BUILD:-$ROOT/build/ci}
@@ -25,13 +27,7 @@ need=()
 command -v aarch64-linux-gnu-g++ >/dev/null 2>&1 || need+=(g++-aarch64-linux-gnu)
 command -v qemu-aarch64-static >/dev/null 2>&1 || need+=(qemu-user-static)
 command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
-if ((${#need[@]})); then
-    echo "installing: ${need[*]}"
-    SUDO=(); [[ $(id -u) == 0 ]] || SUDO=(sudo)
-    export DEBIAN_FRONTEND=noninteractive
-    "${SUDO[@]}" apt-get update -q >/dev/null
-    "${SUDO[@]}" apt-get install -y -q -o DPkg::Lock::Timeout=600 --no-install-recommends "${need[@]}" >/dev/null
-fi
+apt_install_missing "${need[@]}"
 HOSTPY=${PYTHON:-python3}
 PYBIND11_DIR=$("$HOSTPY" -c 'import pybind11; print(pybind11.get_cmake_dir())' 2>/dev/null) ||
     die "host Python needs pybind11>=3 (pip install 'pybind11>=3'): only its CMake files and headers are used"

@@ -13,6 +13,8 @@
 # Environment: FASTCOPY_CI_BUILD (build root, default build/ci), FASTCOPY_CI_CLEAN=1 (wipe it
 # first), FASTCOPY_CI_SKIP="asan qemu-x86 arm64" (skip sections), JOBS (default nproc).
 set -euo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 B=${FASTCOPY_CI_BUILD:-$ROOT/build/ci}
@@ -44,13 +46,7 @@ need=()
 command -v aarch64-linux-gnu-g++ >/dev/null 2>&1 || need+=(g++-aarch64-linux-gnu)
 { command -v qemu-aarch64-static >/dev/null 2>&1 && command -v qemu-x86_64-static >/dev/null 2>&1; } ||
     need+=(qemu-user-static)
-if ((${#need[@]})); then
-    echo "installing: ${need[*]}"
-    SUDO=(); [[ $(id -u) == 0 ]] || SUDO=(sudo)
-    export DEBIAN_FRONTEND=noninteractive
-    "${SUDO[@]}" apt-get update -q >/dev/null
-    "${SUDO[@]}" apt-get install -y -q -o DPkg::Lock::Timeout=600 --no-install-recommends "${need[@]}" >/dev/null
-fi
+apt_install_missing "${need[@]}"
 cmake --version | head -1
 g++ --version | head -1
 aarch64-linux-gnu-g++ --version | head -1
