@@ -48,10 +48,10 @@ def compare_docs(base: Dict[str, Any], new: Dict[str, Any]) -> Tuple[List[str], 
     b, n = _key_rows(base), _key_rows(new)
     common = sorted(set(b) & set(n))
     lines: List[str] = []
-    for label, key in (("CPU", "cpu_brand"), ("fastcopy", "fastcopy_version"), ("threads", "threads"),
-                       ("offsets", "offsets"), ("overrides", "overrides")):
-        if base.get(key) != new.get(key):
-            lines.append(f"note: {label} differs: base {base.get(key)!r}, new {new.get(key)!r}")
+    for label, field in (("CPU", "cpu_brand"), ("fastcopy", "fastcopy_version"), ("threads", "threads"),
+                         ("offsets", "offsets"), ("overrides", "overrides")):
+        if base.get(field) != new.get(field):
+            lines.append(f"note: {label} differs: base {base.get(field)!r}, new {new.get(field)!r}")
     lines.append(f"base: {base.get('date', '?')}   new: {new.get('date', '?')}")
     lines.append("change of the median GB/s; '*' = beyond the spread (the min-max ranges of both runs do not overlap)")
     lines.append("")

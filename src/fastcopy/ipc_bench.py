@@ -47,7 +47,7 @@ def _child_main(ctrl, names, queues, pipes) -> None:  # pragma: no cover - runs 
     back_ch = Channel.attach(names[1])
     fwd_q, back_q = queues
     fwd_r, back_w = pipes
-    bufs = {}  # receive buffers are reused across runs, as a real consumer would
+    bufs: Dict[int, np.ndarray] = {}  # receive buffers are reused across runs, as a real consumer would
     try:
         while True:
             cmd = ctrl.recv()

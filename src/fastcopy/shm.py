@@ -75,7 +75,7 @@ def _encode_dtype(dtype: np.dtype) -> Any:
         base, shape = dtype.subdtype
         return ["sub", _encode_dtype(base), list(shape)]
     if dtype.fields is not None:
-        names = list(dtype.names)
+        names = list(dtype.names or ())
         return ["struct", names, [_encode_dtype(dtype.fields[n][0]) for n in names],
                 [dtype.fields[n][1] for n in names], dtype.itemsize, bool(dtype.isalignedstruct)]
     return dtype.str

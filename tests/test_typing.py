@@ -1,0 +1,52 @@
+"""The type stubs work for users: mypy accepts typical calls and rejects wrong ones."""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+mypy_api = pytest.importorskip("mypy.api")
+
+def run_mypy(tmp_path: Path, code: str):
+    path = tmp_path / "user_code.py"
+    path.write_text(textwrap.dedent(code))
+    # MYPYPATH-free: mypy finds fastcopy where the test process imported it from.
+    out, err, status = mypy_api.run([str(path), "--cache-dir", str(tmp_path / ".mypy_cache")])
+    return out + err, status
+
+
+def test_typical_calls_type_check(tmp_path):
+    out, status = run_mypy(tmp_path, """
+        import mmap
+        import numpy as np
+        import fastcopy
+        from fastcopy.shm import Channel
+
+        a = np.zeros((4, 4))
+        b = np.ones((4, 4))
+        fastcopy.copy(a, b)
+        fastcopy.copy(bytearray(8), b"abcdefgh")
+        fastcopy.copy(memoryview(bytearray(8)), b"abcdefgh")
+        fastcopy.kernel("generic")(a, b)
+        names: list[str] = fastcopy.kernels()
+        info: dict = fastcopy.info()
+        fastcopy.set_threads(1)
+        n: int = fastcopy.get_threads()
+
+        def produce(ch: Channel) -> None:
+            ch.send(a, timeout=1.0)
+            ch.recv(out=b)
+    """)
+    assert status == 0, out
+
+
+def test_wrong_calls_are_reported(tmp_path):
+    out, status = run_mypy(tmp_path, """
+        import fastcopy
+        fastcopy.copy(1, "text")
+        fastcopy.set_threads("two")
+    """)
+    assert status == 1
+    assert "user_code.py:3: error" in out  # fastcopy.copy(1, "text")
+    assert "user_code.py:4: error" in out and "set_threads" in out
