@@ -265,3 +265,76 @@ def test_cli_info_text_and_json():
     r = subprocess.run([sys.executable, "-m", "fastcopy", "info", "--json"], capture_output=True, text=True, timeout=120)
     data = json.loads(r.stdout)
     assert data["cpu"]["arch"] in ("x86_64", "aarch64", "unknown")
+
+
+# The same overrides in-process (re-reading the environment with _core.init_policy()), so they
+# are also checked where subprocesses cannot start (emulated aarch64 in CI).
+OVERRIDE_VARS = ("FASTCOPY_KERNEL", "FASTCOPY_REP_MOVSB", "FASTCOPY_NT_THRESHOLD", "FASTCOPY_THREADS")
+
+
+class policy_env:
+    def __init__(self, **env: str):
+        self.env = env
+
+    def __enter__(self):
+        self.saved = {k: os.environ.pop(k, None) for k in OVERRIDE_VARS}
+        os.environ.update(self.env)
+        try:
+            _core.init_policy()
+        except BaseException:
+            self.__exit__()  # __exit__ is not called when __enter__ raises
+            raise
+
+    def __exit__(self, *exc):
+        for k in OVERRIDE_VARS:
+            os.environ.pop(k, None)
+            if self.saved[k] is not None:
+                os.environ[k] = self.saved[k]
+        _core.init_policy()
+
+
+@pytest.mark.parametrize("name", fastcopy.kernels())
+def test_forced_kernel_in_process(name):
+    buf = np.zeros(2 << 20, dtype=np.uint8)
+    base = (addr(buf) + 4095) // 4096 * 4096
+    with policy_env(FASTCOPY_KERNEL=name):
+        for n in (0, 64, 4096, 1 << 20):
+            assert _core.chosen_kernel(base + (1 << 20), base, n) == name
+        src = np.arange(100_003, dtype=np.uint8)
+        dst = np.zeros_like(src)
+        fastcopy.copy(dst, src)
+        assert np.array_equal(dst, src)
+    assert _core.overrides()["FASTCOPY_KERNEL"] is None
+
+
+@pytest.mark.parametrize("var,value", [
+    ("FASTCOPY_KERNEL", "no_such_kernel"),
+    ("FASTCOPY_REP_MOVSB", "sometimes"),
+    ("FASTCOPY_NT_THRESHOLD", "12Q"),
+    ("FASTCOPY_THREADS", "0"),
+])
+def test_bad_override_in_process_keeps_policy(var, value):
+    before = _core.policy_table()
+    with pytest.raises(ValueError) as err:
+        with policy_env(**{var: value}):
+            pass
+    assert var in str(err.value) and value in str(err.value)
+    assert _core.policy_table() == before
+
+
+def test_unsupported_kernel_in_process():
+    unsupported = [k["name"] for k in fastcopy.info()["kernels"] if not k["supported"]]
+    if not unsupported:
+        pytest.skip("every compiled kernel is supported on this CPU")
+    with pytest.raises(ValueError, match="not supported"):
+        with policy_env(FASTCOPY_KERNEL=unsupported[0]):
+            pass
+
+
+def test_nt_threshold_in_process():
+    with policy_env(FASTCOPY_NT_THRESHOLD="64K"):
+        nt = _core.nt_threshold()
+        if any(k.endswith("_nt") for k in fastcopy.kernels()):
+            assert nt == 64 << 10
+        else:
+            assert nt is None  # no non-temporal kernel on this CPU: the override has nothing to move
