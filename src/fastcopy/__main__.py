@@ -22,24 +22,18 @@ def _typed(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return convert
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"cannot parse '{text}' (expected a whole number)") from None
-    if value < 1:
-        raise ValueError(f"must be at least 1, got {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"cannot parse '{text}' (expected a whole number)") from None
-    if value < 0:
-        raise ValueError(f"must be 0 or more, got {value}")
-    return value
+def _int_at_least(minimum: int) -> Callable[[str], int]:
+    """A parser for whole numbers >= minimum (1 for counts, 0 where 0 means "the default")."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"cannot parse '{text}' (expected a whole number)") from None
+        if value < minimum:
+            raise ValueError(f"must be at least {minimum}, got {value}")
+        return value
+    parse.__name__ = "int"
+    return parse
 
 
 def _positive_float(text: str) -> float:
@@ -80,7 +74,7 @@ def _build_parser() -> argparse.ArgumentParser:
                         f"K/M/G are powers of 1024)")
     p.add_argument("--quick", action="store_true",
                    help=f"a short run (sizes {b.QUICK_SIZES}, 3 repeats, 10 ms loops): under 30 s")
-    p.add_argument("--repeats", type=_typed(_positive_int), metavar="N", help="timed repeats per size (default 5)")
+    p.add_argument("--repeats", type=_typed(_int_at_least(1)), metavar="N", help="timed repeats per size (default 5)")
     p.add_argument("--min-time", type=_typed(_positive_float), metavar="SECONDS", dest="min_time",
                    help="shortest timed loop per repeat (default 0.02)")
     p.add_argument("--variants", metavar="LIST",
@@ -92,11 +86,11 @@ def _build_parser() -> argparse.ArgumentParser:
     place.add_argument("--offsets", type=_typed(b.parse_offsets), metavar="mixed|LIST",
                        help=f"cycle (dst - src) mod 4096 per repeat: 'mixed' = {','.join(map(str, b.MIXED_OFFSETS))} "
                             "(includes 4K-aliasing cases) or a comma list")
-    p.add_argument("--threads", type=_typed(_non_negative_int), metavar="N",
+    p.add_argument("--threads", type=_typed(_int_at_least(0)), metavar="N",
                    help="fastcopy thread pool size (fastcopy.set_threads; 0 = default)")
     p.add_argument("--cpus", type=_typed(b.parse_cpus), metavar="LIST",
                    help="pin this process to these CPUs, e.g. '0,2-3' (os.sched_setaffinity)")
-    p.add_argument("--torch-threads", type=_typed(_non_negative_int), metavar="N", dest="torch_threads",
+    p.add_argument("--torch-threads", type=_typed(_int_at_least(0)), metavar="N", dest="torch_threads",
                    help="torch.set_num_threads(N) for the torch variant (default: fastcopy's thread count, "
                         "the same budget; 0 = torch's own default)")
     p.add_argument("--json", metavar="FILE", help="save every sample with metadata as JSON")

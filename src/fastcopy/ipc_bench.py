@@ -21,6 +21,7 @@ are JSON-serialisable dicts (``python -m fastcopy bench --ipc`` uses both functi
 
 from __future__ import annotations
 
+import functools
 import math
 import multiprocessing as mp
 import os
@@ -40,6 +41,17 @@ _ACK = b"k"
 
 
 # ---- the child process ---------------------------------------------------------------------
+def _child_endpoints(transport, buf, fwd_ch, back_ch, fwd_q, back_q, fwd_r, back_w):
+    """(receive one message, send one back) for a transport, as the child runs it."""
+    if transport == "channel":  # into the reused buffer (recv returns it), as a real consumer would
+        return functools.partial(fwd_ch.recv, out=buf), back_ch.send
+    if transport == "channel_alloc":
+        return fwd_ch.recv, back_ch.send
+    if transport == "queue":
+        return fwd_q.get, back_q.put
+    return fwd_r.recv_bytes, back_w.send_bytes
+
+
 def _child_main(ctrl, names, queues, pipes) -> None:  # pragma: no cover - runs in the child
     from .shm import Channel
 
@@ -58,34 +70,13 @@ def _child_main(ctrl, names, queues, pipes) -> None:  # pragma: no cover - runs 
             if buf is None:
                 buf = bufs[size] = np.ones(size, np.uint8)
             echo = kind == "pingpong"
-            if transport == "channel":
-                for _ in range(count):
-                    fwd_ch.recv(out=buf)
-                    if echo:
-                        back_ch.send(buf)
-                if not echo:
-                    back_ch.send(_ACK)
-            elif transport == "channel_alloc":
-                for _ in range(count):
-                    m = fwd_ch.recv()
-                    if echo:
-                        back_ch.send(m)
-                if not echo:
-                    back_ch.send(_ACK)
-            elif transport == "queue":
-                for _ in range(count):
-                    m = fwd_q.get()
-                    if echo:
-                        back_q.put(m)
-                if not echo:
-                    back_q.put(_ACK)
-            elif transport == "pipe":
-                for _ in range(count):
-                    m = fwd_r.recv_bytes()
-                    if echo:
-                        back_w.send_bytes(m)
-                if not echo:
-                    back_w.send_bytes(_ACK)
+            receive, reply = _child_endpoints(transport, buf, fwd_ch, back_ch, fwd_q, back_q, fwd_r, back_w)
+            for _ in range(count):
+                m = receive()
+                if echo:
+                    reply(m)
+            if not echo:
+                reply(_ACK)
             ctrl.send("done")
     finally:
         fwd_ch.close()
@@ -163,10 +154,7 @@ class _Parent:
         t0 = time.perf_counter()
         for _ in range(count):
             self._send(transport, msg)
-        if transport == "channel":
-            self.back_ch.recv(out=ack)
-        else:
-            self._recv(transport, ack)
+        self._recv(transport, ack)
         dt = time.perf_counter() - t0
         self._finish(timeout)
         return dt
