@@ -18,22 +18,11 @@
 
 #include "dispatch.h"
 #include "kernels/kernels.h"
+#include "split_list.h"
 
 using namespace fastcopy;
 
 namespace {
-
-std::vector<std::string> split(const std::string& s) {
-    std::vector<std::string> out;
-    std::size_t p = 0;
-    while (p <= s.size()) {
-        std::size_t q = s.find(',', p);
-        if (q == std::string::npos) q = s.size();
-        if (q > p) out.push_back(s.substr(p, q - p));
-        p = q + 1;
-    }
-    return out;
-}
 
 void* (*volatile g_memcpy)(void*, const void*, std::size_t) = std::memcpy;
 void libc_memcpy(void* d, const void* s, std::size_t n) { g_memcpy(d, s, n); }
@@ -57,9 +46,9 @@ int main(int argc, char** argv) {
             if (i + 1 >= argc) { std::fprintf(stderr, "%s needs a value\n", a.c_str()); std::exit(2); }
             return argv[++i];
         };
-        if (a == "--sizes") { sizes.clear(); for (auto& s : split(val())) sizes.push_back(parse_size(s)); }
-        else if (a == "--offsets") { offsets.clear(); for (auto& s : split(val())) offsets.push_back(std::stoul(s)); }
-        else if (a == "--kernels") names = split(val());
+        if (a == "--sizes") { sizes.clear(); for (auto& s : split_list(val())) sizes.push_back(parse_size(s)); }
+        else if (a == "--offsets") { offsets.clear(); for (auto& s : split_list(val())) offsets.push_back(std::stoul(s)); }
+        else if (a == "--kernels") names = split_list(val());
         else if (a == "--rounds") rounds = std::atoi(val().c_str());
         else if (a == "--min-ms") min_ms = std::atof(val().c_str());
         else { std::fprintf(stderr, "unknown option %s\n", a.c_str()); return 2; }

@@ -39,6 +39,7 @@
 #include "cpu.h"
 #include "dispatch.h"
 #include "kernels/kernels.h"
+#include "split_list.h"
 
 using namespace fastcopy;
 using u8 = unsigned char;
@@ -199,18 +200,6 @@ struct Options {
     long expect_sve_bytes = -1;
 };
 
-std::vector<std::string> split(const std::string& s) {
-    std::vector<std::string> out;
-    std::size_t p = 0;
-    while (p <= s.size()) {
-        std::size_t q = s.find(',', p);
-        if (q == std::string::npos) q = s.size();
-        if (q > p) out.push_back(s.substr(p, q - p));
-        p = q + 1;
-    }
-    return out;
-}
-
 // The whole matrix for one kernel.
 void run_kernel(Ctx& c, const Options& o, Guarded& gs, Guarded& gd, Guarded& go) {
     std::vector<u8> expect;
@@ -307,9 +296,9 @@ int main(int argc, char** argv) {
         std::string a = argv[i];
         if (a == "--quick") o.quick = true;
         else if (a == "--sve-sweep") o.sve_sweep = true;
-        else if (a == "--only") for (auto& s : split(need(i))) o.only.push_back(s);
-        else if (a == "--expect-supported") for (auto& s : split(need(i))) o.expect_supported.push_back(s);
-        else if (a == "--expect-unsupported") for (auto& s : split(need(i))) o.expect_unsupported.push_back(s);
+        else if (a == "--only") for (auto& s : split_list(need(i))) o.only.push_back(s);
+        else if (a == "--expect-supported") for (auto& s : split_list(need(i))) o.expect_supported.push_back(s);
+        else if (a == "--expect-unsupported") for (auto& s : split_list(need(i))) o.expect_unsupported.push_back(s);
         else if (a == "--expect-sve-bytes") o.expect_sve_bytes = std::atol(need(i).c_str());
         else if (a == "--expect-kernel" || a == "--expect-kernel-not") {
             std::string v = need(i);
