@@ -109,6 +109,7 @@ void bind_info(py::module_& m) {
     m.def("policy_notes", &policy_notes, "Decisions that are not size bands, in words.");
     m.def("overrides", &overrides_dict, "The FASTCOPY_* overrides in force (None when not set).");
     m.def("nt_threshold", [] { return size_or_none(nt_threshold()); }, "Bytes from which non-temporal stores are used (None: never).");
+    m.def("nt_reason", &nt_reason, "Why nt_threshold() is what it is, in words.");
     m.def("parallel_threshold", &parallel_threshold, "Bytes from which copies are split across the thread pool.");
     m.def("parallel_reason", &parallel_reason, "The measurement behind parallel_threshold(), in words.");
     m.def("threads", [] { return pool::threads(); }, "Threads a large copy uses now (caller included).");

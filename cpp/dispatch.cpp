@@ -43,8 +43,8 @@ constexpr const char* kParallelReason =
 
 struct Policy {
     CopyFn forced = nullptr;     // FASTCOPY_KERNEL
-    CopyFn small = copy_generic; // [0, kLibcMaxBytes)
-    CopyFn mid = copy_generic;   // [kLibcMaxBytes, nt_min)
+    // [0, small_max): always the C library (copy_generic).
+    CopyFn mid = copy_generic;   // [small_max, nt_min)
     CopyFn nt = nullptr;         // [nt_min, inf), non-overlapping only
     std::size_t small_max = kLibcMaxBytes;
     std::size_t nt_min = SIZE_MAX;
@@ -271,7 +271,7 @@ Policy build_policy(const CpuFacts& f, const Overrides& o) {
 #endif
     if (o.nt_threshold_set) {
         p.nt_min = p.nt ? o.nt_threshold : SIZE_MAX;
-        p.nt_reason = "FASTCOPY_NT_THRESHOLD";
+        p.nt_reason = o.nt_threshold == SIZE_MAX ? "FASTCOPY_NT_THRESHOLD=off" : "set by FASTCOPY_NT_THRESHOLD";
 #if defined(FASTCOPY_X86)
         for (int r = 0; r < 3; ++r)
             if (p.erms_max[r]) p.erms_max[r] = p.nt_min;
@@ -331,17 +331,27 @@ const Overrides& overrides() { return g_overrides; }
 std::size_t nt_threshold() { return g_policy.nt ? g_policy.nt_min : SIZE_MAX; }
 std::size_t parallel_threshold() { return kParallelMinBytes; }
 std::string parallel_reason() { return kParallelReason; }
+std::string nt_reason() {
+    return g_policy.nt ? g_policy.nt_reason : "no non-temporal kernel for this CPU";
+}
 std::vector<std::string> policy_notes() { return g_policy.notes; }
+
+namespace {
+// True when [dst, dst+n) and [src, src+n) share a byte.
+bool ranges_overlap(const void* dst, const void* src, std::size_t n) {
+    std::uintptr_t d = reinterpret_cast<std::uintptr_t>(dst), s = reinterpret_cast<std::uintptr_t>(src);
+    return (d > s ? d - s : s - d) < n;
+}
+}  // namespace
 
 CopyFn choose_kernel(void* dst, const void* src, std::size_t n, Region region) {
     const Policy& p = g_policy;
     if (p.forced) return p.forced;
-    if (n < p.small_max) return p.small;
-    std::uintptr_t d = reinterpret_cast<std::uintptr_t>(dst), s = reinterpret_cast<std::uintptr_t>(src);
-    std::uintptr_t distance = d > s ? d - s : s - d;
-    bool overlap = distance < n;
+    if (n < p.small_max) return copy_generic;
+    bool overlap = ranges_overlap(dst, src, n);
     if (n >= p.nt_min && p.nt && !overlap) return p.nt;
 #if defined(FASTCOPY_X86)
+    std::uintptr_t d = reinterpret_cast<std::uintptr_t>(dst), s = reinterpret_cast<std::uintptr_t>(src);
     int r = static_cast<int>(region);
     bool backward = d > s && overlap;
     if (n >= p.erms_min[r] && n < p.erms_max[r] && !backward && ((d - s) & 4095) >= kRepMovsbMinPageDistance)
@@ -354,12 +364,9 @@ CopyFn choose_kernel(void* dst, const void* src, std::size_t n, Region region) {
 
 void copy_bytes(void* dst, const void* src, std::size_t n, Region region) {
     CopyFn k = choose_kernel(dst, src, n, region);
-    if (n >= kParallelMinBytes && !g_policy.forced) {
-        std::uintptr_t d = reinterpret_cast<std::uintptr_t>(dst), s = reinterpret_cast<std::uintptr_t>(src);
-        if ((d > s ? d - s : s - d) >= n && pool::threads() > 1) {
-            pool::parallel_copy(dst, src, n, k);
-            return;
-        }
+    if (n >= kParallelMinBytes && !g_policy.forced && !ranges_overlap(dst, src, n) && pool::threads() > 1) {
+        pool::parallel_copy(dst, src, n, k);
+        return;
     }
     k(dst, src, n);
 }
@@ -368,9 +375,7 @@ void copy_bytes(void* dst, const void* src, std::size_t n, Region region) {
 // ran 9.0-10.0 GB/s with avx2_nt against 4.7-5.3 GB/s with rep movsb.
 void copy_bytes_piece(void* dst, const void* src, std::size_t n, std::size_t whole, Region region) {
     const Policy& p = g_policy;
-    std::uintptr_t d = reinterpret_cast<std::uintptr_t>(dst), s = reinterpret_cast<std::uintptr_t>(src);
-    bool overlap = (d > s ? d - s : s - d) < n;
-    if (!p.forced && p.nt && whole >= p.nt_min && n >= kLibcMaxBytes && !overlap) {
+    if (!p.forced && p.nt && whole >= p.nt_min && n >= kLibcMaxBytes && !ranges_overlap(dst, src, n)) {
         p.nt(dst, src, n);
         return;
     }
@@ -390,7 +395,7 @@ std::vector<PolicyRule> describe(const Policy& p) {
             continue;
         }
         std::size_t mid_end = p.nt ? p.nt_min : SIZE_MAX;
-        if (p.small_max > 0) rules.push_back({region, 0, p.small_max, kernel_name(p.small), p.small_reason});
+        if (p.small_max > 0) rules.push_back({region, 0, p.small_max, "generic", p.small_reason});
         if (mid_end > p.small_max) {
 #if defined(FASTCOPY_X86)
             if (p.erms_max[r] > p.erms_min[r]) {

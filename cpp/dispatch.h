@@ -57,6 +57,7 @@ std::vector<PolicyRule> policy_for(const CpuFacts& facts, const Overrides& o);
 std::vector<std::string> policy_notes();
 
 std::size_t nt_threshold();        // bytes from which non-temporal stores are used
+std::string nt_reason();           // why nt_threshold() is what it is, in words
 std::size_t parallel_threshold();  // bytes from which the pool is used
 std::string parallel_reason();     // the measurement behind parallel_threshold(), in words
 

@@ -30,19 +30,17 @@ def collect_info(brand: bool = True) -> Dict[str, Any]:
     cpu = dict(_core.cpu_facts())
     if brand:
         cpu["brand"] = _cpu_brand()
-    nt = _core.nt_threshold()
-    policy = _core.policy_table()
-    nt_reason = next((r["reason"] for r in policy if r["min_bytes"] == nt and nt is not None), "non-temporal stores not used here")
+    kernels = _core.kernel_table()
     return {
         "version": __version__,
         "cpu": cpu,
-        "kernels": _core.kernel_table(),
-        "usable_kernels": [k["name"] for k in _core.kernel_table() if k["supported"]],
-        "policy": policy,
+        "kernels": kernels,
+        "usable_kernels": [k["name"] for k in kernels if k["supported"]],
+        "policy": _core.policy_table(),
         "notes": list(_core.policy_notes()),
         "thresholds": {
-            "non_temporal_bytes": nt,
-            "non_temporal_reason": nt_reason,
+            "non_temporal_bytes": _core.nt_threshold(),
+            "non_temporal_reason": _core.nt_reason(),
             "parallel_bytes": _core.parallel_threshold(),
             "parallel_reason": _core.parallel_reason(),
         },
@@ -107,7 +105,8 @@ def format_info(data: Dict[str, Any]) -> str:
     t = data["thresholds"]
     th = data["threads"]
     lines += ["", "Large copies:",
-              f"  non-temporal stores from {human_size(t['non_temporal_bytes'])}",
+              (f"  non-temporal stores: never ({t['non_temporal_reason']})" if t["non_temporal_bytes"] is None
+               else f"  non-temporal stores from {human_size(t['non_temporal_bytes'])}: {t['non_temporal_reason']}"),
               f"  thread pool from {human_size(t['parallel_bytes'])} (copies without overlap): {t['parallel_reason']}",
               f"  threads: {th['reason']}"]
     lines += ["", "Overrides:"]
