@@ -24,6 +24,7 @@ def test_info_json():
     assert data["version"] == fastcopy.__version__
     assert data["usable_kernels"] == fastcopy.kernels()
     assert {"cpu", "kernels", "policy", "thresholds", "threads", "overrides"} <= set(data)
+    assert data["cpu"]["arch"] in ("x86_64", "aarch64", "unknown")
 
 
 def test_no_command_is_an_error():

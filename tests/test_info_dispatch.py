@@ -254,17 +254,7 @@ def test_set_threads_roundtrip():
             fastcopy.set_threads(-1)
     finally:
         fastcopy.set_threads(0)
-    assert fastcopy.get_threads() == fastcopy.info()["threads"]["default"] or before >= 1
-
-
-@needs_subprocess
-def test_cli_info_text_and_json():
-    r = subprocess.run([sys.executable, "-m", "fastcopy", "info"], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert "Kernels:" in r.stdout and "generic" in r.stdout
-    r = subprocess.run([sys.executable, "-m", "fastcopy", "info", "--json"], capture_output=True, text=True, timeout=120)
-    data = json.loads(r.stdout)
-    assert data["cpu"]["arch"] in ("x86_64", "aarch64", "unknown")
+    assert fastcopy.get_threads() == before  # set_threads(0) goes back to FASTCOPY_THREADS or the default
 
 
 # The same overrides in-process (re-reading the environment with _core.init_policy()), so they
