@@ -40,6 +40,7 @@ def cli(*args: str, env: Optional[dict] = None, timeout: float = 120) -> Result:
                 except SystemExit as e:
                     rc = e.code if isinstance(e.code, int) else 1
         finally:
+            fastcopy.set_threads(0)  # main() may have set --threads; subprocess runs would not leak it
             for k, v in old.items():
                 if v is None:
                     os.environ.pop(k, None)

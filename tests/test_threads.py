@@ -136,5 +136,5 @@ def test_shared_memory_close_during_copy_raises_buffer_error():
             if "buffer_error" in outcomes:
                 break
     finally:
-        fastcopy._core.init_policy()  # back to FASTCOPY_THREADS or the default
+        fastcopy.set_threads(0)  # back to FASTCOPY_THREADS or the default
     assert "buffer_error" in outcomes, outcomes
