@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "kernels/registry.h"
 #include "pool.h"
 
 namespace fastcopy {
@@ -73,26 +74,14 @@ std::string size_words(std::size_t n) {
     return std::to_string(n) + " " + units[u];
 }
 
+// The registry's kernels, each marked usable or not on this CPU.
 std::vector<KernelInfo> build_kernel_table(const CpuFacts& f) {
     std::vector<KernelInfo> t;
-    auto add = [&](const char* name, const char* desc, CopyFn fn, bool ok, const char* why) {
-        t.push_back(KernelInfo{name, desc, fn, ok, ok ? "" : why});
-    };
-    add("generic", "the C library's memmove (glibc picks its own routine per CPU)", copy_generic, true, "");
-#if defined(FASTCOPY_X86)
-    add("avx2", "AVX2 32-byte loads and stores; overlapping head/tail, aligned-store main loop",
-        copy_avx2, f.avx2, "CPU or OS lacks AVX2");
-    add("avx2_nt", "AVX2 with non-temporal (streaming) stores and sfence, for copies larger than the caches",
-        copy_avx2_nt, f.avx2, "CPU or OS lacks AVX2");
-    add("erms", "rep movsb (Enhanced REP MOVSB); forward copies, memmove for backward overlap",
-        copy_erms, true, "");
-#endif
-#if defined(FASTCOPY_ARM64)
-    add("neon", "ASIMD (NEON) 16-byte loads and stores, 64 bytes per iteration", copy_neon, true, "");
-    add("sve", "SVE vector-length-agnostic loop with a predicated tail", copy_sve, f.sve,
-        "CPU or kernel lacks SVE (HWCAP_SVE is 0)");
-#endif
-    (void)f;
+    unsigned have = cpu_features(f);
+    for (const KernelEntry& e : kernel_registry()) {
+        unsigned missing = e.needs & ~have;
+        t.push_back(KernelInfo{e.name, e.description, e.fn, missing == 0, missing_feature_words(missing)});
+    }
     return t;
 }
 
