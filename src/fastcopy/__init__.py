@@ -15,7 +15,7 @@ from . import _core
 
 __version__ = "0.1.0"
 
-__all__ = ["copy", "kernels", "kernel", "info", "set_threads", "get_threads", "shm", "__version__"]
+__all__ = ["copy", "kernels", "kernel", "info", "set_threads", "get_threads", "tune", "shm", "__version__"]
 
 try:
     _core.init_policy()
@@ -30,13 +30,16 @@ def kernels() -> List[str]:
     return [k["name"] for k in _core.kernel_table() if k["supported"]]
 
 
-def kernel(name: str) -> Callable[[Any, Any], None]:
+def kernel(name: str, threads: int = 1) -> Callable[[Any, Any], None]:
     """A callable ``f(dst, src)`` with the contract of :func:`copy` that always uses kernel ``name``.
 
-    For benchmarks and tests. Raises ValueError naming the valid kernels when ``name`` is not
-    usable on this CPU.
+    For benchmarks, tests and ``tune``. With ``threads`` > 1 every non-overlapping copy is split
+    over the thread pool on that many threads (the caller included; the pool cuts chunks of at
+    least 16 KiB, so small copies stay on the caller); 1, the default, never uses the pool.
+    Raises ValueError naming the valid kernels when ``name`` is not usable on this CPU, or when
+    ``threads`` is not 1 to 1024.
     """
-    return _core.kernel_callable(name)
+    return _core.kernel_callable(name, threads)
 
 
 def info() -> Dict[str, Any]:
@@ -61,6 +64,19 @@ def set_threads(n: int) -> None:
 def get_threads() -> int:
     """Threads a large copy uses now (the calling thread included)."""
     return _core.threads()
+
+
+def tune(*args: Any, **kwargs: Any) -> Dict[str, Any]:
+    """Measure this machine and write a dispatch profile (``python -m fastcopy tune``).
+
+    Keywords as ``fastcopy.measure.tune.tune``: ``quick``, ``output`` (a path; default the user
+    cache, see ``fastcopy.measure.tune.default_output``), ``grid``, ``progress``, ``write``.
+    Returns the profile as a dict (docs/profile-format.md). The measurement code is imported
+    only when this is called.
+    """
+    from .measure.tune import tune as _tune
+
+    return _tune(*args, **kwargs)
 
 
 def __getattr__(name: str) -> Any:
