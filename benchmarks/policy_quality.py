@@ -1,0 +1,115 @@
+"""How close fastcopy's automatic choice comes to the best kernel, size by size and offset by offset.
+
+For every point (size, (dst - src) mod 4096) it times ``fastcopy.copy`` (the automatic choice),
+every usable kernel forced (``fastcopy.kernel(name)``) and ``np.copyto``, all on the same hot
+buffers, interleaved in a new order each repeat, and prints
+
+    ratio = median GB/s of fastcopy.copy / the highest median GB/s of any single alternative
+
+per point, with the geometric mean and the minimum over all points. A ratio near 1 means the
+policy picked the best kernel there; the issue's targets (docs/benchmarks.md) are a geometric mean
+of at least 0.95 and every point at least 0.85 with the built-in profile, 0.97 and 0.90 after
+``python -m fastcopy tune``. The best of several noisy medians is biased upwards, so on a noisy
+machine the ratios come out a little low: compare runs made the same way.
+
+Run: python benchmarks/policy_quality.py [--points 24] [--repeats 5] [--min-time 0.002] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import sys
+from typing import Any, Dict, List
+
+import numpy as np
+
+import fastcopy
+from fastcopy.measure import engine
+from fastcopy.measure.units import human_size
+
+# 0: page-aligned; 1, 16, 31: the 4K-aliasing distances where rep movsb collapses on Zen 3;
+# 64 and 2064: far.
+OFFSETS = [0, 1, 16, 31, 64, 2064]
+MIN_SIZE, MAX_SIZE = 200, 700_000
+
+
+def log_sizes(points: int) -> List[int]:
+    """``points`` sizes spaced evenly in log scale from 200 B to 700 KB (mostly not powers of two)."""
+    step = (math.log(MAX_SIZE) - math.log(MIN_SIZE)) / (points - 1)
+    return sorted({int(round(MIN_SIZE * math.exp(i * step))) for i in range(points)})
+
+
+def measure_point(size: int, offset: int, variants: Dict[str, Any], repeats: int, min_time: float,
+                  rng: random.Random) -> Dict[str, float]:
+    bufs = engine.Buffers(size, [offset])
+    dst, src = bufs.dst[offset], bufs.src
+    timers = {name: engine.callable_variant(name, f, name).make(dst, src) for name, f in variants.items()}
+    for name, f in variants.items():  # every variant must copy right
+        dst.fill(0)
+        f(dst, src)
+        if not np.array_equal(dst, src):
+            raise SystemExit(f"{name} copied wrong bytes at {size} B, offset {offset}")
+    iterations = engine._calibrate(timers["np.copyto"], min_time)
+    samples = engine.time_interleaved(timers, iterations, repeats, rng)
+    return {name: size / statistics.median(s) / 1e9 for name, s in samples.items()}
+
+
+def main(argv: List[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--points", type=int, default=24, help="sizes between 200 B and 700 KB (default 24)")
+    ap.add_argument("--repeats", type=int, default=5, help="interleaved repeats per point (default 5)")
+    ap.add_argument("--min-time", type=float, default=0.002, dest="min_time",
+                    help="seconds per timed loop (default 0.002)")
+    ap.add_argument("--offsets", default=",".join(map(str, OFFSETS)), help="(dst - src) mod 4096 values")
+    ap.add_argument("--json", metavar="FILE", help="save every point as JSON")
+    args = ap.parse_args(argv)
+    offsets = [int(x) for x in args.offsets.split(",")]
+    variants: Dict[str, Any] = {"auto": fastcopy.copy, "np.copyto": np.copyto}
+    for name in fastcopy.kernels():
+        variants[name] = fastcopy.kernel(name)
+    info = fastcopy.info()
+    cpu = info["cpu"]
+    print(f"fastcopy {fastcopy.__version__} policy quality on {cpu.get('brand') or cpu.get('vendor')} family "
+          f"{cpu.get('family')} model {cpu.get('model')}, {os.cpu_count()} CPUs; hot caches; "
+          f"{args.repeats} interleaved repeats of >= {args.min_time * 1e3:g} ms loops, medians")
+    print("ratio = auto (fastcopy.copy) / best of: " + ", ".join(k for k in variants if k != "auto"))
+    print(f"{'size':>9} {'offset':>6} {'auto GB/s':>10} {'best':>10} {'best GB/s':>10} {'ratio':>7}  auto picks")
+    rng = random.Random(1)
+    rows = []
+    for size in log_sizes(args.points):
+        for off in offsets:
+            gbps = measure_point(size, off, variants, args.repeats, args.min_time, rng)
+            others = {k: v for k, v in gbps.items() if k != "auto"}
+            best = max(others, key=lambda k: others[k])
+            ratio = gbps["auto"] / others[best]
+            rows.append({"size": size, "offset": off, "gbps": gbps, "best": best, "ratio": ratio})
+            picks = _picked(size, off)
+            flag = "  <" if ratio < 0.85 else ""
+            print(f"{size:>9} {off:>6} {gbps['auto']:>10.2f} {best:>10} {others[best]:>10.2f} {ratio:>7.3f}  "
+                  f"{picks}{flag}", flush=True)
+    ratios = [r["ratio"] for r in rows]
+    geo = statistics.geometric_mean(ratios)
+    worst = min(rows, key=lambda r: r["ratio"])
+    print(f"\n{len(rows)} points: geometric mean {geo:.3f}, minimum {worst['ratio']:.3f} "
+          f"(at {human_size(worst['size'])} offset {worst['offset']}, best there {worst['best']})")
+    below = [r for r in rows if r["ratio"] < 0.85]
+    print(f"points below 0.85: {len(below)}; below 0.90: {sum(r['ratio'] < 0.90 for r in rows)}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"points": rows, "geomean": geo, "min": worst["ratio"], "policy": info["policy"],
+                       "repeats": args.repeats, "min_time": args.min_time}, f, indent=1)
+    return 0
+
+
+def _picked(size: int, offset: int) -> str:
+    """The kernel the policy picks for this size and offset (private region), without copying."""
+    base = 1 << 44
+    return str(fastcopy._core.chosen_kernel(base + (1 << 30) + offset, base, size))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
