@@ -151,7 +151,9 @@ class SizeMemory:
         self.dst_at = -(-size // PAGE) * PAGE + PAGE
         self.slot = self.dst_at + -(-size // PAGE) * PAGE + PAGE
         self.private = engine.aligned_buffer(self.slot * count)
-        self.private[:] = np.resize(np.arange(251, dtype=np.uint8), self.private.size)
+        self.private.fill(0x5A)  # faults the pages in (content does not change a copy's speed)
+        self.private[:min(self.private.size, 1 << 16)] = np.resize(np.arange(251, dtype=np.uint8),
+                                                                   min(self.private.size, 1 << 16))
         self.shm: Optional[engine.SharedBuffer] = None
         self.shared: Optional[np.ndarray] = None
         if shared:
@@ -203,9 +205,16 @@ def _timer(copy: Callable[[Any, Any], Any], pairs: List[Tuple[np.ndarray, np.nda
     return engine._rotating(copy)(pairs)
 
 
+# Kernels are checked on at most this many bytes (plus an odd tail): a full check of a 256 MiB
+# copy per kernel would cost more than its measurement; the test suite covers large copies.
+CHECK_MAX_BYTES = (4 << 20) + 77
+
+
 def _check(copy: Callable[[Any, Any], Any], pairs: List[Tuple[np.ndarray, np.ndarray]], backward: bool) -> bool:
     """Copies once and checks the bytes (a kernel that copies wrong is never chosen)."""
     d, s = pairs[0]
+    if d.size > CHECK_MAX_BYTES and not backward:
+        d, s = d[:CHECK_MAX_BYTES], s[:CHECK_MAX_BYTES]
     if backward:
         expect = np.array(s[-4096:], copy=True)
         copy(d, s)
@@ -227,7 +236,12 @@ def measure_cell(variants: Dict[str, Callable[[Any, Any], Any]], memory: SizeMem
     names = [k for k in variants if ok[k]]
     timers = {off: {k: _timer(variants[k], pairs) for k in names} for off, pairs in per_offset.items()}
     first = timers[offsets[0]][names[0]]
-    iterations = max(memory.count, engine._calibrate(first, min_time))
+    if memory.count > 1 or memory.size >= 4 << 20:
+        # large copies: one pass over the rotation warms up and times in one go
+        per_copy = first(memory.count) / memory.count
+        iterations = max(memory.count, math.ceil(min_time / max(per_copy, 1e-9)))
+    else:
+        iterations = engine._calibrate(first, min_time)
     samples: Dict[str, List[float]] = {k: [] for k in names}
     for r in range(repeats):
         got = engine.time_interleaved(timers[offsets[r % len(offsets)]], iterations, 1, rng)
@@ -490,9 +504,11 @@ def changed_runs(points: List[Dict[str, Any]]) -> List[Tuple[int, int]]:
 
 
 def validate_changes(m: Dict[str, Any], bands: Dict[str, Any], repeats: int, min_time: float,
-                     progress: Optional[engine.Progress] = None) -> List[Dict[str, Any]]:
-    """Times every changed band against the built-in kernel at sizes off the grid (hot sizes only:
-    below the L3) and reverts the band where the built-in kernel is as fast. Returns the report."""
+                     progress: Optional[engine.Progress] = None, cold_repeats: int = 3,
+                     cold_min_time: float = 0.004) -> List[Dict[str, Any]]:
+    """Times every changed band against the built-in kernel at sizes off the grid (two per band below
+    the L3, hot; one at and above it, cold) and reverts the band unless the new kernel wins there by
+    more than MIN_GAIN. Returns the report."""
     import fastcopy
 
     rng = random.Random(7)
@@ -504,14 +520,19 @@ def validate_changes(m: Dict[str, Any], bands: Dict[str, Any], repeats: int, min
                 lo = points[i]["size"]
                 hi = points[j + 1]["size"] if j + 1 < len(points) else None
                 new, old = points[i]["kernel"], points[i]["builtin"]
-                sizes = [s for s in validation_sizes(lo, hi) if s < m["l3"]]
+                top = m["sizes"][-1] + m["sizes"][-1] // 8  # memory: stay near the largest grid size
+                sizes = [s for s in validation_sizes(lo, hi if hi is not None else lo + lo // 8 + 2) if s <= top]
+                if lo >= m["l3"]:
+                    sizes = sizes[:1]  # cold sizes are slow to measure: one point per band
                 ratios = []
                 for s in sizes:
-                    mem = SizeMemory(s, 1, shared=region != "private")
+                    cold = s >= m["l3"]
+                    count = engine.cold_rotation_count(s, m["l3"]) if cold else 1
+                    mem = SizeMemory(s, count, shared=region != "private")
                     try:
-                        # the built-in kernel may differ inside the run; compare with the one at s
                         res = measure_cell({new: fastcopy.kernel(new), old: fastcopy.kernel(old)}, mem, region, cls,
-                                           repeats, min_time, rng)
+                                           cold_repeats if cold else repeats,
+                                           cold_min_time if cold else min_time, rng)
                     finally:
                         mem.close()
                     if new in res and old in res:
@@ -519,7 +540,8 @@ def validate_changes(m: Dict[str, Any], bands: Dict[str, Any], repeats: int, min
                     if progress is not None:
                         progress.step(f"validate {region} {cls} {human_size(s)}")
                 gain = statistics.geometric_mean([r for _, r in ratios]) if ratios else None
-                keep = gain is None or gain > 1.0
+                # the newcomer must win here too, by MIN_GAIN: noise alone rarely wins twice
+                keep = gain is None or gain > 1 + MIN_GAIN
                 if not keep:
                     for p in points[i:j + 1]:
                         p["kernel"], p["why"] = p["builtin"], (
@@ -732,7 +754,7 @@ def format_changes(report: List[Dict[str, Any]], nt: Dict[str, Any], parallel: D
     kept = [c for c in report if c["kept"]]
     for c in kept:
         v = (f", validated {c['validation_gain']:.2f}x off the grid" if c["validation_gain"] is not None
-             else ", not validated (cold sizes)")
+             else ", not validated (no size off the grid in the band)")
         lines.append(f"  {c['region']:<11} {c['class']:<13} {_range_words(c['from'], c['to']):<22} "
                      f"{c['builtin']} -> {c['new']}: {c['grid_gain']:.2f}x on the grid{v}")
     for c in report:
@@ -758,6 +780,20 @@ def format_changes(report: List[Dict[str, Any]], nt: Dict[str, Any], parallel: D
 
 # ----------------------------------------------------------------------------- entry points
 
+def busy_warning() -> Optional[str]:
+    """Words on other load when the 1-minute load average exceeds half the usable CPUs, else None:
+    then the pool and large copies measure contention, not the machine."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if load > cpus / 2:
+        return (f"load average {load:.1f} on {cpus} CPUs before measuring: other work shares the machine, "
+                "so thread-pool and large-copy figures reflect it; tune on an idle machine for a profile to keep")
+    return None
+
+
 def default_output() -> str:
     from .._profile import cache_path
 
@@ -773,18 +809,22 @@ def tune(quick: bool = False, output: Optional[str] = None, grid: Optional[Seque
     print the table and the changes against the built-in profile."""
     builtin = Builtin()
     sizes = sorted(set(grid)) if grid else size_grid(quick)
+    load = busy_warning()
+    if load and verbose:
+        print(f"warning: {load}", file=sys.stderr)
     cfg = SETTINGS["quick" if quick else "default"]
     bar = engine.Progress(cell_count(sizes) + 8, enabled=progress, delay=0.5)
     t0 = time.monotonic()
     try:
         m = measure(quick=quick, grid=sizes, repeats=repeats, min_time=min_time, progress=bar)
         bands = decide_bands(m, builtin)
-        report = validate_changes(m, bands, repeats or cfg["repeats"], min_time or cfg["min_time"], bar)
+        report = validate_changes(m, bands, repeats or cfg["repeats"], min_time or cfg["min_time"], bar,
+                                  cfg["cold_repeats"], cfg["cold_min_time"])
         parallel = decide_parallel(m, bands, builtin)
         nt = decide_nt(m, bands, parallel, builtin)
     finally:
         bar.close()
-    profile = build_profile(m, bands, nt, parallel, command)
+    profile = build_profile(m, bands, nt, parallel, command + (f"; {load}" if load else ""))
     validate_profile(profile)
     if verbose:
         print(format_profile(profile))
