@@ -21,7 +21,7 @@ profiles exists: "auto" is then the kernel that profile names for the point (for
 region, the profile's band for the size and address class), so the figure leaves out only the
 dispatch cost, which is the same for every kernel.
 
-Run: python benchmarks/policy_quality.py [--points 24] [--repeats 5] [--min-time 0.002] [--profile FILE]
+Run: python benchmarks/policy_quality.py [--points 24] [--repeats 15] [--min-time 0.0002] [--profile FILE]
      [--json FILE]
 """
 from __future__ import annotations
@@ -96,9 +96,11 @@ def profile_kernel(profile: Dict[str, Any], size: int, offset: int) -> str:
 def main(argv: List[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--points", type=int, default=24, help="sizes between 200 B and 700 KB (default 24)")
-    ap.add_argument("--repeats", type=int, default=5, help="interleaved repeats per point (default 5)")
-    ap.add_argument("--min-time", type=float, default=0.002, dest="min_time",
-                    help="seconds per timed loop (default 0.002)")
+    # Many short loops: a loop another process preempts runs 3-4x slower on a shared machine, and
+    # short loops are hit less often (see SETTINGS in fastcopy/measure/tune.py).
+    ap.add_argument("--repeats", type=int, default=15, help="interleaved repeats per point (default 15)")
+    ap.add_argument("--min-time", type=float, default=0.0002, dest="min_time",
+                    help="seconds per timed loop (default 0.0002)")
     ap.add_argument("--offsets", default=",".join(map(str, OFFSETS)), help="(dst - src) mod 4096 values")
     ap.add_argument("--json", metavar="FILE", help="save every point as JSON")
     ap.add_argument("--profile", metavar="FILE", help="evaluate this tuned profile (see above) instead of the policy")

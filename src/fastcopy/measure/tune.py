@@ -65,10 +65,14 @@ MAX_FILE_BYTES = 1 << 20
 NT_MIN_THRESHOLD = 4096
 PARALLEL_MIN_THRESHOLD = 65536
 
-# Loop length per sample (hot) and repeats; quick uses fewer.
+# Loop length per sample (hot) and repeats; quick uses fewer. Many short samples rather than a
+# few long ones: on the shared 2-vCPU Zen 3 VM a sample that another process preempts runs 3-4x
+# slower (bimodal: e.g. 49 or 12 GB/s for the same 57 KiB copy); with 2 ms loops about 4 samples in
+# 10 were hit and medians of 5 flipped, with 0.2 ms loops few are and medians of 11-15 agreed
+# within 1-5 % for the same kernel timed twice.
 SETTINGS = {
-    "default": {"repeats": 5, "min_time": 0.002, "cold_repeats": 3, "cold_min_time": 0.004},
-    "quick": {"repeats": 3, "min_time": 0.001, "cold_repeats": 3, "cold_min_time": 0.002},
+    "default": {"repeats": 11, "min_time": 0.0002, "cold_repeats": 5, "cold_min_time": 0.002},
+    "quick": {"repeats": 7, "min_time": 0.0002, "cold_repeats": 3, "cold_min_time": 0.001},
 }
 
 
@@ -854,7 +858,7 @@ def add_tune_parser(sub: Any) -> argparse.ArgumentParser:
                     "pool and non-temporal stores; writes the profile to the user cache (docs/benchmarks.md, "
                     "docs/profile-format.md). Hot caches below the L3 size, cold at and above it.")
     p.add_argument("--quick", action="store_true", help="a coarser grid (powers of two, 256 B to 64 MiB), "
-                                                        "3 repeats of 1 ms loops: under 20 s on 2 CPUs")
+                                                        "7 repeats (3 cold): under 20 s on 2 CPUs")
     p.add_argument("--output", metavar="FILE", help="write the profile here instead of the user cache")
     act = p.add_mutually_exclusive_group()
     act.add_argument("--show", action="store_true",
@@ -867,7 +871,7 @@ def add_tune_parser(sub: Any) -> argparse.ArgumentParser:
                         "and tests; the profile then holds decisions for these sizes only")
     p.add_argument("--repeats", type=typed(int_at_least(1)), metavar="N", help="interleaved repeats per cell")
     p.add_argument("--min-time", type=typed(positive_float), metavar="SECONDS", dest="min_time",
-                   help="shortest timed loop per sample for hot sizes (default 0.002; --quick 0.001)")
+                   help="shortest timed loop per sample for hot sizes (default 0.0002)")
     p.add_argument("--no-progress", action="store_false", dest="progress", default=None,
                    help="no progress bar (it is shown on a terminal only)")
     return p
