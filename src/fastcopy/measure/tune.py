@@ -233,7 +233,8 @@ def _check(copy: Callable[[Any, Any], Any], pairs: List[Tuple[np.ndarray, np.nda
 def measure_cell(variants: Dict[str, Callable[[Any, Any], Any]], memory: SizeMemory, region: str, cls: str,
                  repeats: int, min_time: float, rng: random.Random) -> Dict[str, Stat]:
     """Median throughput and spread of each variant for one (size, region, class): the variants
-    interleaved in a new order each repeat, each repeat at the class's next offset."""
+    interleaved in a new order each repeat, each repeat at the class's next offset; with several
+    offsets, the geometric mean of the per-offset medians."""
     offsets = CLASS_OFFSETS.get(cls, [0])
     per_offset = {off: memory.pairs(region, cls, off) for off in offsets}
     ok = {name: _check(f, per_offset[offsets[0]], cls == "backward") for name, f in variants.items()}
@@ -246,12 +247,21 @@ def measure_cell(variants: Dict[str, Callable[[Any, Any], Any]], memory: SizeMem
         iterations = max(memory.count, math.ceil(min_time / max(per_copy, 1e-9)))
     else:
         iterations = engine._calibrate(first, min_time)
-    samples: Dict[str, List[float]] = {k: [] for k in names}
-    for r in range(repeats):
-        got = engine.time_interleaved(timers[offsets[r % len(offsets)]], iterations, 1, rng)
+    samples: Dict[Tuple[str, int], List[float]] = {(k, off): [] for k in names for off in offsets}
+    for r in range(max(repeats, len(offsets))):
+        off = offsets[r % len(offsets)]
+        got = engine.time_interleaved(timers[off], iterations, 1, rng)
         for k, v in got.items():
-            samples[k].append(memory.size / v[0] / 1e9)
-    return {k: {"gbps": statistics.median(v), "spread": engine.spread(v)} for k, v in samples.items()}
+            samples[(k, off)].append(memory.size / v[0] / 1e9)
+    # Per offset a median; a class with several offsets scores the geometric mean of them (a kernel
+    # that collapses at one offset of the class must not hide in a median of mixed samples) and
+    # the largest of their spreads.
+    out: Dict[str, Stat] = {}
+    for k in names:
+        per = [samples[(k, off)] for off in offsets if samples[(k, off)]]
+        out[k] = {"gbps": statistics.geometric_mean([statistics.median(v) for v in per]),
+                  "spread": max(engine.spread(v) for v in per)}
+    return out
 
 
 # ----------------------------------------------------------------------------- the measurement
