@@ -123,7 +123,7 @@ def main(argv: List[str]) -> int:
     print(f"ratio = auto ({what}) / best of: " + ", ".join(k for k in variants if k != "auto"))
     print(f"{'size':>9} {'offset':>6} {'auto GB/s':>10} {'best':>10} {'best GB/s':>10} {'ratio':>7}  auto picks")
     rng = random.Random(1)
-    rows = []
+    rows: List[Dict[str, Any]] = []
     for size in log_sizes(args.points):
         for off in offsets:
             if profile is not None:

@@ -239,6 +239,14 @@ def test_tune_dry_run_writes_nothing(tmp_path, monkeypatch):
     assert "changes against the built-in profile" in r.stdout and not os.path.exists(cached)
 
 
+def test_fastcopy_tune_writes_and_returns_the_profile(tmp_path):
+    out = tmp_path / "p.json"
+    profile = fastcopy.tune(quick=True, grid=[4096], output=str(out), progress=False)
+    tune.validate_profile(profile)
+    assert json.loads(out.read_text()) == profile
+    assert "fastcopy.tune()" in profile["provenance"]["method"]
+
+
 def test_import_does_not_load_the_measurement_code():
     env = {k: v for k, v in os.environ.items() if not k.startswith("FASTCOPY_")}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC_DIR, os.environ.get("PYTHONPATH")) if p)

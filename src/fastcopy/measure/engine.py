@@ -92,7 +92,9 @@ class SharedBuffer:
 
         self._shm: Any = shared_memory.SharedMemory(create=True, size=max(nbytes, 1))
         self.name = self._shm.name
-        self.array: Optional[np.ndarray] = np.frombuffer(self._shm.buf, dtype=np.uint8, count=nbytes)
+        buf = self._shm.buf
+        assert buf is not None
+        self.array: Optional[np.ndarray] = np.frombuffer(buf, dtype=np.uint8, count=nbytes)
 
     def close(self) -> None:
         if self._shm is None:

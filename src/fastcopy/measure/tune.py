@@ -7,8 +7,9 @@ What is measured (docs/benchmarks.md, "Tuning"):
   each address class (``page_aligned``: (dst - src) mod 4096 = 0; ``near``: 16 and 31; ``far``:
   64 and 2064; ``backward``: overlapping with dst above src) and each region (``private``;
   ``to_shared`` and ``from_shared`` with the shared side in a real POSIX shared-memory mapping);
-- the streaming kernel and the thread pool (``fastcopy.kernel(name, threads=t)``, t = 2..N)
-  against one thread, page-aligned, from 256 KiB up.
+- the thread pool (``fastcopy.kernel(name, threads=t)``, t = 2, N/2 and N) against one thread,
+  private and page-aligned, from 256 KiB up; the streaming kernel, alone and on the pool, at the
+  cold sizes (page-aligned, every region).
 
 Cache modes: below the L3 size the same buffers are copied over and over (hot: what loops over
 small buffers see; the band kernels up to the L3 size are decided there); at and above the L3
@@ -93,7 +94,8 @@ def size_grid(quick: bool = False) -> List[int]:
 def validation_sizes(lo: int, hi: Optional[int], limit: int = 2) -> List[int]:
     """Sizes in [lo, hi) that are not on the grid: odd byte counts between grid points."""
     hi = hi if hi is not None else lo * 2
-    out, s = [], lo
+    out: List[int] = []
+    s = lo
     while len(out) < limit:
         v = int(s * 1.22) | 1  # between a grid point and the next midpoint, never a power of two
         if v >= hi:
@@ -278,7 +280,7 @@ def measure(quick: bool = False, grid: Optional[Sequence[int]] = None, repeats: 
     streaming = [k for k in fastcopy.kernels() if table[k].get("streaming")]
     l2, l3 = engine.cache_sizes()
     cfg = SETTINGS["quick" if quick else "default"]
-    reps = repeats or cfg["repeats"]
+    reps = repeats or int(cfg["repeats"])
     hot_time = min_time or cfg["min_time"]
     sizes = sorted(set(grid)) if grid else size_grid(quick)
     n_cpus = max(1, int(_core.default_threads()))
@@ -294,7 +296,7 @@ def measure(quick: bool = False, grid: Optional[Sequence[int]] = None, repeats: 
         cold = size >= l3
         cache_of[str(size)] = "cold" if cold else "hot"
         count = engine.cold_rotation_count(size, l3) if cold else 1
-        reps_here = cfg["cold_repeats"] if cold and not repeats else reps
+        reps_here = int(cfg["cold_repeats"]) if cold and not repeats else reps
         t_here = cfg["cold_min_time"] if cold else hot_time
         mem = SizeMemory(size, count, shared=True)
         try:
@@ -306,11 +308,11 @@ def measure(quick: bool = False, grid: Optional[Sequence[int]] = None, repeats: 
                     widen = cls == "page_aligned" and size >= PARALLEL_MIN_GRID and (
                         region == "private" or cold)
                     if widen:
-                        if cold or size * 2 >= l3:
+                        if cold:  # the non-temporal threshold is decided cold only
                             variants.update({k: kernels[k] for k in streaming})
                         if region == "private":
                             for (k, t), f in pooled.items():
-                                if k in plain or cold or size * 2 >= l3:
+                                if k in plain or cold:
                                     variants[f"{k}@{t}"] = f
                     res = measure_cell(variants, mem, region, cls, reps_here, t_here, rng)
                     cells[region][cls][str(size)] = {k: v for k, v in res.items() if k in plain}
@@ -832,8 +834,8 @@ def tune(quick: bool = False, output: Optional[str] = None, grid: Optional[Seque
     try:
         m = measure(quick=quick, grid=sizes, repeats=repeats, min_time=min_time, progress=bar)
         bands = decide_bands(m, builtin)
-        report = validate_changes(m, bands, repeats or cfg["repeats"], min_time or cfg["min_time"], bar,
-                                  cfg["cold_repeats"], cfg["cold_min_time"])
+        report = validate_changes(m, bands, repeats or int(cfg["repeats"]), min_time or cfg["min_time"], bar,
+                                  int(cfg["cold_repeats"]), cfg["cold_min_time"])
         parallel = decide_parallel(m, bands, builtin)
         nt = decide_nt(m, bands, parallel, builtin)
     finally:
