@@ -146,27 +146,48 @@ class Builtin:
 
 # ----------------------------------------------------------------------------- memory for one size
 
+def slot_bytes(size: int) -> int:
+    """Bytes of one SizeMemory slot for copies of ``size`` bytes."""
+    return 2 * (-(-size // PAGE) * PAGE + PAGE)
+
+
+class Arena:
+    """Private and POSIX shared memory of ``nbytes`` each, faulted in once and lent to every
+    SizeMemory of a run (re-mapping a gigabyte per large size cost more system time than the
+    copies measured there)."""
+
+    def __init__(self, nbytes: int, shared: bool = True):
+        self.private = engine.aligned_buffer(nbytes)
+        self.private.fill(0x5A)  # faults the pages in (content does not change a copy's speed)
+        head = min(nbytes, 1 << 16)
+        self.private[:head] = np.resize(np.arange(251, dtype=np.uint8), head)
+        self.shm: Optional[engine.SharedBuffer] = engine.SharedBuffer(nbytes) if shared else None
+        self.shared: Optional[np.ndarray] = self.shm.array if self.shm is not None else None
+        if self.shared is not None:
+            self.shared.fill(7)
+
+    def close(self) -> None:
+        self.shared = None
+        if self.shm is not None:
+            self.shm.close()
+
+
 class SizeMemory:
     """Buffers for copies of ``size`` bytes: ``count`` slots (cold rotations use several) in
-    private memory and in a POSIX shared-memory mapping. A slot holds a source at its start and a
-    destination one page-rounded size plus a page later, so every offset keeps its (dst - src)
-    mod 4096; backward copies run inside one slot (dst = src + shift)."""
+    private memory and in a POSIX shared-memory mapping (from ``arena``, else its own). A slot
+    holds a source at its start and a destination one page-rounded size plus a page later, so every
+    offset keeps its (dst - src) mod 4096; backward copies run inside one slot (dst = src + shift)."""
 
-    def __init__(self, size: int, count: int, shared: bool):
+    def __init__(self, size: int, count: int, shared: bool, arena: Optional[Arena] = None):
         self.size, self.count = size, count
         self.dst_at = -(-size // PAGE) * PAGE + PAGE
-        self.slot = self.dst_at + -(-size // PAGE) * PAGE + PAGE
-        self.private = engine.aligned_buffer(self.slot * count)
-        self.private.fill(0x5A)  # faults the pages in (content does not change a copy's speed)
-        self.private[:min(self.private.size, 1 << 16)] = np.resize(np.arange(251, dtype=np.uint8),
-                                                                   min(self.private.size, 1 << 16))
-        self.shm: Optional[engine.SharedBuffer] = None
-        self.shared: Optional[np.ndarray] = None
-        if shared:
-            self.shm = engine.SharedBuffer(self.slot * count)
-            self.shared = self.shm.array
-            assert self.shared is not None
-            self.shared[:] = 7  # fault the pages in
+        self.slot = slot_bytes(size)
+        need = self.slot * count
+        self._own: Optional[Arena] = None
+        if arena is None or arena.private.size < need or (shared and arena.shared is None):
+            arena = self._own = Arena(need, shared)
+        self.private = arena.private[:need]
+        self.shared: Optional[np.ndarray] = arena.shared[:need] if shared and arena.shared is not None else None
 
     def pairs(self, region: str, cls: str, offset: int) -> List[Tuple[np.ndarray, np.ndarray]]:
         n, out = self.size, []
@@ -187,8 +208,8 @@ class SizeMemory:
 
     def close(self) -> None:
         self.shared = None
-        if self.shm is not None:
-            self.shm.close()
+        if self._own is not None:
+            self._own.close()
 
 
 # ----------------------------------------------------------------------------- one cell
@@ -292,13 +313,31 @@ def measure(quick: bool = False, grid: Optional[Sequence[int]] = None, repeats: 
     cells: Dict[str, Dict[str, Dict[str, Dict[str, Stat]]]] = {r: {c: {} for c in CLASSES} for r in REGIONS}
     wide: Dict[str, Dict[str, Stat]] = {}  # private, page-aligned: streaming and pool variants
     cache_of: Dict[str, str] = {}
+    need = max(slot_bytes(s) * (engine.cold_rotation_count(s, l3) if s >= l3 else 1) for s in sizes)
+    arena = Arena(need)
+    try:
+        _measure_sizes(sizes, arena, l3, cfg, reps, hot_time, repeats, plain, streaming, kernels, pooled, cells,
+                       wide, cache_of, rng, progress)
+    finally:
+        arena.close()
+    return {"sizes": sizes, "cells": cells, "wide": wide, "cache": cache_of, "plain": plain,
+            "streaming": streaming, "threads": list(thread_counts), "l2": l2, "l3": l3,
+            "repeats": reps, "min_time": hot_time, "quick": quick}
+
+
+def _measure_sizes(sizes: Sequence[int], arena: Arena, l3: int, cfg: Dict[str, float], reps: int, hot_time: float,
+                   repeats: Optional[int], plain: List[str], streaming: List[str],
+                   kernels: Dict[str, Callable[[Any, Any], Any]],
+                   pooled: Dict[Tuple[str, int], Callable[[Any, Any], Any]], cells: Dict[str, Any],
+                   wide: Dict[str, Dict[str, Stat]], cache_of: Dict[str, str], rng: random.Random,
+                   progress: Optional[engine.Progress]) -> None:
     for size in sizes:
         cold = size >= l3
         cache_of[str(size)] = "cold" if cold else "hot"
         count = engine.cold_rotation_count(size, l3) if cold else 1
         reps_here = int(cfg["cold_repeats"]) if cold and not repeats else reps
         t_here = cfg["cold_min_time"] if cold else hot_time
-        mem = SizeMemory(size, count, shared=True)
+        mem = SizeMemory(size, count, shared=True, arena=arena)
         try:
             for region in REGIONS:
                 for cls in CLASSES:
@@ -324,9 +363,6 @@ def measure(quick: bool = False, grid: Optional[Sequence[int]] = None, repeats: 
                         progress.step(f"{human_size(size)} {region} {cls}")
         finally:
             mem.close()
-    return {"sizes": sizes, "cells": cells, "wide": wide, "cache": cache_of, "plain": plain,
-            "streaming": streaming, "threads": list(thread_counts), "l2": l2, "l3": l3,
-            "repeats": reps, "min_time": hot_time, "quick": quick}
 
 
 def cell_count(sizes: Sequence[int]) -> int:
@@ -496,6 +532,8 @@ def decide_nt(m: Dict[str, Any], bands: Dict[str, Any], parallel: Dict[str, Any]
             gains = [g for s, _, g in rows if s >= thr]
             why = (f"{nt_kernel} {min(gains):.2f}-{max(gains):.2f}x the band kernel cold from "
                    f"{human_size(max(thr, rows[0][0]))}")
+            if thr == builtin.nt_threshold:
+                why = f"built-in threshold kept (no loss beyond the spread): {why}"
         out[region] = {"threshold": thr, "kernel": nt_kernel if thr is not None else None, "why": why[:MAX_WHY],
                        "changed": thr != builtin.nt_threshold, "rows": rows}
     return out
@@ -598,7 +636,7 @@ def libc_words() -> str:
 
 
 def build_profile(m: Dict[str, Any], bands: Dict[str, Any], nt: Dict[str, Any], parallel: Dict[str, Any],
-                  command: str) -> Dict[str, Any]:
+                  command: str, note: Optional[str] = None) -> Dict[str, Any]:
     from .._profile import signature
 
     regions: Dict[str, Any] = {}
@@ -613,7 +651,8 @@ def build_profile(m: Dict[str, Any], bands: Dict[str, Any], nt: Dict[str, Any], 
     method = (f"{command}: hot caches below the {human_size(m['l3'])} L3 (L2 {human_size(m['l2'])}), cold at and "
               f"above it (rotation of >= {engine.COLD_L3_FACTOR}x L3); {m['repeats']} interleaved repeats of "
               f">= {m['min_time'] * 1e3:g} ms loops, medians; a band changes only beyond the measured spread; "
-              f"validated off the grid; sizes {human_size(m['sizes'][0])} to {human_size(m['sizes'][-1])}")
+              f"validated off the grid; sizes {human_size(m['sizes'][0])} to {human_size(m['sizes'][-1])}"
+              + (f"; {note}" if note else ""))
     return {
         "format": PROFILE_FORMAT,
         "version": PROFILE_VERSION,
@@ -840,7 +879,8 @@ def tune(quick: bool = False, output: Optional[str] = None, grid: Optional[Seque
         nt = decide_nt(m, bands, parallel, builtin)
     finally:
         bar.close()
-    profile = build_profile(m, bands, nt, parallel, command + (f"; {load}" if load else ""))
+    note = load.split(":")[0] + ": the pool and large copies measured other work too" if load else None
+    profile = build_profile(m, bands, nt, parallel, command, note)
     validate_profile(profile)
     if verbose:
         print(format_profile(profile))
