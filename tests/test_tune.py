@@ -149,6 +149,18 @@ def test_a_band_changes_only_beyond_the_spread():
     assert [(b["from"], b["kernel"]) for b in merged] == [(0, "generic"), (1024, "avx2"), (32768, "generic")]
 
 
+def test_a_gap_between_two_equal_changes_is_filled_only_by_the_fastest():
+    st = lambda g, sp=0.01: {"gbps": g, "spread": sp}  # noqa: E731
+    sizes = {256: (15, 10), 384: (10.5, 10), 512: (15, 10)}  # avx2, generic; 384 B: avx2 within the spread
+    m = _fake_measurements({s: {"avx2": st(a), "generic": st(g, 0.1)} for s, (a, g) in sizes.items()})
+    got = [p["kernel"] for p in tune.decide_bands(m, FakeBuiltin())["private"]["far"]]
+    assert got == ["avx2", "avx2", "avx2"]
+    sizes[384] = (9.8, 10)  # generic fastest at the gap: it stays
+    m = _fake_measurements({s: {"avx2": st(a), "generic": st(g, 0.1)} for s, (a, g) in sizes.items()})
+    got = [p["kernel"] for p in tune.decide_bands(m, FakeBuiltin())["private"]["far"]]
+    assert got == ["avx2", "generic", "avx2"]
+
+
 def test_thresholds_need_every_larger_size():
     assert tune._threshold_from([(1, False), (2, True), (3, True)]) == 2
     assert tune._threshold_from([(1, True), (2, False), (3, True)]) == 3

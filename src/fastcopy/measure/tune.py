@@ -414,8 +414,24 @@ def decide_bands(m: Dict[str, Any], builtin: Builtin) -> Dict[str, Dict[str, Lis
                                     f"built-in choice kept: {best} {r:.2f}x within the spread "
                                     f"({_pct(max(stats[best]['spread'], stats[inc]['spread']))})")
                 points.append(point)
+            _fill_gaps(points)
             out[region][cls] = points
     return out
+
+
+def _fill_gaps(points: List[Dict[str, Any]]) -> None:
+    """A single grid size between two sizes that changed to the same kernel takes that kernel too
+    when it was the fastest there as well (only within the spread): one band instead of three."""
+    for i in range(1, len(points) - 1):
+        before, here, after = points[i - 1], points[i], points[i + 1]
+        k = before["kernel"]
+        if k == after["kernel"] and k != here["kernel"] and k != before["builtin"] and k in here["stats"] \
+                and max(here["stats"], key=lambda n: here["stats"][n]["gbps"]) == k:
+            inc = here["stats"].get(here["kernel"])
+            here["gain"] = here["stats"][k]["gbps"] / inc["gbps"] if inc else 1.0
+            here["kernel"] = k
+            here["why"] = (f"{here['gain']:.2f}x {here['builtin']} at {human_size(here['size'])} (within the "
+                           f"spread), between two sizes where {k} won beyond it")
 
 
 def _bands_from_points(points: List[Dict[str, Any]], below: str) -> List[Dict[str, Any]]:
