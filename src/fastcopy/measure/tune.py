@@ -926,7 +926,7 @@ def add_tune_parser(sub: Any) -> argparse.ArgumentParser:
                     "pool and non-temporal stores; writes the profile to the user cache (docs/benchmarks.md, "
                     "docs/profile-format.md). Hot caches below the L3 size, cold at and above it.")
     p.add_argument("--quick", action="store_true", help="a coarser grid (powers of two, 256 B to 64 MiB), "
-                                                        "7 repeats (3 cold): under 20 s on 2 CPUs")
+                                                        "7 repeats (3 cold): about 10 s of CPU time on 2 CPUs")
     p.add_argument("--output", metavar="FILE", help="write the profile here instead of the user cache")
     act = p.add_mutually_exclusive_group()
     act.add_argument("--show", action="store_true",
