@@ -7,6 +7,7 @@
 
 #include "cpu.h"
 #include "dispatch.h"
+#include "kernels/registry.h"
 #include "pool.h"
 
 namespace py = pybind11;
@@ -64,6 +65,9 @@ py::list kernels_list() {
         d["description"] = k.description;
         d["supported"] = k.supported;
         d["why_not"] = k.why_not;
+        const KernelEntry* e = find_registry_entry(k.name);
+        d["streaming"] = e && e->streaming;  // non-temporal stores, for copies larger than the caches
+        d["twin"] = e && e->twin ? py::object(py::str(e->twin)) : py::object(py::none());
         out.append(d);
     }
     return out;
@@ -104,7 +108,7 @@ void bind_info(py::module_& m) {
         }
     }, "Re-read the FASTCOPY_* environment variables and rebuild the policy (ValueError on a bad value).");
     m.def("cpu_facts", &facts_dict, "The CPU facts detected at import, as a dict.");
-    m.def("kernel_table", &kernels_list, "Every kernel compiled in: name, description, supported, why_not.");
+    m.def("kernel_table", &kernels_list, "Every kernel compiled in: name, description, supported, why_not, streaming, twin.");
     m.def("policy_table", &policy_list, "The policy: size bands per region with the chosen kernel and the reason.");
     m.def("policy_notes", &policy_notes, "Decisions that are not size bands, in words.");
     m.def("overrides", &overrides_dict, "The FASTCOPY_* overrides in force (None when not set).");
