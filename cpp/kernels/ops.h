@@ -72,14 +72,29 @@ FASTCOPY_OP void up_to_width(u8* d, const u8* s, size_t n) {
     }
 }
 
-// 0 <= n <= 8W, any overlap.
+// 0 <= n <= 8W, any overlap. The classes are tested smallest first (the order of the
+// hand-written AVX2 kernel this replaced; GCC 12 lays the last class out as the fall-through).
 template <class V>
 FASTCOPY_OP void small(u8* d, const u8* s, size_t n) {
     constexpr size_t W = V::kWidth;
-    if (n <= W) up_to_width<V>(d, s, n);
-    else if (n <= 2 * W) head_tail<V, 1>(d, s, n);
-    else if (n <= 4 * W) head_tail<V, 2>(d, s, n);
-    else head_tail<V, 4>(d, s, n);
+    using H = typename V::Half;
+    if (n <= H::kWidth) {
+        up_to_width<H>(d, s, n);
+        return;
+    }
+    if (n <= W) {
+        head_tail<H, 1>(d, s, n);
+        return;
+    }
+    if (n <= 2 * W) {
+        head_tail<V, 1>(d, s, n);
+        return;
+    }
+    if (n <= 4 * W) {
+        head_tail<V, 2>(d, s, n);
+        return;
+    }
+    head_tail<V, 4>(d, s, n);
 }
 
 template <class V, size_t... I>
@@ -198,12 +213,17 @@ FASTCOPY_OP void stream_forward(u8* d, const u8* s, size_t n) {
 constexpr size_t kStreamMinBytes = 1024;
 
 // The streaming kernel: memmove semantics; small and overlapping copies (either direction)
-// take the cached path.
-template <class V>
+// go to `cached`, the file's cached kernel (memmove_cached<V>). A call, not the inlined
+// blocks: it compiles to a tail jump taken before the streaming loop's prologue, which kept
+// small copies as fast as through the cached kernel itself (inlining cost 5-30 % from 64 B
+// to 512 B on Zen 3: registers saved for the streaming loop on every call).
+template <class V, void (*cached)(void*, const void*, size_t)>
 FASTCOPY_OP void memmove_streaming(void* dst, const void* src, size_t n) {
     const std::uintptr_t diff = reinterpret_cast<std::uintptr_t>(dst) - reinterpret_cast<std::uintptr_t>(src);
-    if (n < kStreamMinBytes || diff < n || 0u - diff < n) {
-        memmove_cached<V>(dst, src, n);
+    // Laid out as the fall-through path: one streamed copy of >= 1 KiB never notices the
+    // taken branch, a 64 B copy through the fallback did (about 7 % on Zen 3).
+    if (__builtin_expect(n < kStreamMinBytes || diff < n || 0u - diff < n, 1)) {
+        cached(dst, src, n);
         return;
     }
     stream_forward<V>(static_cast<u8*>(dst), static_cast<const u8*>(src), n);

@@ -18,7 +18,7 @@ FASTCOPY_OPS_TARGET void copy_avx2(void* dst, const void* src, std::size_t n) {
 }
 
 FASTCOPY_OPS_TARGET void copy_avx2_nt(void* dst, const void* src, std::size_t n) {
-    ops::memmove_streaming<vec::Avx2>(dst, src, n);
+    ops::memmove_streaming<vec::Avx2, copy_avx2>(dst, src, n);
 }
 
 }  // namespace fastcopy

@@ -22,7 +22,7 @@ FASTCOPY_OPS_TARGET void copy_avx512(void* dst, const void* src, std::size_t n) 
 }
 
 FASTCOPY_OPS_TARGET void copy_avx512_nt(void* dst, const void* src, std::size_t n) {
-    ops::memmove_streaming<vec::Avx512>(dst, src, n);
+    ops::memmove_streaming<vec::Avx512, copy_avx512>(dst, src, n);
 }
 
 }  // namespace fastcopy

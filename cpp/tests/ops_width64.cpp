@@ -58,7 +58,7 @@ FASTCOPY_OPS_TARGET void copy_width64(void* dst, const void* src, std::size_t n)
 }
 
 FASTCOPY_OPS_TARGET void copy_width64_nt(void* dst, const void* src, std::size_t n) {
-    fastcopy::ops::memmove_streaming<Width64>(dst, src, n);
+    fastcopy::ops::memmove_streaming<Width64, copy_width64>(dst, src, n);
 }
 
 }  // namespace fastcopy_test
