@@ -74,6 +74,21 @@ def test_x86_facts_agree_with_proc_cpuinfo():
 
 
 @pytest.mark.skipif(not X86, reason="x86 only")
+def test_x86_vector_kernels_follow_the_flags():
+    # The registry's needs: avx2 kernels with AVX2, avx512 kernels with AVX-512 F+BW+VL (and
+    # AVX2); the flags already include the OS state check (XCR0), which /proc/cpuinfo mirrors.
+    flags = fastcopy.info()["cpu"]["flags"]
+    table = {k["name"]: k for k in _core.kernel_table()}
+    avx512 = flags["avx512f"] and flags["avx512bw"] and flags["avx512vl"] and flags["avx2"]
+    for name, usable in (("avx2", flags["avx2"]), ("avx2_nt", flags["avx2"]),
+                         ("avx512", avx512), ("avx512_nt", avx512)):
+        assert table[name]["supported"] == usable, name
+        assert (table[name]["why_not"] == "") == usable, name
+    if flags["avx2"] and not avx512:
+        assert "lacks AVX-512" in table["avx512"]["why_not"]
+
+
+@pytest.mark.skipif(not X86, reason="x86 only")
 def test_x86_flags_agree_with_py_cpuinfo():
     cpuinfo = pytest.importorskip("cpuinfo")
     flags = set(cpuinfo.get_cpu_info().get("flags", []))
