@@ -65,15 +65,9 @@ py::list kernels_list() {
         d["description"] = k.description;
         d["supported"] = k.supported;
         d["why_not"] = k.why_not;
-        // From the registry: tune needs to know which kernels stream (non-temporal stores)
-        // and each one's twin.
-        d["streaming"] = false;
-        d["twin"] = py::none();
-        for (const auto& e : kernel_registry()) {
-            if (k.name != e.name) continue;
-            d["streaming"] = e.streaming;
-            if (e.twin) d["twin"] = e.twin;
-        }
+        const KernelEntry* e = find_registry_entry(k.name);
+        d["streaming"] = e && e->streaming;  // non-temporal stores, for copies larger than the caches
+        d["twin"] = e && e->twin ? py::object(py::str(e->twin)) : py::object(py::none());
         out.append(d);
     }
     return out;

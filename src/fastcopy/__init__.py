@@ -26,7 +26,7 @@ copy = _core.copy
 
 
 def kernels() -> List[str]:
-    """Names of the kernels usable on this CPU, e.g. ``['generic', 'avx2', 'avx2_nt', 'erms']``."""
+    """Names of the kernels usable on this CPU, in the registry's order, e.g. ``['generic', 'avx2', 'avx2_nt', 'erms']``."""
     return [k["name"] for k in _core.kernel_table() if k["supported"]]
 
 
@@ -47,7 +47,8 @@ def info() -> Dict[str, Any]:
 
     Keys: ``version``; ``cpu`` (detected facts: arch, vendor, family/model, flags, cache
     sizes, SVE vector length, kernel version; ``brand`` from py-cpuinfo when installed);
-    ``kernels`` (every compiled kernel with description and whether it is supported);
+    ``kernels`` (every compiled kernel: name, description, supported, why_not, streaming,
+    twin);
     ``policy`` (for each region and size band: kernel and reason); ``notes``;
     ``thresholds`` (non-temporal and parallel, with reasons); ``threads``; ``overrides``.
     """
