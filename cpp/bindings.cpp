@@ -21,6 +21,7 @@
 #include <string>
 
 #include "dispatch.h"
+#include "gil.h"
 
 namespace py = pybind11;
 
@@ -547,6 +548,24 @@ CopyStatus copy_layouts(Layout& d, Layout& s, std::size_t total, const CopyCtx& 
     }
 }
 
+// copy_layouts() with the GIL released. Other threads run meanwhile, so both objects get a
+// reference of their own for the whole copy: numpy's ndarray.resize() (refcheck) and
+// similar checks then see the array in use and refuse, as they do for np.copyto, instead of
+// freeing the memory being copied (issue 13: a resize from another thread made the copy write
+// into freed memory). Buffer exports (non-ndarray operands) are held by their Operand.
+// Small copies keep the GIL, so nothing can change under them and they pay nothing here.
+CopyStatus copy_without_gil(PyObject* dst, PyObject* src, Layout& d, Layout& s, std::size_t total,
+                            const CopyCtx& cp, bool joint) {
+    Py_INCREF(dst);
+    Py_INCREF(src);
+    PyThreadState* ts = PyEval_SaveThread();
+    CopyStatus st = copy_layouts(d, s, total, cp, joint);
+    restore_thread_or_park(ts);  // parks at interpreter exit instead of unwinding (gil.h)
+    Py_DECREF(src);
+    Py_DECREF(dst);
+    return st;
+}
+
 bool same_dtype(PyArrayObject* a, PyArrayObject* b) {
     PyArray_Descr* da = PyArray_DESCR(a);
     PyArray_Descr* db = PyArray_DESCR(b);
@@ -606,9 +625,7 @@ PyObject* do_copy(const char* fn, PyObject* dst, PyObject* src, CopyFn forced, R
     CopyCtx cp{forced, region};
     CopyStatus st;
     if (d.nbytes >= kReleaseGilBytes) {
-        Py_BEGIN_ALLOW_THREADS
-        st = copy_layouts(dl, sl, d.nbytes, cp, joint);
-        Py_END_ALLOW_THREADS
+        st = copy_without_gil(dst, src, dl, sl, d.nbytes, cp, joint);
     } else {
         st = copy_layouts(dl, sl, d.nbytes, cp, joint);
     }
@@ -654,10 +671,7 @@ inline int try_fast(PyObject* dst, PyObject* src, CopyFn forced, Region region) 
     dl.nd = sl.nd = 1;
     dl.shape[0] = sl.shape[0] = static_cast<Py_ssize_t>(n);
     dl.strides[0] = sl.strides[0] = 1;
-    CopyStatus st;
-    Py_BEGIN_ALLOW_THREADS
-    st = copy_layouts(dl, sl, n, cp, true);
-    Py_END_ALLOW_THREADS
+    CopyStatus st = copy_without_gil(dst, src, dl, sl, n, cp, true);
     if (st != CopyStatus::Ok) {
         PyErr_SetString(PyExc_RuntimeError, "fastcopy.copy: the copy failed inside the native core");
         return -1;

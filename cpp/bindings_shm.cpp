@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "gil.h"
 #include "shm_sync.h"
 
 namespace py = pybind11;
@@ -57,7 +58,9 @@ std::string seconds_words(double t) {
 }
 
 void gil_release(void* ctx) { *static_cast<PyThreadState**>(ctx) = PyEval_SaveThread(); }
-void gil_acquire(void* ctx) { PyEval_RestoreThread(*static_cast<PyThreadState**>(ctx)); }
+// Parks the thread at interpreter exit instead of unwinding it through the ring's C++ frames
+// and destructors (gil.h): a daemon thread blocked in a channel call used to abort the exit.
+void gil_acquire(void* ctx) { restore_thread_or_park(*static_cast<PyThreadState**>(ctx)); }
 int check_signals(void*) { return PyErr_CheckSignals() != 0; }
 
 struct DtypeEntry {
@@ -362,11 +365,9 @@ void bind_shm(py::module_& m) {
         py::buffer_info bi;
         std::uint8_t* p = word_ptr(b, off, 4, true, bi);
         double t = timeout_arg(timeout, "futex_wait");
-        int r;
-        {
-            py::gil_scoped_release nogil;
-            r = shm::futex_wait(p, expected, t);
-        }
+        PyThreadState* ts = PyEval_SaveThread();  // the buffer stays exported by `bi` meanwhile
+        int r = shm::futex_wait(p, expected, t);
+        restore_thread_or_park(ts);
         return r == 0;  // False: timed out or interrupted
     }, "FUTEX_WAIT (shared) on a 32-bit word while it equals expected; False on timeout.");
     m.def("shm_futex_wake", [](py::buffer b, std::size_t off, int n) {

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <limits>
 #include <linux/futex.h>
+#include <mutex>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -17,6 +18,7 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#include <vector>
 
 namespace fastcopy {
 namespace shm {
@@ -24,10 +26,37 @@ namespace shm {
 namespace {
 
 std::atomic<std::uint64_t> g_fork_gen{1};
-void on_fork_child() { g_fork_gen.fetch_add(1, std::memory_order_relaxed); }
+
+// Roles held by Ring objects of this process, per segment (device and inode of the file).
+// The header records one pid per role, which cannot tell two Channel objects of one process
+// apart: without this list a second producer object in the same process was accepted, and
+// two threads sending through two objects overwrote each other's messages while both sends
+// returned normally (issue 13). Held during a claim, so two objects cannot both claim.
+struct RoleClaim {
+    std::uint64_t dev, ino;
+    Role role;
+    const Ring* owner;
+    std::uint64_t generation;  // fork generation of the claim; older entries are a parent's
+};
+std::mutex g_claims_mutex;
+std::vector<RoleClaim> g_claims;
+
+void on_fork_prepare() { g_claims_mutex.lock(); }
+void on_fork_parent() { g_claims_mutex.unlock(); }
+void on_fork_child() {
+    g_fork_gen.fetch_add(1, std::memory_order_relaxed);
+    g_claims_mutex.unlock();
+}
 struct AtForkRegistrar {
-    AtForkRegistrar() { pthread_atfork(nullptr, nullptr, on_fork_child); }
+    AtForkRegistrar() { pthread_atfork(on_fork_prepare, on_fork_parent, on_fork_child); }
 } g_atfork_registrar;
+
+void forget_claims_of(const Ring* ring) {
+    std::lock_guard<std::mutex> lock(g_claims_mutex);
+    g_claims.erase(std::remove_if(g_claims.begin(), g_claims.end(),
+                                  [&](const RoleClaim& c) { return c.owner == ring; }),
+                   g_claims.end());
+}
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -220,6 +249,8 @@ Ring* Ring::create(const std::string& name, std::size_t capacity) {
         throw ShmOsError(e, "cannot create shared memory segment '" + name + "': " + std::strerror(e));
     }
     std::size_t total = kHeaderBytes + capacity;
+    struct stat st {};
+    ::fstat(fd, &st);
     if (::ftruncate(fd, static_cast<off_t>(total)) != 0) {
         int e = errno;
         ::close(fd);
@@ -249,6 +280,8 @@ Ring* Ring::create(const std::string& name, std::size_t capacity) {
     r->map_bytes_ = total;
     r->cap_ = capacity;
     r->creator_ = true;
+    r->dev_ = static_cast<std::uint64_t>(st.st_dev);
+    r->ino_ = static_cast<std::uint64_t>(st.st_ino);
     // The file is zero-filled by ftruncate; the magic goes last, with release.
     store_release_u32(r->word(kOffVersion), kVersion);
     store_release_u32(r->word(kOffHeaderBytes), static_cast<std::uint32_t>(kHeaderBytes));
@@ -277,6 +310,16 @@ Ring* Ring::attach(const std::string& name) {
         throw ShmCorrupted("shared memory segment '" + name + "' has " + std::to_string(size) +
                            " bytes, which is not the size of a fastcopy channel");
     }
+    // Make sure every page of the segment exists. A file that was truncated to its size but
+    // never allocated (a creator that skipped posix_fallocate, or a crafted file) on a tmpfs
+    // without room for it would otherwise map fine and kill this process with SIGBUS at the
+    // first write into a page tmpfs cannot supply. Pages that exist are left as they are.
+    int fe = ::posix_fallocate(fd, 0, static_cast<off_t>(size));
+    if (fe != 0 && fe != EOPNOTSUPP && fe != EINVAL) {
+        ::close(fd);
+        throw ShmOsError(fe, "cannot allocate the " + std::to_string(size) + " bytes of shared memory segment '" +
+                                 name + "' (is /dev/shm full or too small?): " + std::strerror(fe));
+    }
     void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | populate_flag(size), fd, 0);
     int e = errno;
     ::close(fd);
@@ -302,6 +345,8 @@ Ring* Ring::attach(const std::string& name) {
     r->base_ = b;
     r->map_bytes_ = size;
     r->cap_ = cap;
+    r->dev_ = static_cast<std::uint64_t>(st.st_dev);
+    r->ino_ = static_cast<std::uint64_t>(st.st_ino);
     return r;
 }
 
@@ -329,6 +374,7 @@ void Ring::close() {
             futex_wake(word(kOffSpaceFutex), 1 << 30);
         }
     }
+    forget_claims_of(this);
     ::munmap(base_, map_bytes_);
     base_ = nullptr;
 }
@@ -372,9 +418,16 @@ void Ring::claim(Role want) {
     std::size_t closed_off = want == Role::Producer ? kOffProdClosed : kOffConsClosed;
     std::size_t start_off = want == Role::Producer ? kOffProdStart : kOffConsStart;
     std::uint32_t me = static_cast<std::uint32_t>(::getpid());
+    std::lock_guard<std::mutex> lock(g_claims_mutex);
+    for (const RoleClaim& c : g_claims) {
+        if (c.dev == dev_ && c.ino == ino_ && c.role == want && c.generation == gen && c.owner != this)
+            throw ShmError(std::string("channel '") + name_ + "' already has a " + what + " (" + pid_words(me) +
+                           ", another Channel object of this process); a Channel has one producer and one "
+                           "consumer");
+    }
     for (int attempt = 0;; ++attempt) {
         std::uint32_t cur = load_acquire_u32(word(pid_off));
-        if (cur == me) break;
+        if (cur == me) break;  // this process holds the role, and no other object of it does
         bool take = cur == 0 || load_acquire_u32(word(closed_off)) != 0;
         if (!take) {
             if (!process_alive(cur, load_acquire_u64(word(start_off))))
@@ -402,6 +455,10 @@ void Ring::claim(Role want) {
     seq_ = load_acquire_u64(word(want == Role::Producer ? kOffProdSeq : kOffConsSeq));
     peeked_ = false;
     role_ = want;
+    g_claims.erase(std::remove_if(g_claims.begin(), g_claims.end(),
+                                  [&](const RoleClaim& c) { return c.owner == this || c.generation != gen; }),
+                   g_claims.end());
+    g_claims.push_back(RoleClaim{dev_, ino_, want, this, gen});
 }
 
 void Ring::check_header() {

@@ -181,6 +181,7 @@ private:
     std::size_t map_bytes_ = 0;
     std::size_t cap_ = 0;
     bool creator_ = false;
+    std::uint64_t dev_ = 0, ino_ = 0;     // identity of the segment's file (role claims per process)
     bool unlinked_ = false;
     Role role_ = Role::None;
     std::uint64_t claim_generation_ = 0;  // fork generation when the role was claimed
