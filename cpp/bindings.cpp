@@ -732,8 +732,16 @@ PyObject* py_copy(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* 
 PyObject* py_copy_region(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
     PyObject* a[3];
     if (!parse_args("copy_region", args, nargs, kwnames, 3, a)) return nullptr;
+    if (!PyLong_Check(a[2]) || PyBool_Check(a[2])) {
+        PyErr_Format(PyExc_TypeError, "fastcopy.copy_region: region must be an int (0, 1 or 2), got %s",
+                     type_name(a[2]));
+        return nullptr;
+    }
     long r = PyLong_AsLong(a[2]);
-    if (r == -1 && PyErr_Occurred()) return nullptr;
+    if (r == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        r = -1;  // far out of range: reported below
+    }
     if (r < 0 || r > 2) {
         PyErr_Format(PyExc_ValueError,
                      "fastcopy.copy_region: region must be 0 (private), 1 (to shared) or 2 (from shared), got %ld", r);

@@ -44,9 +44,21 @@ Support& support() {
     throw py::error_already_set();
 }
 
+// timeout=None (wait for ever) or a real number of seconds (int, float, numpy scalars: anything
+// with __float__ except bool and str). Wrong types raise TypeError naming the argument.
 double timeout_arg(const py::object& timeout, const char* what) {
     if (timeout.is_none()) return -1.0;
-    double t = timeout.cast<double>();
+    PyObject* o = timeout.ptr();
+    if (PyBool_Check(o) || PyUnicode_Check(o) || PyBytes_Check(o) ||
+        !(PyFloat_Check(o) || PyLong_Check(o) || (Py_TYPE(o)->tp_as_number && Py_TYPE(o)->tp_as_number->nb_float)))
+        raise(PyExc_TypeError, std::string(what) + ": timeout must be None or a number of seconds, got " +
+                                   Py_TYPE(o)->tp_name);
+    double t = PyFloat_AsDouble(o);
+    if (t == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        raise(PyExc_TypeError, std::string(what) + ": timeout must be None or a number of seconds, got " +
+                                   Py_TYPE(o)->tp_name);
+    }
     if (std::isnan(t) || t < 0) raise(PyExc_ValueError, std::string(what) + ": timeout must be None or >= 0");
     return t;
 }
@@ -139,6 +151,10 @@ public:
 
     py::object recv(const py::object& out, const py::object& timeout) {
         double t = timeout_arg(timeout, "recv");
+        // Check the type of `out` before waiting (its size can only be checked against a message).
+        if (!out.is_none() && !PyObject_CheckBuffer(out.ptr()))
+            raise(PyExc_TypeError, std::string("recv: out must be None, a numpy array or a writable C-contiguous "
+                                               "buffer, got ") + Py_TYPE(out.ptr())->tp_name);
         PyThreadState* ts = nullptr;
         Ring::GilHooks hooks{gil_release, gil_acquire, &ts, check_signals};
         MsgInfo info;

@@ -89,17 +89,24 @@ constexpr std::size_t kReleaseGilBytes = 256 * 1024;
 constexpr std::size_t kPipelineBytes = 512 * 1024;
 constexpr std::size_t kPublishChunk = 256 * 1024;
 
+// The GIL around a wait or a copy. `borrowed`: the caller already released it (in the middle
+// of a message); the wait may take it briefly to run signal handlers and leaves it released.
 struct Gil {
     const Ring::GilHooks& h;
     bool released = false;
-    explicit Gil(const Ring::GilHooks& hooks) : h(hooks) {}
+    bool borrowed = false;
+    explicit Gil(const Ring::GilHooks& hooks, bool already_released = false)
+        : h(hooks), released(already_released && hooks.release), borrowed(already_released && hooks.release) {}
     void release() {
         if (!released && h.release) { h.release(h.ctx); released = true; }
     }
     void acquire() {
         if (released) { h.acquire(h.ctx); released = false; }
     }
-    ~Gil() { acquire(); }
+    ~Gil() {
+        if (borrowed) release();
+        else acquire();
+    }
 };
 
 std::string pid_words(std::uint32_t pid) { return "pid " + std::to_string(pid); }
@@ -286,6 +293,9 @@ Ring* Ring::create(const std::string& name, std::size_t capacity) {
     store_release_u32(r->word(kOffVersion), kVersion);
     store_release_u32(r->word(kOffHeaderBytes), static_cast<std::uint32_t>(kHeaderBytes));
     store_release_u64(r->word(kOffCapacity), capacity);
+    std::uint32_t me = static_cast<std::uint32_t>(::getpid());
+    store_release_u32(r->word(kOffCreatorPid), me);
+    store_release_u64(r->word(kOffCreatorStart), process_start_time(me));
     store_release_u64(r->word(kOffMagic), kMagic);
     return r;
 }
@@ -531,7 +541,37 @@ void Ring::copy_out(std::uint64_t pos, void* dst, std::size_t n, std::size_t who
     if (n > first) copy_bytes_piece(d + first, data(), n - first, whole, Region::FromShared);
 }
 
-int Ring::wait(WaitFor what, std::uint64_t need, double deadline, const GilHooks& hooks, double spin_s) {
+// Gives up the message in transfer: this end is broken, and the header says so, so the peer
+// gets a ChannelError naming the cause instead of waiting for the rest or reading a torn
+// message as corrupt.
+void Ring::abandon_message(const std::string& why) {
+    broken_ = why;
+    broken_corrupt_ = false;
+    std::uint32_t code = role_ == Role::Producer ? kAbandonedByProducer : kAbandonedByConsumer;
+    std::uint32_t none = 0;  // the first end to give up names the cause
+    __atomic_compare_exchange_n(reinterpret_cast<std::uint32_t*>(word(kOffAbandoned)), &none, code, false,
+                                __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    fetch_add_u32(word(kOffDataFutex), 1);
+    fetch_add_u32(word(kOffSpaceFutex), 1);
+    futex_wake(word(kOffDataFutex), 1 << 30);
+    futex_wake(word(kOffSpaceFutex), 1 << 30);
+}
+
+void Ring::check_abandoned() {
+    std::uint32_t code = load_acquire_u32(word(kOffAbandoned));
+    if (code == 0) return;
+    broken_ = code == kAbandonedByProducer
+                  ? "the producer gave up a message half-sent (interrupted, timed out or failed); the channel is "
+                    "unusable, create a new one"
+                  : "the consumer gave up a message half-received (interrupted, timed out or failed); the channel "
+                    "is unusable, create a new one";
+    broken_corrupt_ = false;
+    throw ShmError(broken_);
+}
+
+int Ring::wait(WaitFor what, std::uint64_t need, double deadline, const GilHooks& hooks, double spin_s,
+               bool gil_released) {
     auto ready = [&]() -> bool {
         if (what == kData) return read_head_checked() - tail_ >= need;
         return cap_ - (head_ - read_tail_checked()) >= need;
@@ -566,7 +606,7 @@ int Ring::wait(WaitFor what, std::uint64_t need, double deadline, const GilHooks
     std::size_t peer_start_off = data_wait ? kOffProdStart : kOffConsStart;
     std::size_t peer_closed_off = data_wait ? kOffProdClosed : kOffConsClosed;
     const char* peer = data_wait ? "producer" : "consumer";
-    Gil gil(hooks);
+    Gil gil(hooks, gil_released);
     gil.release();
     struct FlagReset {
         void* f;
@@ -579,6 +619,7 @@ int Ring::wait(WaitFor what, std::uint64_t need, double deadline, const GilHooks
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
         check_header();
         if (ready()) return 0;
+        check_abandoned();
         if (load_acquire_u32(word(peer_closed_off)) != 0) {
             if (ready()) return 0;
             throw ShmClosed(std::string("the ") + peer + " closed the channel" +
@@ -612,6 +653,7 @@ bool Ring::send(void* hdr, std::size_t hdr_len, const void* payload, std::size_t
     BusyGuard busy(*this);
     claim(Role::Producer);
     check_header();
+    check_abandoned();
     if (load_acquire_u32(word(kOffConsClosed)) != 0)
         throw ShmClosed("the consumer closed the channel; the message would never be read");
     if (hdr_len % kAlign != 0 || hdr_len == 0 || hdr_len > cap_ / 4)
@@ -679,15 +721,17 @@ bool Ring::send(void* hdr, std::size_t hdr_len, const void* payload, std::size_t
             if (cap_ - (head_ - tail_) < want) {
                 int r;
                 try {
-                    r = wait(kSpace, want, deadline, GilHooks{nullptr, nullptr, nullptr, nullptr},
-                             written ? kSpinMidMessage : kSpinStart);
+                    r = wait(kSpace, want, deadline, hooks, written ? kSpinMidMessage : kSpinStart, gil.released);
+                } catch (const ShmInterrupted&) {
+                    if (written) abandon_message("a send was interrupted (a signal handler raised) in the middle of a message");
+                    throw;
                 } catch (const ShmError& e) {
-                    if (written) broken_ = std::string("a send failed in the middle of a message: ") + e.what();
+                    if (written) abandon_message(std::string("a send failed in the middle of a message: ") + e.what());
                     throw;
                 }
                 if (r != 0) {
                     if (written == 0) return false;
-                    broken_ = "a send timed out in the middle of a message larger than the ring";
+                    abandon_message("a send timed out in the middle of a message larger than the ring");
                     throw ShmTimeout("send timed out in the middle of a message larger than the ring "
                                      "(the channel is now unusable)");
                 }
@@ -781,13 +825,16 @@ void Ring::consume(const MsgInfo& info, void* dst, double timeout_s, const GilHo
                 gil.release();
                 int r;
                 try {
-                    r = wait(kData, 1, deadline, GilHooks{nullptr, nullptr, nullptr, nullptr}, kSpinMidMessage);
+                    r = wait(kData, 1, deadline, hooks, kSpinMidMessage, gil.released);
+                } catch (const ShmInterrupted&) {
+                    abandon_message("a recv was interrupted (a signal handler raised) in the middle of a message");
+                    throw;
                 } catch (const ShmError& e) {
-                    broken_ = std::string("a recv failed in the middle of a message: ") + e.what();
+                    abandon_message(std::string("a recv failed in the middle of a message: ") + e.what());
                     throw;
                 }
                 if (r != 0) {
-                    broken_ = "a recv timed out in the middle of a message";
+                    abandon_message("a recv timed out in the middle of a message");
                     throw ShmTimeout("recv timed out in the middle of a message (the channel is now unusable)");
                 }
             }

@@ -84,7 +84,14 @@ enum Off : std::size_t {
     kOffHead = 512, kOffTail = 640,
     kOffDataFutex = 768, kOffConsWaiting = 896,
     kOffSpaceFutex = 1024, kOffProdWaiting = 1152,
+    // Nonzero once an end gave up a message in the middle (kAbandonedBy*): the channel is
+    // unusable and the peer says why. Written by either end, only ever from 0.
+    kOffAbandoned = 1280,
+    // The process that created the segment (pid, start time): `python -m fastcopy shm --clean`
+    // removes segments whose creator is gone. Zero in segments made before this field.
+    kOffCreatorPid = 1408, kOffCreatorStart = 1416,
 };
+constexpr std::uint32_t kAbandonedByProducer = 1, kAbandonedByConsumer = 2;
 
 struct MsgHeader {          // 32 bytes, at a 64-byte aligned ring position
     std::uint32_t magic;    // kMsgMagic
@@ -173,7 +180,12 @@ private:
     void publish_tail(std::uint64_t t);
     // Waits until pred() or deadline; returns 0 ready, 1 timeout; throws on peer death.
     enum WaitFor { kData, kSpace };
-    int wait(WaitFor what, std::uint64_t need, double deadline, const GilHooks& gil, double spin_s);
+    // gil_released: the caller released the GIL already (mid-message); the wait may take it
+    // briefly to run signal handlers and leaves it released.
+    int wait(WaitFor what, std::uint64_t need, double deadline, const GilHooks& gil, double spin_s,
+             bool gil_released = false);
+    void abandon_message(const std::string& why);
+    void check_abandoned();  // ShmError when an end gave up a message half-way
     [[noreturn]] void broken(const std::string& why);
 
     std::string name_;

@@ -362,3 +362,150 @@ def test_two_producer_threads_lose_nothing():
         else:       # or the second started after the first had closed: one after the other
             first = got[0][0]
             assert got == [(first, i) for i in range(count)] + [(1 - first, i) for i in range(count)]
+
+
+# ---- Ctrl-C in the middle of a large message while the peer is stopped -------------------------
+# The parent sends (or receives) an 8 MiB message through a 1 MiB ring while the child at the
+# other end is stopped (SIGSTOP) with part of the message in transfer. SIGINT must end the
+# parent's call with KeyboardInterrupt within a wait slice (50 ms; the bound below is loose
+# for a loaded machine) instead of when the peer resumes (3 s here); the resumed child must
+# get a ChannelError saying the message was given up, not ChannelCorrupted.
+CTRL_C = r"""
+import os, signal, subprocess, sys, threading, time
+import numpy as np
+from fastcopy.shm import Channel
+
+role, name = sys.argv[1], sys.argv[2]
+ch = Channel.create(name, capacity=1 << 20)
+child_code = '''
+import sys, numpy as np
+from fastcopy.shm import Channel, ChannelError
+ch = Channel.attach(sys.argv[2])
+print("ready", flush=True)
+try:
+    if sys.argv[1] == "send":   # the parent sends: the child receives
+        ch.recv(timeout=20)
+    else:
+        ch.send(np.zeros(8 << 20, np.uint8), timeout=20)
+    print("child-result completed")
+except ChannelError as e:
+    print("child-result", type(e).__name__, e)
+'''
+child = subprocess.Popen([sys.executable, "-c", child_code, role, name], stdout=subprocess.PIPE, text=True)
+assert child.stdout.readline().strip() == "ready"
+if role == "send":
+    time.sleep(0.3)                        # the child is waiting in recv
+    os.kill(child.pid, signal.SIGSTOP)
+else:
+    while ch.pending_bytes < (1 << 20) - 4096:   # the child filled the ring and waits mid-message
+        time.sleep(0.01)
+    os.kill(child.pid, signal.SIGSTOP)
+sent_at = []
+
+def interrupt():
+    time.sleep(0.3)
+    sent_at.append(time.monotonic())
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(3.0)
+    os.kill(child.pid, signal.SIGCONT)
+
+threading.Thread(target=interrupt, daemon=True).start()
+try:
+    if role == "send":
+        ch.send(np.ones(8 << 20, np.uint8), timeout=20)
+    else:
+        ch.recv(timeout=20)
+    print("parent-result completed")
+except KeyboardInterrupt:
+    print("parent-result interrupted after %.3f s" % (time.monotonic() - sent_at[0]))
+time.sleep(3.5)
+os.kill(child.pid, signal.SIGCONT)
+print(child.stdout.read().strip())
+child.wait(timeout=30)
+try:
+    ch.send(b"x") if role == "send" else ch.recv(timeout=0)
+except Exception as e:
+    print("after", type(e).__name__, e)
+ch.close(); ch.unlink()
+"""
+
+
+@subprocess_only
+@pytest.mark.parametrize("role", ["send", "recv"])
+def test_ctrl_c_in_the_middle_of_a_message_with_the_peer_stopped(tmp_path, role):
+    proc = run_script(tmp_path, CTRL_C, role, f"{PREFIX}ctrlc-{role}", timeout=90)
+    assert proc.returncode == 0, explain(proc)
+    lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
+    parent = lines["parent-result"]
+    assert parent.startswith("interrupted after"), explain(proc)
+    assert float(parent.split()[2]) < 1.5, explain(proc)  # 3.0 s (the peer's resume) before the fix
+    child = lines["child-result"]
+    assert child.startswith("ChannelError") and "gave up a message" in child, explain(proc)
+    after = lines["after"]
+    assert after.startswith("ChannelError") and "interrupted" in after, explain(proc)
+    assert shm_names() == set()
+
+
+# ---- wrong argument types: TypeError naming the argument ---------------------------------------
+def _channel_pair():
+    ch = shm.Channel.create(f"{PREFIX}types-{time.monotonic_ns()}", capacity=1 << 16)
+    return ch, shm.Channel.attach(ch.name)
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda tx, rx: rx.recv(timeout="1"), "recv: timeout must be None or a number of seconds, got str"),
+    (lambda tx, rx: rx.recv(timeout=[1]), "recv: timeout must be None or a number of seconds, got list"),
+    (lambda tx, rx: rx.recv(timeout=True), "recv: timeout must be None or a number of seconds, got bool"),
+    (lambda tx, rx: rx.peek(timeout=b"1"), "peek: timeout must be None or a number of seconds, got bytes"),
+    (lambda tx, rx: tx.send(b"x", timeout="1"), "send: timeout must be None or a number of seconds, got str"),
+    (lambda tx, rx: tx.send("text"), "send: expected a numpy array or a C-contiguous buffer, got str"),
+    (lambda tx, rx: tx.send(None), "send: expected a numpy array or a C-contiguous buffer, got NoneType"),
+    (lambda tx, rx: rx.recv(out=5), "recv: out must be None, a numpy array or a writable C-contiguous buffer, got int"),
+    (lambda tx, rx: shm.Channel.create(5), "Channel.create: name must be a str, got int"),
+    (lambda tx, rx: shm.Channel.create(capacity="65536"), "Channel.create: capacity must be an int number of bytes, got str"),
+    (lambda tx, rx: shm.Channel.create(capacity=1e6), "Channel.create: capacity must be an int number of bytes, got float"),
+    (lambda tx, rx: shm.Channel.create(capacity=None), "Channel.create: capacity must be an int number of bytes, got NoneType"),
+    (lambda tx, rx: shm.Channel.attach(5), "Channel.attach: name must be a str, got int"),
+    (lambda tx, rx: shm.Channel.attach(b"x"), "Channel.attach: name must be a str, got bytes"),
+    (lambda tx, rx: fastcopy.kernel(3), "fastcopy.kernel: name must be a str"),
+    (lambda tx, rx: fastcopy.set_threads("2"), "fastcopy.set_threads: n must be an int"),
+    (lambda tx, rx: fastcopy.set_threads(2.5), "fastcopy.set_threads: n must be an int"),
+    (lambda tx, rx: fastcopy.set_threads(None), "fastcopy.set_threads: n must be an int"),
+    (lambda tx, rx: fastcopy.set_threads(True), "fastcopy.set_threads: n must be an int"),
+    (lambda tx, rx: fastcopy._core.copy_region(bytearray(2), b"ab", "1"), "copy_region: region must be an int"),
+    (lambda tx, rx: fastcopy.copy(None, b"x"), "fastcopy.copy: dst must be an object exporting the buffer protocol"),
+    (lambda tx, rx: fastcopy.copy(bytearray(1), "x"), "fastcopy.copy: src must be an object exporting the buffer protocol"),
+])
+def test_wrong_argument_types_raise_type_error_naming_the_argument(call, words):
+    tx, rx = _channel_pair()
+    threads = fastcopy.get_threads()
+    try:
+        with pytest.raises(TypeError) as info:
+            call(tx, rx)
+        assert words in str(info.value)
+        assert not tx.closed and not rx.closed and tx.pending_bytes == 0  # nothing happened
+    finally:
+        fastcopy.set_threads(0 if threads == fastcopy._core.default_threads() else threads)
+        tx.close(); rx.close(); tx.unlink()
+
+
+def test_numeric_timeouts_of_any_real_type_are_accepted():
+    tx, rx = _channel_pair()
+    try:
+        for timeout in (0, 0.0, np.float32(0.001), np.int64(0)):
+            assert rx.peek(timeout=timeout) is None
+        tx.send(np.arange(3), timeout=np.float64(1.0))
+        assert (rx.recv(timeout=np.int32(1)) == np.arange(3)).all()
+    finally:
+        tx.close(); rx.close(); tx.unlink()
+
+
+@subprocess_only
+@pytest.mark.parametrize("key, value", [(b"FASTCOPY_KERNEL", b"avx2\xff"), (b"FASTCOPY_NT_THRESHOLD", b"\xfe1M")])
+def test_non_utf8_environment_value_names_the_variable(key, value):
+    env = {k.encode(): v.encode() for k, v in child_env().items() if not k.startswith("FASTCOPY_")}
+    env[key] = value
+    proc = subprocess.run([sys.executable, "-c", "import fastcopy"], capture_output=True, env=env, timeout=60)
+    assert proc.returncode == 1
+    err = proc.stderr.decode(errors="replace")
+    assert "ImportError" in err and key.decode() in err and "not valid UTF-8" in err, err

@@ -146,6 +146,12 @@ def _unlink_created_at_exit() -> None:
     _created.clear()
 
 
+def _name_arg(method: str, name: Any) -> str:
+    if not isinstance(name, str):
+        raise TypeError(f"Channel.{method}: name must be a str, got {type(name).__name__}")
+    return name
+
+
 def _default_name() -> str:
     return f"fastcopy-{os.getpid()}-{secrets.token_hex(6)}"
 
@@ -189,8 +195,10 @@ class Channel(_core.ShmRing):
         """
         if name is None:
             name = _default_name()
-        name = name.lstrip("/")
-        ch = cls(name, int(capacity), True)
+        name = _name_arg("create", name).lstrip("/")
+        if isinstance(capacity, bool) or not hasattr(type(capacity), "__index__"):
+            raise TypeError(f"Channel.create: capacity must be an int number of bytes, got {type(capacity).__name__}")
+        ch = cls(name, capacity.__index__(), True)
         ch._created_here = True
         _created[name] = os.getpid()
         return ch
@@ -202,7 +210,7 @@ class Channel(_core.ShmRing):
         Raises ``FileNotFoundError`` if there is none, :class:`ChannelCorrupted` if the
         segment is not a valid channel.
         """
-        return cls(name.lstrip("/"), 0, False)
+        return cls(_name_arg("attach", name).lstrip("/"), 0, False)
 
     def unlink(self) -> bool:  # type: ignore[override]
         """Removes ``/dev/shm/<name>``; processes that have it open keep working.
