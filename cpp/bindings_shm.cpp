@@ -357,6 +357,7 @@ void bind_shm(py::module_& m) {
     m.def("_shm_set_spin", &shm::set_spin, py::arg("start_s"), py::arg("mid_message_s"),
           "Tuning: seconds a wait spins before it sleeps (per process).");
     m.def("shm_unlink", [](const std::string& name) {
+        shm::keep_on_fatal_signal(name);
         std::string path = "/" + name;
         return ::shm_unlink(path.c_str()) == 0;
     });

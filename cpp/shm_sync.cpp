@@ -226,6 +226,89 @@ bool process_alive(std::uint32_t pid, std::uint64_t start_time) {
     return true;
 }
 
+// ---- names to remove when SIGTERM or SIGHUP ends the creator -----------------------------
+// atexit handlers do not run when a signal's default action ends the process, so a creator
+// terminated by SIGTERM (e.g. multiprocessing.Pool.terminate(), `kill`, a service manager) or
+// SIGHUP (its terminal closed) while blocked in a channel call left its /dev/shm names behind.
+// While this process has created channels it has not unlinked, SIGTERM and SIGHUP (only when
+// their action is the default, i.e. nobody installed a handler) get a handler that unlinks
+// those names with unlink(2) (async-signal-safe) and then re-raises the signal with the
+// default action, so the process still ends as the signal says. A handler installed later
+// (signal.signal) replaces it. SIGKILL cannot be caught: `python -m fastcopy shm --clean`.
+namespace {
+constexpr int kCleanupSlots = 256;
+constexpr std::size_t kCleanupPathBytes = 224;  // "/dev/shm/" + a name of up to 200 characters
+struct CleanupSlot {
+    std::atomic<int> state{0};  // 0 free, 1 being written, 2 ready
+    pid_t pid = 0;              // the creator: a forked child does not remove its parent's names
+    char path[kCleanupPathBytes] = {};
+};
+CleanupSlot g_cleanup[kCleanupSlots];
+std::atomic<bool> g_cleanup_handlers_installed{false};
+std::mutex g_cleanup_install_mutex;
+constexpr int kCleanupSignals[] = {SIGTERM, SIGHUP};
+
+extern "C" void unlink_created_then_die(int sig) {
+    int saved = errno;
+    pid_t me = ::getpid();
+    for (auto& slot : g_cleanup)
+        if (slot.state.load(std::memory_order_acquire) == 2 && slot.pid == me) ::unlink(slot.path);
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    ::sigaction(sig, &dfl, nullptr);
+    errno = saved;
+    ::raise(sig);  // pending until this handler returns, then the default action ends the process
+}
+
+void install_cleanup_handlers() {
+    if (g_cleanup_handlers_installed.load(std::memory_order_acquire)) return;
+    std::lock_guard<std::mutex> lock(g_cleanup_install_mutex);
+    if (g_cleanup_handlers_installed.load(std::memory_order_relaxed)) return;
+    for (int sig : kCleanupSignals) {
+        struct sigaction old {};
+        if (::sigaction(sig, nullptr, &old) != 0) continue;
+        if ((old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL) continue;  // someone else's choice
+        struct sigaction sa {};
+        sa.sa_handler = unlink_created_then_die;
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = SA_RESTART;
+        ::sigaction(sig, &sa, nullptr);
+    }
+    g_cleanup_handlers_installed.store(true, std::memory_order_release);
+}
+}  // namespace
+
+void remove_on_fatal_signal(const std::string& name) {
+    std::string path = "/dev/shm/" + name;
+    if (path.size() >= kCleanupPathBytes) return;
+    install_cleanup_handlers();
+    pid_t me = ::getpid();
+    for (auto& slot : g_cleanup) {
+        int expected = 0;
+        if (!slot.state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) continue;
+        slot.pid = me;
+        std::memcpy(slot.path, path.c_str(), path.size() + 1);
+        slot.state.store(2, std::memory_order_release);
+        return;
+    }
+    // All slots in use: this name is then only removed by unlink(), atexit or --clean.
+}
+
+void keep_on_fatal_signal(const std::string& name) {
+    std::string path = "/dev/shm/" + name;
+    pid_t me = ::getpid();
+    for (auto& slot : g_cleanup) {
+        int ready = 2;
+        if (slot.pid != me || std::strcmp(slot.path, path.c_str()) != 0) continue;
+        if (slot.state.compare_exchange_strong(ready, 1, std::memory_order_acq_rel)) {
+            slot.path[0] = '\0';
+            slot.pid = 0;
+            slot.state.store(0, std::memory_order_release);
+        }
+    }
+}
+
 // ---- segment ----------------------------------------------------------------------------
 namespace {
 std::string shm_path(const std::string& name) { return "/" + name; }
@@ -287,6 +370,7 @@ Ring* Ring::create(const std::string& name, std::size_t capacity) {
     r->map_bytes_ = total;
     r->cap_ = capacity;
     r->creator_ = true;
+    remove_on_fatal_signal(name);
     r->dev_ = static_cast<std::uint64_t>(st.st_dev);
     r->ino_ = static_cast<std::uint64_t>(st.st_ino);
     // The file is zero-filled by ftruncate; the magic goes last, with release.
@@ -392,6 +476,7 @@ void Ring::close() {
 bool Ring::unlink() {
     if (unlinked_) return false;
     unlinked_ = true;
+    keep_on_fatal_signal(name_);
     if (::shm_unlink(shm_path(name_).c_str()) != 0) {
         int e = errno;
         if (e == ENOENT) return false;

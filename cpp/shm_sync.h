@@ -213,6 +213,10 @@ private:
 };
 
 std::uint64_t fork_generation();
+// Names this process created: removed from /dev/shm if SIGTERM or SIGHUP (default action) ends
+// it; keep_on_fatal_signal() forgets one (it was unlinked).
+void remove_on_fatal_signal(const std::string& name);
+void keep_on_fatal_signal(const std::string& name);
 // How long waits spin before sleeping: the most an adaptive wait at the start of a message
 // spins (0: never), and the fixed spin in the middle of a streamed message.
 void set_spin(double start_s, double mid_message_s);

@@ -509,3 +509,86 @@ def test_non_utf8_environment_value_names_the_variable(key, value):
     assert proc.returncode == 1
     err = proc.stderr.decode(errors="replace")
     assert "ImportError" in err and key.decode() in err and "not valid UTF-8" in err, err
+
+
+# ---- names left in /dev/shm ---------------------------------------------------------------------
+LEAK = r"""
+import multiprocessing as mp, os, signal, sys, time
+from fastcopy.shm import Channel
+
+case, prefix = sys.argv[1], sys.argv[2]
+
+def make(tag):
+    ch = Channel.create(f"{prefix}{tag}-{os.getpid()}", capacity=1 << 16)   # never unlinked
+    return ch.name
+
+if __name__ == "__main__":
+    if case in ("fork", "forkserver", "spawn"):
+        p = mp.get_context(case).Process(target=make, args=(case,))
+        p.start(); p.join()
+        print("exitcode", p.exitcode)
+    elif case == "pool-close":
+        with mp.get_context("fork").Pool(2) as pool:
+            print(pool.map(make, ["pool-a", "pool-b"]))
+            pool.close(); pool.join()
+    elif case == "pool-terminate":   # Pool.__exit__ terminates its workers with SIGTERM
+        with mp.get_context("fork").Pool(2) as pool:
+            print(pool.map(make, ["poolt-a", "poolt-b"]))
+    elif case in ("SIGTERM", "SIGHUP", "SIGKILL"):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            ch = Channel.create(f"{prefix}{case}-{os.getpid()}", capacity=1 << 16)
+            os.write(w, b"x")
+            ch.recv()                       # blocked until the signal ends this process
+            os._exit(3)
+        os.close(w)
+        os.read(r, 1)
+        time.sleep(0.2)
+        os.kill(pid, getattr(signal, case))
+        _, status = os.waitpid(pid, 0)
+        print("signal", os.WTERMSIG(status) if os.WIFSIGNALED(status) else -1)
+"""
+
+
+@subprocess_only
+@pytest.mark.parametrize("case", ["fork", "forkserver", "spawn", "pool-close", "pool-terminate", "SIGTERM", "SIGHUP"])
+def test_channels_of_ending_creators_are_unlinked(tmp_path, case):
+    prefix = f"{PREFIX}leak-"
+    proc = run_script(tmp_path, LEAK, case, prefix, timeout=120)
+    assert proc.returncode == 0, explain(proc)
+    if case.startswith("SIG"):  # the process still ends by the signal
+        assert f"signal {int(getattr(signal, case))}" in proc.stdout, explain(proc)
+    left = shm_names(prefix)
+    for name in left:
+        os.unlink("/dev/shm/" + name)
+    assert left == set(), explain(proc)
+
+
+@subprocess_only
+def test_shm_cli_lists_and_cleans_only_stale_segments(tmp_path):
+    prefix = f"{PREFIX}leak-"
+    proc = run_script(tmp_path, LEAK, "SIGKILL", prefix, timeout=60)
+    assert proc.returncode == 0 and "signal 9" in proc.stdout, explain(proc)
+    stale = shm_names(prefix)
+    assert len(stale) == 1          # SIGKILL cannot be caught: the name stays
+    live = shm.Channel.create(f"{PREFIX}live", capacity=1 << 16)
+    try:
+        cli = [sys.executable, "-m", "fastcopy", "shm"]
+        listing = subprocess.run(cli + ["--list"], capture_output=True, text=True, env=child_env(), timeout=60)
+        assert listing.returncode == 0, listing.stderr
+        rows = {line.split()[0]: line for line in listing.stdout.splitlines()[1:]}
+        (stale_name,) = stale
+        assert rows[stale_name].endswith("stale") and "(gone)" in rows[stale_name]
+        assert rows[live.name].endswith("in use") and f"{os.getpid()} (alive)" in rows[live.name]
+        cleaned = subprocess.run(cli + ["--clean"], capture_output=True, text=True, env=child_env(), timeout=60)
+        assert cleaned.returncode == 0, cleaned.stderr
+        assert f"removed /dev/shm/{stale_name}" in cleaned.stdout
+        assert shm_names(prefix) == set()
+        assert os.path.exists("/dev/shm/" + live.name)   # a running creator's segment stays
+    finally:
+        for name in shm_names(prefix):
+            os.unlink("/dev/shm/" + name)
+        live.close()
+        live.unlink()
