@@ -592,3 +592,336 @@ def test_shm_cli_lists_and_cleans_only_stale_segments(tmp_path):
             os.unlink("/dev/shm/" + name)
         live.close()
         live.unlink()
+
+
+# ---- the "Failure modes" tables of docs/shm.md and docs/usage.md, row by row -------------------
+def failure_table(doc: str):
+    """{fault: what the caller gets} from the '## Failure modes' table of docs/<doc>."""
+    text = (ROOT / "docs" / doc).read_text()
+    section = text.split("## Failure modes", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and line.startswith("|") and cells[0] not in ("fault", "---"):
+            rows[cells[0]] = cells[1]
+    return rows
+
+
+def _pair(capacity=1 << 16):
+    tx = shm.Channel.create(f"{PREFIX}fm-{time.monotonic_ns()}", capacity=capacity)
+    return tx, shm.Channel.attach(tx.name)
+
+
+def _close(*chans):
+    for ch in chans:
+        ch.close()
+    chans[0].unlink()
+
+
+def _raises(fn):
+    try:
+        fn()
+    except BaseException as e:  # noqa: BLE001 - the type is the outcome
+        return type(e).__name__
+    return "nothing"
+
+
+PEER_KILLED = r"""
+import os, signal, subprocess, sys, time
+import numpy as np
+from fastcopy.shm import Channel, PeerDied
+ch = Channel.create(sys.argv[1], capacity=1 << 16)
+code = "import sys, time, numpy as np; from fastcopy.shm import Channel; c = Channel.attach(sys.argv[1]); " \
+       "c.send(np.arange(3)); print('sent', flush=True); time.sleep(60)"
+child = subprocess.Popen([sys.executable, "-c", code, ch.name], stdout=subprocess.PIPE, text=True)
+assert child.stdout.readline().strip() == "sent"
+child.kill(); child.wait()
+first = ch.recv(timeout=5)
+t0 = time.monotonic()
+try:
+    ch.recv()
+except PeerDied:
+    print("PeerDied", first.tolist(), "%.3f" % (time.monotonic() - t0))
+ch.close(); ch.unlink()
+"""
+
+CTRL_C_BETWEEN = r"""
+import os, signal, sys, threading, time
+import numpy as np
+from fastcopy.shm import Channel
+ch = Channel.create(sys.argv[1], capacity=1 << 16); rx = Channel.attach(ch.name)
+threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+try:
+    rx.recv()
+except KeyboardInterrupt:
+    ch.send(np.arange(4))
+    print("KeyboardInterrupt", "usable" if (rx.recv(timeout=1) == np.arange(4)).all() else "broken")
+ch.close(); rx.close(); ch.unlink()
+"""
+
+
+def _shm_free_total():
+    st = os.statvfs("/dev/shm")
+    return st.f_blocks * st.f_frsize
+
+
+def shm_scenarios(tmp_path):
+    def peer_killed():
+        proc = run_script(tmp_path, PEER_KILLED, f"{PREFIX}fm-kill")
+        out = proc.stdout.split()
+        assert out[:4] == ["PeerDied", "[0,", "1,", "2]"] and float(out[4]) < 2.0, explain(proc)
+        return "PeerDied"
+
+    def peer_closed():
+        tx, rx = _pair()
+        tx.send(np.arange(2))
+        tx.close()
+        assert (rx.recv(timeout=1) == np.arange(2)).all()
+        outcome = _raises(lambda: rx.recv(timeout=1))
+        _close(rx, tx)
+        return outcome
+
+    def timeout_fits():
+        tx, rx = _pair()
+        tx.send(np.zeros(40000, np.uint8))
+        outcome = _raises(lambda: tx.send(np.zeros(40000, np.uint8), timeout=0.05))
+        assert rx.recv(timeout=1).nbytes == 40000 and rx.peek(timeout=0) is None  # nothing half sent
+        tx.send(np.ones(3), timeout=1)
+        assert (rx.recv(timeout=1) == 1).all()
+        _close(tx, rx)
+        return outcome + " usable"
+
+    def timeout_mid_message():
+        tx, rx = _pair()
+        rx.peek(timeout=0)  # rx is the consumer
+        outcome = _raises(lambda: tx.send(np.zeros(1 << 20, np.uint8), timeout=0.2))
+        later = {_raises(lambda: tx.send(b"x")), _raises(lambda: rx.recv(timeout=1))}
+        _close(tx, rx)
+        assert later == {"ChannelError"}, later
+        return outcome + " ChannelError"
+
+    def ctrl_c_between():
+        proc = run_script(tmp_path, CTRL_C_BETWEEN, f"{PREFIX}fm-int")
+        assert proc.stdout.split() == ["KeyboardInterrupt", "usable"], explain(proc)
+        return "KeyboardInterrupt usable"
+
+    def ctrl_c_mid_message():
+        proc = run_script(tmp_path, CTRL_C, "send", f"{PREFIX}fm-intmid", timeout=90)
+        assert "parent-result interrupted" in proc.stdout and "child-result ChannelError" in proc.stdout, explain(proc)
+        return "KeyboardInterrupt ChannelError"
+
+    def second_producer():
+        tx, rx = _pair()
+        other = shm.Channel.attach(tx.name)
+        tx.send(b"a")
+        outcome = _raises(lambda: other.send(b"b"))
+        tx.send(b"c")
+        assert [bytes(rx.recv(timeout=1)) for _ in range(2)] == [b"a", b"c"]
+        other.close()
+        _close(tx, rx)
+        return outcome
+
+    def two_threads():
+        import threading
+
+        tx, rx = _pair()
+        t = threading.Thread(target=lambda: _raises(lambda: rx.recv(timeout=1)))
+        t.start()
+        time.sleep(0.2)
+        outcome = _raises(lambda: rx.recv(timeout=0))
+        t.join()
+        _close(tx, rx)
+        return outcome
+
+    def garbage_header():
+        tx, rx = _pair()
+        with open("/dev/shm/" + tx.name, "r+b") as f:
+            f.write(os.urandom(64))
+        outcome = _raises(lambda: tx.send(b"x"))
+        _close(tx, rx)
+        return outcome
+
+    def wrong_out():
+        tx, rx = _pair()
+        tx.send(np.arange(5.0))
+        outcome = _raises(lambda: rx.recv(out=np.empty(4), timeout=1))
+        stays = (rx.recv(out=np.empty(5), timeout=1) == np.arange(5.0)).all()
+        _close(tx, rx)
+        return outcome + (" stays" if stays else "")
+
+    def wrong_type():
+        tx, rx = _pair()
+        outcome = _raises(lambda: rx.recv(timeout="1"))
+        _close(tx, rx)
+        return outcome
+
+    def after_close():
+        tx, rx = _pair()
+        tx.close()
+        outcome = _raises(lambda: tx.send(b"x"))
+        _close(tx, rx)
+        return outcome
+
+    def create_no_room():
+        cap = _shm_free_total() + (64 << 20)  # more than the whole /dev/shm: refused at once
+        name = f"{PREFIX}fm-big"
+        try:
+            shm.Channel.create(name, capacity=cap)
+        except OSError as e:
+            assert e.errno == 28 and not os.path.exists("/dev/shm/" + name)
+            return "OSError (ENOSPC) nothing is left behind"
+        return "created"
+
+    def attach_no_pages():
+        import struct
+
+        cap = _shm_free_total() + (64 << 20)
+        name = f"{PREFIX}fm-sparse"
+        with open("/dev/shm/" + name, "wb") as f:
+            header = bytearray(4096)
+            struct.pack_into("<QIIQ", header, 0, 0x31484353504F4346, 1, 4096, cap)
+            f.write(header)
+            f.truncate(4096 + cap)  # sparse: no page of the ring exists, and they cannot
+        try:
+            shm.Channel.attach(name)
+        except OSError as e:
+            return "OSError (ENOSPC)" if e.errno == 28 else f"OSError {e.errno}"
+        finally:
+            os.unlink("/dev/shm/" + name)
+        return "attached"
+
+    def exit_blocked():
+        for case in ("recv", "send_full", "peek"):
+            proc = run_script(tmp_path, EXIT_BLOCKED, case, f"{PREFIX}fm-exit-{case}")
+            assert proc.returncode == 0, explain(proc)
+        return "exit status 0"
+
+    def sigterm():
+        for case in ("SIGTERM", "SIGHUP"):
+            proc = run_script(tmp_path, LEAK, case, f"{PREFIX}fm-leak-")
+            assert f"signal {int(getattr(signal, case))}" in proc.stdout, explain(proc)
+        return "ends by the signal" if not shm_names(f"{PREFIX}fm-leak-") else "left"
+
+    def sigkill():
+        proc = run_script(tmp_path, LEAK, "SIGKILL", f"{PREFIX}fm-kill-")
+        assert "signal 9" in proc.stdout, explain(proc)
+        stays = len(shm_names(f"{PREFIX}fm-kill-")) == 1
+        removed = shm.clean_segments()
+        assert removed and all(n.startswith(f"{PREFIX}fm-kill-") for n in removed), removed
+        return ("name stays" if stays else "gone") + " shm --clean"
+
+    return {
+        "the peer process is killed while this end waits for it": peer_killed,
+        "the peer calls `close()`": peer_closed,
+        "`timeout` passes before a message that fits the ring could be sent": timeout_fits,
+        "`timeout` passes in the middle of a message larger than the ring": timeout_mid_message,
+        "Ctrl-C while blocked between messages": ctrl_c_between,
+        "Ctrl-C in the middle of a message while the peer is stopped": ctrl_c_mid_message,
+        "a second producer or consumer (another process, or another `Channel` object of this process)": second_producer,
+        "one `Channel` object used by two threads at once": two_threads,
+        "the segment's header is overwritten with garbage": garbage_header,
+        "`out` has the wrong dtype, shape or size": wrong_out,
+        "a wrong argument type (`timeout=\"1\"`, `capacity=\"1\"`, `name=5`)": wrong_type,
+        "a call on a `Channel` after `close()`": after_close,
+        "`/dev/shm` has no room for a new channel": create_no_room,
+        "`attach` to a segment whose pages `/dev/shm` cannot supply": attach_no_pages,
+        "the interpreter exits while a daemon thread is blocked in `send`, `recv` or `peek`": exit_blocked,
+        "SIGTERM or SIGHUP ends the creator": sigterm,
+        "SIGKILL ends the creator": sigkill,
+    }
+
+
+COPY_MMAP_CLOSE = r"""
+import mmap, threading, time
+import numpy as np
+import fastcopy
+for attempt in range(5):
+    mm = mmap.mmap(-1, 256 << 20)
+    src = np.ones(256 << 20, np.uint8)
+    seen, started = [], []
+    def closer():
+        while not started:
+            time.sleep(0.0001)
+        time.sleep(0.002)
+        try:
+            mm.close(); seen.append("closed")
+        except BufferError:
+            seen.append("BufferError")
+    t = threading.Thread(target=closer); t.start()
+    started.append(1)
+    fastcopy.copy(mm, src)
+    t.join()
+    if seen == ["BufferError"]:
+        assert mm[:4] == b"\x01\x01\x01\x01"
+        break
+print(seen[0])
+"""
+
+
+def usage_scenarios(tmp_path):
+    def resize():
+        outcomes = set()
+        for attempt in range(3):
+            proc = run_script(tmp_path, RESIZE, "dst", "fast")
+            assert proc.returncode == 0, explain(proc)
+            outcomes.add(proc.stdout.split()[-1])
+            if "refused" in outcomes:
+                return "ValueError the copy completes"
+        return str(outcomes)
+
+    def mmap_close():
+        proc = run_script(tmp_path, COPY_MMAP_CLOSE)
+        assert proc.returncode == 0, explain(proc)
+        return proc.stdout.split()[-1] + " the copy completes"
+
+    def wrong_type():
+        outcomes = {_raises(lambda: fastcopy.copy(None, b"x")), _raises(lambda: fastcopy.kernel(3)),
+                    _raises(lambda: fastcopy.set_threads("2"))}
+        return outcomes.pop() if len(outcomes) == 1 else str(outcomes)
+
+    def mismatch():
+        dst = np.zeros(3)
+        outcomes = {_raises(lambda: fastcopy.copy(dst, np.ones(4))),
+                    _raises(lambda: fastcopy.copy(dst, np.ones(3, np.float32))),
+                    _raises(lambda: fastcopy.copy(bytearray(3), b"1234")),
+                    _raises(lambda: fastcopy.copy(b"abc", b"123"))}
+        assert (dst == 0).all()
+        return " or ".join(sorted(outcomes)) + " unchanged"
+
+    def bad_env():
+        env = {k.encode(): v.encode() for k, v in child_env().items() if not k.startswith("FASTCOPY_")}
+        env[b"FASTCOPY_THREADS"] = b"\xff"
+        proc = subprocess.run([sys.executable, "-c", "import fastcopy"], capture_output=True, env=env, timeout=60)
+        err = proc.stderr.decode(errors="replace")
+        return "ImportError naming the variable" if "ImportError" in err and "FASTCOPY_THREADS" in err else err
+
+    def exit_copy():
+        proc = run_script(tmp_path, EXIT_BLOCKED, "copy_loop", f"{PREFIX}fm-exitcopy")
+        return f"exit status {proc.returncode}"
+
+    return {
+        "another thread resizes `dst` or `src` (`ndarray.resize`) while a copy runs without the GIL": resize,
+        "another thread closes the `mmap` that `dst` or `src` is while a copy runs without the GIL": mmap_close,
+        "a wrong argument type (`copy(None, b)`, `kernel(3)`, `set_threads(\"2\")`)": wrong_type,
+        "shapes, dtypes or byte counts differ, or `dst` is read-only": mismatch,
+        "a `FASTCOPY_*` environment variable that is not valid UTF-8": bad_env,
+        "the interpreter exits while a daemon thread is inside a large copy": exit_copy,
+    }
+
+
+def _check_words(outcome: str, cell: str):
+    # Every word of the observed outcome must be in the documented cell (backticks ignored).
+    plain = cell.replace("`", "")
+    missing = [w for w in outcome.split() if w not in plain]
+    assert not missing, f"observed {outcome!r}, documented {cell!r}"
+
+
+@subprocess_only
+@pytest.mark.parametrize("doc, scenarios", [("shm.md", shm_scenarios), ("usage.md", usage_scenarios)])
+def test_failure_modes_table_matches_behaviour(tmp_path, doc, scenarios):
+    table = failure_table(doc)
+    runs = scenarios(tmp_path)
+    assert set(table) == set(runs), (sorted(set(table) ^ set(runs)))  # one scenario per row, no more
+    for fault, cell in table.items():
+        _check_words(runs[fault](), cell)
+    assert shm_names() == set()
