@@ -304,7 +304,7 @@ def list_segments(directory: str = _SEGMENT_DIR) -> List[Dict[str, Any]]:
     creator is recorded and gone and no end is running, so nobody can still use the name
     (processes that have the channel open keep working even when the name is removed).
     """
-    out = []
+    out: List[Dict[str, Any]] = []
     try:
         names = sorted(os.listdir(directory))
     except OSError:
@@ -331,7 +331,7 @@ def clean_segments(directory: str = _SEGMENT_DIR) -> List[str]:
     """Removes the stale segments of :func:`list_segments` (creator gone, no end running) and
     returns their names. Segments of running processes, and segments without a recorded
     creator, are left alone."""
-    removed = []
+    removed: List[str] = []
     for seg in list_segments(directory):
         if not seg["stale"]:
             continue
