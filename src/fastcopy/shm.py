@@ -19,7 +19,13 @@ Errors: :class:`ChannelError` (a RuntimeError) and its subclasses :class:`Channe
 (the shared header or a message header failed validation), :class:`PeerDied` (the other
 process exited while we waited for it) and :class:`ChannelClosed` (the other end closed);
 ``TimeoutError`` when a timeout passes; ``ValueError`` for a wrong ``out`` buffer (the
-message then stays in the channel) or use after ``close()``.
+message then stays in the channel) or use after ``close()``; ``TypeError`` naming the
+argument for a wrong argument type. docs/shm.md has a table of every failure mode.
+
+Names in /dev/shm are removed by the creating process (``unlink()``, ``with``, interpreter
+exit, multiprocessing child exit, SIGTERM/SIGHUP); :func:`list_segments` and
+:func:`clean_segments` (``python -m fastcopy shm --list/--clean``) find and remove the ones a
+killed creator left behind.
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ __all__ = [
     "PeerDied",
     "ChannelClosed",
     "DEFAULT_CAPACITY",
+    "list_segments",
+    "clean_segments",
 ]
 
 #: Ring size in bytes when Channel.create() is not given one.
