@@ -575,7 +575,7 @@ def test_shm_cli_lists_and_cleans_only_stale_segments(tmp_path):
     assert len(stale) == 1          # SIGKILL cannot be caught: the name stays
     live = shm.Channel.create(f"{PREFIX}live", capacity=1 << 16)
     try:
-        cli = [sys.executable, "-m", "fastcopy", "shm"]
+        cli = [sys.executable, "-m", "fastcopy", "shm", "--prefix", PREFIX]
         listing = subprocess.run(cli + ["--list"], capture_output=True, text=True, env=child_env(), timeout=60)
         assert listing.returncode == 0, listing.stderr
         rows = {line.split()[0]: line for line in listing.stdout.splitlines()[1:]}
@@ -806,7 +806,7 @@ def shm_scenarios(tmp_path):
         proc = run_script(tmp_path, LEAK, "SIGKILL", f"{PREFIX}fm-kill-")
         assert "signal 9" in proc.stdout, explain(proc)
         stays = len(shm_names(f"{PREFIX}fm-kill-")) == 1
-        removed = shm.clean_segments()
+        removed = shm.clean_segments(f"{PREFIX}fm-kill-")
         assert removed and all(n.startswith(f"{PREFIX}fm-kill-") for n in removed), removed
         return ("name stays" if stays else "gone") + " shm --clean"
 

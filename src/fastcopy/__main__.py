@@ -118,6 +118,8 @@ def _build_parser() -> argparse.ArgumentParser:
     action = p_shm.add_mutually_exclusive_group(required=True)
     action.add_argument("--list", action="store_true", help="list every channel segment and whether it is stale")
     action.add_argument("--clean", action="store_true", help="remove the stale segments")
+    p_shm.add_argument("--prefix", default="", metavar="TEXT",
+                       help="only segments whose name starts with TEXT (e.g. fastcopy-, the default names)")
     return parser
 
 
@@ -125,12 +127,12 @@ def _shm(args: argparse.Namespace) -> int:
     from . import shm
 
     if args.clean:
-        removed = shm.clean_segments()
+        removed = shm.clean_segments(args.prefix)
         for name in removed:
             print(f"removed /dev/shm/{name}")
         print(f"{len(removed)} stale segment{'s' if len(removed) != 1 else ''} removed")
         return 0
-    segments = shm.list_segments()
+    segments = shm.list_segments(args.prefix)
     if not segments:
         print("no fastcopy channel segments in /dev/shm")
         return 0

@@ -303,8 +303,9 @@ def _read_header(path: str) -> Optional[Dict[str, Any]]:
     }
 
 
-def list_segments(directory: str = _SEGMENT_DIR) -> List[Dict[str, Any]]:
-    """Every fastcopy channel segment in /dev/shm (found by its header, whatever its name).
+def list_segments(prefix: str = "", directory: str = _SEGMENT_DIR) -> List[Dict[str, Any]]:
+    """Every fastcopy channel segment in /dev/shm (found by its header, whatever its name)
+    whose name starts with ``prefix``.
 
     Each entry: ``name``, ``bytes``, ``capacity``, ``creator_pid`` (0: not recorded, made by
     an older fastcopy), ``creator_alive``, ``producer_pid``/``consumer_pid`` (0: none yet),
@@ -318,6 +319,8 @@ def list_segments(directory: str = _SEGMENT_DIR) -> List[Dict[str, Any]]:
     except OSError:
         return out
     for name in names:
+        if not name.startswith(prefix):
+            continue
         header = _read_header(os.path.join(directory, name))
         if header is None:
             continue
@@ -335,12 +338,12 @@ def list_segments(directory: str = _SEGMENT_DIR) -> List[Dict[str, Any]]:
     return out
 
 
-def clean_segments(directory: str = _SEGMENT_DIR) -> List[str]:
-    """Removes the stale segments of :func:`list_segments` (creator gone, no end running) and
-    returns their names. Segments of running processes, and segments without a recorded
-    creator, are left alone."""
+def clean_segments(prefix: str = "", directory: str = _SEGMENT_DIR) -> List[str]:
+    """Removes the stale segments of :func:`list_segments` (creator gone, no end running) whose
+    name starts with ``prefix`` and returns their names. Segments of running processes, and
+    segments without a recorded creator, are left alone."""
     removed: List[str] = []
-    for seg in list_segments(directory):
+    for seg in list_segments(prefix, directory):
         if not seg["stale"]:
             continue
         path = os.path.join(directory, seg["name"])
