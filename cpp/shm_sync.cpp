@@ -791,6 +791,7 @@ bool Ring::send(void* hdr, std::size_t hdr_len, const void* payload, std::size_t
             w += n;
             advance(w);
         }
+        check_abandoned();  // the consumer gave up meanwhile: this message will not be read
         return true;
     }
     // Streamed: the message is larger than the ring. Write it in chunks as room frees up and
@@ -827,6 +828,7 @@ bool Ring::send(void* hdr, std::size_t hdr_len, const void* payload, std::size_t
         written += n;
         advance(written);
     }
+    check_abandoned();
     return true;
 }
 
