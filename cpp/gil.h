@@ -5,9 +5,9 @@
 // (abi::__forced_unwind). Through a noexcept C++ frame or a destructor (where fastcopy re-takes
 // the GIL when it leaves a wait early) that unwind calls std::terminate: "terminate called
 // without an active exception", exit status 134. Destructors that would run on the way also
-// touch Python objects without the GIL. Instead, a thread that finds the interpreter
-// finalizing parks here for good, as CPython 3.14 itself does (PyThread_hang_thread); the
-// process exit then ends it. Nothing it referenced is released: the process is ending.
+// touch Python objects without the GIL. Instead, a thread that CPython ends that way parks
+// here for good, as CPython 3.14 itself does (PyThread_hang_thread); the process exit then
+// ends it. Nothing it referenced is released: the process is ending.
 #pragma once
 #include <Python.h>
 
@@ -20,18 +20,11 @@ namespace fastcopy {
     for (;;) ::pause();
 }
 
-inline bool interpreter_finalizing() noexcept {
-#if PY_VERSION_HEX >= 0x030D0000
-    return Py_IsFinalizing() != 0;
-#else
-    return _Py_IsFinalizing() != 0;
-#endif
-}
-
-// PyEval_RestoreThread(ts), or park the thread when the interpreter is finalizing. The check
-// comes first; the catch covers finalization that starts between the check and the take.
+// PyEval_RestoreThread(ts), or park the thread where CPython would end it. No check of
+// Py_IsFinalizing() first: the thread that runs the finalization (its __del__ methods may
+// copy) takes the GIL normally, and parking it would hang the exit; CPython itself decides
+// who must exit, and only those threads see the forced unwind caught here.
 inline void restore_thread_or_park(PyThreadState* ts) noexcept {
-    if (interpreter_finalizing()) park_thread_forever();
     try {
         PyEval_RestoreThread(ts);
     } catch (abi::__forced_unwind&) {

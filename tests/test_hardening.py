@@ -239,6 +239,44 @@ def test_exit_with_daemon_thread_blocked_is_clean(tmp_path, case):
     assert shm_names() == set()
 
 
+# The thread that runs the finalization itself must not be parked: __del__ methods that copy
+# or send (GIL released) while module globals are cleared. A check of Py_IsFinalizing() before
+# re-taking the GIL hung here.
+DEL_AT_EXIT = r"""
+import sys
+import numpy as np
+import fastcopy
+from fastcopy.shm import Channel
+
+class Holder:
+    def __init__(self):
+        self.a = np.ones(8 << 20, np.uint8)
+        self.b = np.zeros_like(self.a)
+        self.tx = Channel.create(sys.argv[1], capacity=4 << 20)
+        self.rx = Channel.attach(self.tx.name)
+        self.tx.send(self.a[:8])       # first use before the exit (pybind11 imports numpy's API lazily)
+        self.rx.recv(timeout=5)
+
+    def __del__(self):
+        fastcopy.copy(self.b, self.a)               # 8 MiB: without the GIL
+        self.tx.send(self.a[: 1 << 20])             # 1 MiB: without the GIL
+        got = self.rx.recv(timeout=5)
+        print("del", int(self.b[-1]), got.nbytes, flush=True)
+        self.tx.close(); self.rx.close(); self.tx.unlink()
+
+holder = Holder()
+print("main done", flush=True)
+"""
+
+
+@subprocess_only
+def test_copies_in_del_during_finalization_complete(tmp_path):
+    proc = run_script(tmp_path, DEL_AT_EXIT, f"{PREFIX}del", timeout=30)  # hung before
+    assert proc.returncode == 0, explain(proc)
+    assert proc.stdout.split() == ["main", "done", "del", "1", str(1 << 20)], explain(proc)
+    assert shm_names() == set()
+
+
 # ---- 3. attach to a segment whose pages tmpfs cannot supply -------------------------------------
 SPARSE_ATTACH = r"""
 import os, struct, sys
