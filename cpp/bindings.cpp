@@ -21,6 +21,7 @@
 #include <string>
 
 #include "dispatch.h"
+#include "gil.h"
 #include "pool.h"
 
 namespace py = pybind11;
@@ -562,6 +563,24 @@ CopyStatus copy_layouts(Layout& d, Layout& s, std::size_t total, const CopyCtx& 
     }
 }
 
+// copy_layouts() with the GIL released. Other threads run meanwhile, so both objects get a
+// reference of their own for the whole copy: numpy's ndarray.resize() (refcheck) and
+// similar checks then see the array in use and refuse, as they do for np.copyto, instead of
+// freeing the memory being copied (issue 13: a resize from another thread made the copy write
+// into freed memory). Buffer exports (non-ndarray operands) are held by their Operand.
+// Small copies keep the GIL, so nothing can change under them and they pay nothing here.
+CopyStatus copy_without_gil(PyObject* dst, PyObject* src, Layout& d, Layout& s, std::size_t total,
+                            const CopyCtx& cp, bool joint) {
+    Py_INCREF(dst);
+    Py_INCREF(src);
+    PyThreadState* ts = PyEval_SaveThread();
+    CopyStatus st = copy_layouts(d, s, total, cp, joint);
+    restore_thread_or_park(ts);  // parks at interpreter exit instead of unwinding (gil.h)
+    Py_DECREF(src);
+    Py_DECREF(dst);
+    return st;
+}
+
 bool same_dtype(PyArrayObject* a, PyArrayObject* b) {
     PyArray_Descr* da = PyArray_DESCR(a);
     PyArray_Descr* db = PyArray_DESCR(b);
@@ -622,9 +641,7 @@ PyObject* do_copy(const char* fn, PyObject* dst, PyObject* src, CopyFn forced, R
     CopyCtx cp{forced, region, forced_threads};
     CopyStatus st;
     if (d.nbytes >= kReleaseGilBytes) {
-        Py_BEGIN_ALLOW_THREADS
-        st = copy_layouts(dl, sl, d.nbytes, cp, joint);
-        Py_END_ALLOW_THREADS
+        st = copy_without_gil(dst, src, dl, sl, d.nbytes, cp, joint);
     } else {
         st = copy_layouts(dl, sl, d.nbytes, cp, joint);
     }
@@ -671,10 +688,7 @@ inline int try_fast(PyObject* dst, PyObject* src, CopyFn forced, Region region, 
     dl.nd = sl.nd = 1;
     dl.shape[0] = sl.shape[0] = static_cast<Py_ssize_t>(n);
     dl.strides[0] = sl.strides[0] = 1;
-    CopyStatus st;
-    Py_BEGIN_ALLOW_THREADS
-    st = copy_layouts(dl, sl, n, cp, true);
-    Py_END_ALLOW_THREADS
+    CopyStatus st = copy_without_gil(dst, src, dl, sl, n, cp, true);
     if (st != CopyStatus::Ok) {
         PyErr_SetString(PyExc_RuntimeError, "fastcopy.copy: the copy failed inside the native core");
         return -1;
@@ -735,8 +749,16 @@ PyObject* py_copy(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* 
 PyObject* py_copy_region(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
     PyObject* a[3];
     if (!parse_args("copy_region", args, nargs, kwnames, 3, a)) return nullptr;
+    if (!PyLong_Check(a[2]) || PyBool_Check(a[2])) {
+        PyErr_Format(PyExc_TypeError, "fastcopy.copy_region: region must be an int (0, 1 or 2), got %s",
+                     type_name(a[2]));
+        return nullptr;
+    }
     long r = PyLong_AsLong(a[2]);
-    if (r == -1 && PyErr_Occurred()) return nullptr;
+    if (r == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        r = -1;  // far out of range: reported below
+    }
     if (r < 0 || r > 2) {
         PyErr_Format(PyExc_ValueError,
                      "fastcopy.copy_region: region must be 0 (private), 1 (to shared) or 2 (from shared), got %ld", r);

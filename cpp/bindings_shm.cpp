@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "gil.h"
 #include "shm_sync.h"
 
 namespace py = pybind11;
@@ -43,9 +44,21 @@ Support& support() {
     throw py::error_already_set();
 }
 
+// timeout=None (wait for ever) or a real number of seconds (int, float, numpy scalars: anything
+// with __float__ except bool and str). Wrong types raise TypeError naming the argument.
 double timeout_arg(const py::object& timeout, const char* what) {
     if (timeout.is_none()) return -1.0;
-    double t = timeout.cast<double>();
+    PyObject* o = timeout.ptr();
+    if (PyBool_Check(o) || PyUnicode_Check(o) || PyBytes_Check(o) ||
+        !(PyFloat_Check(o) || PyLong_Check(o) || (Py_TYPE(o)->tp_as_number && Py_TYPE(o)->tp_as_number->nb_float)))
+        raise(PyExc_TypeError, std::string(what) + ": timeout must be None or a number of seconds, got " +
+                                   Py_TYPE(o)->tp_name);
+    double t = PyFloat_AsDouble(o);
+    if (t == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        raise(PyExc_TypeError, std::string(what) + ": timeout must be None or a number of seconds, got " +
+                                   Py_TYPE(o)->tp_name);
+    }
     if (std::isnan(t) || t < 0) raise(PyExc_ValueError, std::string(what) + ": timeout must be None or >= 0");
     return t;
 }
@@ -57,7 +70,9 @@ std::string seconds_words(double t) {
 }
 
 void gil_release(void* ctx) { *static_cast<PyThreadState**>(ctx) = PyEval_SaveThread(); }
-void gil_acquire(void* ctx) { PyEval_RestoreThread(*static_cast<PyThreadState**>(ctx)); }
+// Parks the thread at interpreter exit instead of unwinding it through the ring's C++ frames
+// and destructors (gil.h): a daemon thread blocked in a channel call used to abort the exit.
+void gil_acquire(void* ctx) { restore_thread_or_park(*static_cast<PyThreadState**>(ctx)); }
 int check_signals(void*) { return PyErr_CheckSignals() != 0; }
 
 struct DtypeEntry {
@@ -136,6 +151,10 @@ public:
 
     py::object recv(const py::object& out, const py::object& timeout) {
         double t = timeout_arg(timeout, "recv");
+        // Check the type of `out` before waiting (its size can only be checked against a message).
+        if (!out.is_none() && !PyObject_CheckBuffer(out.ptr()))
+            raise(PyExc_TypeError, std::string("recv: out must be None, a numpy array or a writable C-contiguous "
+                                               "buffer, got ") + Py_TYPE(out.ptr())->tp_name);
         PyThreadState* ts = nullptr;
         Ring::GilHooks hooks{gil_release, gil_acquire, &ts, check_signals};
         MsgInfo info;
@@ -338,6 +357,7 @@ void bind_shm(py::module_& m) {
     m.def("_shm_set_spin", &shm::set_spin, py::arg("start_s"), py::arg("mid_message_s"),
           "Tuning: seconds a wait spins before it sleeps (per process).");
     m.def("shm_unlink", [](const std::string& name) {
+        shm::keep_on_fatal_signal(name);
         std::string path = "/" + name;
         return ::shm_unlink(path.c_str()) == 0;
     });
@@ -362,11 +382,9 @@ void bind_shm(py::module_& m) {
         py::buffer_info bi;
         std::uint8_t* p = word_ptr(b, off, 4, true, bi);
         double t = timeout_arg(timeout, "futex_wait");
-        int r;
-        {
-            py::gil_scoped_release nogil;
-            r = shm::futex_wait(p, expected, t);
-        }
+        PyThreadState* ts = PyEval_SaveThread();  // the buffer stays exported by `bi` meanwhile
+        int r = shm::futex_wait(p, expected, t);
+        restore_thread_or_park(ts);
         return r == 0;  // False: timed out or interrupted
     }, "FUTEX_WAIT (shared) on a 32-bit word while it equals expected; False on timeout.");
     m.def("shm_futex_wake", [](py::buffer b, std::size_t off, int n) {

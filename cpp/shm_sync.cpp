@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <limits>
 #include <linux/futex.h>
+#include <mutex>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -17,6 +18,7 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#include <vector>
 
 namespace fastcopy {
 namespace shm {
@@ -24,10 +26,37 @@ namespace shm {
 namespace {
 
 std::atomic<std::uint64_t> g_fork_gen{1};
-void on_fork_child() { g_fork_gen.fetch_add(1, std::memory_order_relaxed); }
+
+// Roles held by Ring objects of this process, per segment (device and inode of the file).
+// The header records one pid per role, which cannot tell two Channel objects of one process
+// apart: without this list a second producer object in the same process was accepted, and
+// two threads sending through two objects overwrote each other's messages while both sends
+// returned normally (issue 13). Held during a claim, so two objects cannot both claim.
+struct RoleClaim {
+    std::uint64_t dev, ino;
+    Role role;
+    const Ring* owner;
+    std::uint64_t generation;  // fork generation of the claim; older entries are a parent's
+};
+std::mutex g_claims_mutex;
+std::vector<RoleClaim> g_claims;
+
+void on_fork_prepare() { g_claims_mutex.lock(); }
+void on_fork_parent() { g_claims_mutex.unlock(); }
+void on_fork_child() {
+    g_fork_gen.fetch_add(1, std::memory_order_relaxed);
+    g_claims_mutex.unlock();
+}
 struct AtForkRegistrar {
-    AtForkRegistrar() { pthread_atfork(nullptr, nullptr, on_fork_child); }
+    AtForkRegistrar() { pthread_atfork(on_fork_prepare, on_fork_parent, on_fork_child); }
 } g_atfork_registrar;
+
+void forget_claims_of(const Ring* ring) {
+    std::lock_guard<std::mutex> lock(g_claims_mutex);
+    g_claims.erase(std::remove_if(g_claims.begin(), g_claims.end(),
+                                  [&](const RoleClaim& c) { return c.owner == ring; }),
+                   g_claims.end());
+}
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -60,17 +89,24 @@ constexpr std::size_t kReleaseGilBytes = 256 * 1024;
 constexpr std::size_t kPipelineBytes = 512 * 1024;
 constexpr std::size_t kPublishChunk = 256 * 1024;
 
+// The GIL around a wait or a copy. `borrowed`: the caller already released it (in the middle
+// of a message); the wait may take it briefly to run signal handlers and leaves it released.
 struct Gil {
     const Ring::GilHooks& h;
     bool released = false;
-    explicit Gil(const Ring::GilHooks& hooks) : h(hooks) {}
+    bool borrowed = false;
+    explicit Gil(const Ring::GilHooks& hooks, bool already_released = false)
+        : h(hooks), released(already_released && hooks.release), borrowed(already_released && hooks.release) {}
     void release() {
         if (!released && h.release) { h.release(h.ctx); released = true; }
     }
     void acquire() {
         if (released) { h.acquire(h.ctx); released = false; }
     }
-    ~Gil() { acquire(); }
+    ~Gil() {
+        if (borrowed) release();
+        else acquire();
+    }
 };
 
 std::string pid_words(std::uint32_t pid) { return "pid " + std::to_string(pid); }
@@ -190,6 +226,89 @@ bool process_alive(std::uint32_t pid, std::uint64_t start_time) {
     return true;
 }
 
+// ---- names to remove when SIGTERM or SIGHUP ends the creator -----------------------------
+// atexit handlers do not run when a signal's default action ends the process, so a creator
+// terminated by SIGTERM (e.g. multiprocessing.Pool.terminate(), `kill`, a service manager) or
+// SIGHUP (its terminal closed) while blocked in a channel call left its /dev/shm names behind.
+// While this process has created channels it has not unlinked, SIGTERM and SIGHUP (only when
+// their action is the default, i.e. nobody installed a handler) get a handler that unlinks
+// those names with unlink(2) (async-signal-safe) and then re-raises the signal with the
+// default action, so the process still ends as the signal says. A handler installed later
+// (signal.signal) replaces it. SIGKILL cannot be caught: `python -m fastcopy shm --clean`.
+namespace {
+constexpr int kCleanupSlots = 256;
+constexpr std::size_t kCleanupPathBytes = 224;  // "/dev/shm/" + a name of up to 200 characters
+struct CleanupSlot {
+    std::atomic<int> state{0};  // 0 free, 1 being written, 2 ready
+    pid_t pid = 0;              // the creator: a forked child does not remove its parent's names
+    char path[kCleanupPathBytes] = {};
+};
+CleanupSlot g_cleanup[kCleanupSlots];
+std::atomic<bool> g_cleanup_handlers_installed{false};
+std::mutex g_cleanup_install_mutex;
+constexpr int kCleanupSignals[] = {SIGTERM, SIGHUP};
+
+extern "C" void unlink_created_then_die(int sig) {
+    int saved = errno;
+    pid_t me = ::getpid();
+    for (auto& slot : g_cleanup)
+        if (slot.state.load(std::memory_order_acquire) == 2 && slot.pid == me) ::unlink(slot.path);
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    ::sigaction(sig, &dfl, nullptr);
+    errno = saved;
+    ::raise(sig);  // pending until this handler returns, then the default action ends the process
+}
+
+void install_cleanup_handlers() {
+    if (g_cleanup_handlers_installed.load(std::memory_order_acquire)) return;
+    std::lock_guard<std::mutex> lock(g_cleanup_install_mutex);
+    if (g_cleanup_handlers_installed.load(std::memory_order_relaxed)) return;
+    for (int sig : kCleanupSignals) {
+        struct sigaction old {};
+        if (::sigaction(sig, nullptr, &old) != 0) continue;
+        if ((old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL) continue;  // someone else's choice
+        struct sigaction sa {};
+        sa.sa_handler = unlink_created_then_die;
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = SA_RESTART;
+        ::sigaction(sig, &sa, nullptr);
+    }
+    g_cleanup_handlers_installed.store(true, std::memory_order_release);
+}
+}  // namespace
+
+void remove_on_fatal_signal(const std::string& name) {
+    std::string path = "/dev/shm/" + name;
+    if (path.size() >= kCleanupPathBytes) return;
+    install_cleanup_handlers();
+    pid_t me = ::getpid();
+    for (auto& slot : g_cleanup) {
+        int expected = 0;
+        if (!slot.state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) continue;
+        slot.pid = me;
+        std::memcpy(slot.path, path.c_str(), path.size() + 1);
+        slot.state.store(2, std::memory_order_release);
+        return;
+    }
+    // All slots in use: this name is then only removed by unlink(), atexit or --clean.
+}
+
+void keep_on_fatal_signal(const std::string& name) {
+    std::string path = "/dev/shm/" + name;
+    pid_t me = ::getpid();
+    for (auto& slot : g_cleanup) {
+        int ready = 2;
+        if (slot.pid != me || std::strcmp(slot.path, path.c_str()) != 0) continue;
+        if (slot.state.compare_exchange_strong(ready, 1, std::memory_order_acq_rel)) {
+            slot.path[0] = '\0';
+            slot.pid = 0;
+            slot.state.store(0, std::memory_order_release);
+        }
+    }
+}
+
 // ---- segment ----------------------------------------------------------------------------
 namespace {
 std::string shm_path(const std::string& name) { return "/" + name; }
@@ -220,6 +339,8 @@ Ring* Ring::create(const std::string& name, std::size_t capacity) {
         throw ShmOsError(e, "cannot create shared memory segment '" + name + "': " + std::strerror(e));
     }
     std::size_t total = kHeaderBytes + capacity;
+    struct stat st {};
+    ::fstat(fd, &st);
     if (::ftruncate(fd, static_cast<off_t>(total)) != 0) {
         int e = errno;
         ::close(fd);
@@ -249,10 +370,16 @@ Ring* Ring::create(const std::string& name, std::size_t capacity) {
     r->map_bytes_ = total;
     r->cap_ = capacity;
     r->creator_ = true;
+    remove_on_fatal_signal(name);
+    r->dev_ = static_cast<std::uint64_t>(st.st_dev);
+    r->ino_ = static_cast<std::uint64_t>(st.st_ino);
     // The file is zero-filled by ftruncate; the magic goes last, with release.
     store_release_u32(r->word(kOffVersion), kVersion);
     store_release_u32(r->word(kOffHeaderBytes), static_cast<std::uint32_t>(kHeaderBytes));
     store_release_u64(r->word(kOffCapacity), capacity);
+    std::uint32_t me = static_cast<std::uint32_t>(::getpid());
+    store_release_u32(r->word(kOffCreatorPid), me);
+    store_release_u64(r->word(kOffCreatorStart), process_start_time(me));
     store_release_u64(r->word(kOffMagic), kMagic);
     return r;
 }
@@ -276,6 +403,16 @@ Ring* Ring::attach(const std::string& name) {
         ::close(fd);
         throw ShmCorrupted("shared memory segment '" + name + "' has " + std::to_string(size) +
                            " bytes, which is not the size of a fastcopy channel");
+    }
+    // Make sure every page of the segment exists. A file that was truncated to its size but
+    // never allocated (a creator that skipped posix_fallocate, or a crafted file) on a tmpfs
+    // without room for it would otherwise map fine and kill this process with SIGBUS at the
+    // first write into a page tmpfs cannot supply. Pages that exist are left as they are.
+    int fe = ::posix_fallocate(fd, 0, static_cast<off_t>(size));
+    if (fe != 0 && fe != EOPNOTSUPP && fe != EINVAL) {
+        ::close(fd);
+        throw ShmOsError(fe, "cannot allocate the " + std::to_string(size) + " bytes of shared memory segment '" +
+                                 name + "' (is /dev/shm full or too small?): " + std::strerror(fe));
     }
     void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | populate_flag(size), fd, 0);
     int e = errno;
@@ -302,6 +439,8 @@ Ring* Ring::attach(const std::string& name) {
     r->base_ = b;
     r->map_bytes_ = size;
     r->cap_ = cap;
+    r->dev_ = static_cast<std::uint64_t>(st.st_dev);
+    r->ino_ = static_cast<std::uint64_t>(st.st_ino);
     return r;
 }
 
@@ -329,6 +468,7 @@ void Ring::close() {
             futex_wake(word(kOffSpaceFutex), 1 << 30);
         }
     }
+    forget_claims_of(this);
     ::munmap(base_, map_bytes_);
     base_ = nullptr;
 }
@@ -336,6 +476,7 @@ void Ring::close() {
 bool Ring::unlink() {
     if (unlinked_) return false;
     unlinked_ = true;
+    keep_on_fatal_signal(name_);
     if (::shm_unlink(shm_path(name_).c_str()) != 0) {
         int e = errno;
         if (e == ENOENT) return false;
@@ -372,9 +513,16 @@ void Ring::claim(Role want) {
     std::size_t closed_off = want == Role::Producer ? kOffProdClosed : kOffConsClosed;
     std::size_t start_off = want == Role::Producer ? kOffProdStart : kOffConsStart;
     std::uint32_t me = static_cast<std::uint32_t>(::getpid());
+    std::lock_guard<std::mutex> lock(g_claims_mutex);
+    for (const RoleClaim& c : g_claims) {
+        if (c.dev == dev_ && c.ino == ino_ && c.role == want && c.generation == gen && c.owner != this)
+            throw ShmError(std::string("channel '") + name_ + "' already has a " + what + " (" + pid_words(me) +
+                           ", another Channel object of this process); a Channel has one producer and one "
+                           "consumer");
+    }
     for (int attempt = 0;; ++attempt) {
         std::uint32_t cur = load_acquire_u32(word(pid_off));
-        if (cur == me) break;
+        if (cur == me) break;  // this process holds the role, and no other object of it does
         bool take = cur == 0 || load_acquire_u32(word(closed_off)) != 0;
         if (!take) {
             if (!process_alive(cur, load_acquire_u64(word(start_off))))
@@ -402,6 +550,10 @@ void Ring::claim(Role want) {
     seq_ = load_acquire_u64(word(want == Role::Producer ? kOffProdSeq : kOffConsSeq));
     peeked_ = false;
     role_ = want;
+    g_claims.erase(std::remove_if(g_claims.begin(), g_claims.end(),
+                                  [&](const RoleClaim& c) { return c.owner == this || c.generation != gen; }),
+                   g_claims.end());
+    g_claims.push_back(RoleClaim{dev_, ino_, want, this, gen});
 }
 
 void Ring::check_header() {
@@ -474,7 +626,37 @@ void Ring::copy_out(std::uint64_t pos, void* dst, std::size_t n, std::size_t who
     if (n > first) copy_bytes_piece(d + first, data(), n - first, whole, Region::FromShared);
 }
 
-int Ring::wait(WaitFor what, std::uint64_t need, double deadline, const GilHooks& hooks, double spin_s) {
+// Gives up the message in transfer: this end is broken, and the header says so, so the peer
+// gets a ChannelError naming the cause instead of waiting for the rest or reading a torn
+// message as corrupt.
+void Ring::abandon_message(const std::string& why) {
+    broken_ = why;
+    broken_corrupt_ = false;
+    std::uint32_t code = role_ == Role::Producer ? kAbandonedByProducer : kAbandonedByConsumer;
+    std::uint32_t none = 0;  // the first end to give up names the cause
+    __atomic_compare_exchange_n(reinterpret_cast<std::uint32_t*>(word(kOffAbandoned)), &none, code, false,
+                                __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    fetch_add_u32(word(kOffDataFutex), 1);
+    fetch_add_u32(word(kOffSpaceFutex), 1);
+    futex_wake(word(kOffDataFutex), 1 << 30);
+    futex_wake(word(kOffSpaceFutex), 1 << 30);
+}
+
+void Ring::check_abandoned() {
+    std::uint32_t code = load_acquire_u32(word(kOffAbandoned));
+    if (code == 0) return;
+    broken_ = code == kAbandonedByProducer
+                  ? "the producer gave up a message half-sent (interrupted, timed out or failed); the channel is "
+                    "unusable, create a new one"
+                  : "the consumer gave up a message half-received (interrupted, timed out or failed); the channel "
+                    "is unusable, create a new one";
+    broken_corrupt_ = false;
+    throw ShmError(broken_);
+}
+
+int Ring::wait(WaitFor what, std::uint64_t need, double deadline, const GilHooks& hooks, double spin_s,
+               bool gil_released) {
     auto ready = [&]() -> bool {
         if (what == kData) return read_head_checked() - tail_ >= need;
         return cap_ - (head_ - read_tail_checked()) >= need;
@@ -509,7 +691,7 @@ int Ring::wait(WaitFor what, std::uint64_t need, double deadline, const GilHooks
     std::size_t peer_start_off = data_wait ? kOffProdStart : kOffConsStart;
     std::size_t peer_closed_off = data_wait ? kOffProdClosed : kOffConsClosed;
     const char* peer = data_wait ? "producer" : "consumer";
-    Gil gil(hooks);
+    Gil gil(hooks, gil_released);
     gil.release();
     struct FlagReset {
         void* f;
@@ -522,6 +704,7 @@ int Ring::wait(WaitFor what, std::uint64_t need, double deadline, const GilHooks
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
         check_header();
         if (ready()) return 0;
+        check_abandoned();
         if (load_acquire_u32(word(peer_closed_off)) != 0) {
             if (ready()) return 0;
             throw ShmClosed(std::string("the ") + peer + " closed the channel" +
@@ -555,6 +738,7 @@ bool Ring::send(void* hdr, std::size_t hdr_len, const void* payload, std::size_t
     BusyGuard busy(*this);
     claim(Role::Producer);
     check_header();
+    check_abandoned();
     if (load_acquire_u32(word(kOffConsClosed)) != 0)
         throw ShmClosed("the consumer closed the channel; the message would never be read");
     if (hdr_len % kAlign != 0 || hdr_len == 0 || hdr_len > cap_ / 4)
@@ -607,6 +791,7 @@ bool Ring::send(void* hdr, std::size_t hdr_len, const void* payload, std::size_t
             w += n;
             advance(w);
         }
+        check_abandoned();  // the consumer gave up meanwhile: this message will not be read
         return true;
     }
     // Streamed: the message is larger than the ring. Write it in chunks as room frees up and
@@ -622,15 +807,17 @@ bool Ring::send(void* hdr, std::size_t hdr_len, const void* payload, std::size_t
             if (cap_ - (head_ - tail_) < want) {
                 int r;
                 try {
-                    r = wait(kSpace, want, deadline, GilHooks{nullptr, nullptr, nullptr, nullptr},
-                             written ? kSpinMidMessage : kSpinStart);
+                    r = wait(kSpace, want, deadline, hooks, written ? kSpinMidMessage : kSpinStart, gil.released);
+                } catch (const ShmInterrupted&) {
+                    if (written) abandon_message("a send was interrupted (a signal handler raised) in the middle of a message");
+                    throw;
                 } catch (const ShmError& e) {
-                    if (written) broken_ = std::string("a send failed in the middle of a message: ") + e.what();
+                    if (written) abandon_message(std::string("a send failed in the middle of a message: ") + e.what());
                     throw;
                 }
                 if (r != 0) {
                     if (written == 0) return false;
-                    broken_ = "a send timed out in the middle of a message larger than the ring";
+                    abandon_message("a send timed out in the middle of a message larger than the ring");
                     throw ShmTimeout("send timed out in the middle of a message larger than the ring "
                                      "(the channel is now unusable)");
                 }
@@ -641,6 +828,7 @@ bool Ring::send(void* hdr, std::size_t hdr_len, const void* payload, std::size_t
         written += n;
         advance(written);
     }
+    check_abandoned();
     return true;
 }
 
@@ -724,13 +912,16 @@ void Ring::consume(const MsgInfo& info, void* dst, double timeout_s, const GilHo
                 gil.release();
                 int r;
                 try {
-                    r = wait(kData, 1, deadline, GilHooks{nullptr, nullptr, nullptr, nullptr}, kSpinMidMessage);
+                    r = wait(kData, 1, deadline, hooks, kSpinMidMessage, gil.released);
+                } catch (const ShmInterrupted&) {
+                    abandon_message("a recv was interrupted (a signal handler raised) in the middle of a message");
+                    throw;
                 } catch (const ShmError& e) {
-                    broken_ = std::string("a recv failed in the middle of a message: ") + e.what();
+                    abandon_message(std::string("a recv failed in the middle of a message: ") + e.what());
                     throw;
                 }
                 if (r != 0) {
-                    broken_ = "a recv timed out in the middle of a message";
+                    abandon_message("a recv timed out in the middle of a message");
                     throw ShmTimeout("recv timed out in the middle of a message (the channel is now unusable)");
                 }
             }

@@ -84,7 +84,14 @@ enum Off : std::size_t {
     kOffHead = 512, kOffTail = 640,
     kOffDataFutex = 768, kOffConsWaiting = 896,
     kOffSpaceFutex = 1024, kOffProdWaiting = 1152,
+    // Nonzero once an end gave up a message in the middle (kAbandonedBy*): the channel is
+    // unusable and the peer says why. Written by either end, only ever from 0.
+    kOffAbandoned = 1280,
+    // The process that created the segment (pid, start time): `python -m fastcopy shm --clean`
+    // removes segments whose creator is gone. Zero in segments made before this field.
+    kOffCreatorPid = 1408, kOffCreatorStart = 1416,
 };
+constexpr std::uint32_t kAbandonedByProducer = 1, kAbandonedByConsumer = 2;
 
 struct MsgHeader {          // 32 bytes, at a 64-byte aligned ring position
     std::uint32_t magic;    // kMsgMagic
@@ -173,7 +180,12 @@ private:
     void publish_tail(std::uint64_t t);
     // Waits until pred() or deadline; returns 0 ready, 1 timeout; throws on peer death.
     enum WaitFor { kData, kSpace };
-    int wait(WaitFor what, std::uint64_t need, double deadline, const GilHooks& gil, double spin_s);
+    // gil_released: the caller released the GIL already (mid-message); the wait may take it
+    // briefly to run signal handlers and leaves it released.
+    int wait(WaitFor what, std::uint64_t need, double deadline, const GilHooks& gil, double spin_s,
+             bool gil_released = false);
+    void abandon_message(const std::string& why);
+    void check_abandoned();  // ShmError when an end gave up a message half-way
     [[noreturn]] void broken(const std::string& why);
 
     std::string name_;
@@ -181,6 +193,7 @@ private:
     std::size_t map_bytes_ = 0;
     std::size_t cap_ = 0;
     bool creator_ = false;
+    std::uint64_t dev_ = 0, ino_ = 0;     // identity of the segment's file (role claims per process)
     bool unlinked_ = false;
     Role role_ = Role::None;
     std::uint64_t claim_generation_ = 0;  // fork generation when the role was claimed
@@ -200,6 +213,10 @@ private:
 };
 
 std::uint64_t fork_generation();
+// Names this process created: removed from /dev/shm if SIGTERM or SIGHUP (default action) ends
+// it; keep_on_fatal_signal() forgets one (it was unlinked).
+void remove_on_fatal_signal(const std::string& name);
+void keep_on_fatal_signal(const std::string& name);
 // How long waits spin before sleeping: the most an adaptive wait at the start of a message
 // spins (0: never), and the fixed spin in the middle of a streamed message.
 void set_spin(double start_s, double mid_message_s);

@@ -17,6 +17,28 @@ __version__ = "0.1.0"
 
 __all__ = ["copy", "kernels", "kernel", "info", "set_threads", "get_threads", "tune", "shm", "__version__"]
 
+def _check_environment_encoding() -> None:
+    """ImportError naming a FASTCOPY_* variable whose name or value is not UTF-8 (the policy
+    reads them as text; without this the error said only "'utf-8' codec can't decode")."""
+    import os
+
+    environb = getattr(os, "environb", None)
+    if environb is None:  # pragma: no cover - Windows has no bytes environment
+        return
+    for key, value in environb.items():
+        if not key.startswith(b"FASTCOPY_"):
+            continue
+        try:
+            key.decode("utf-8")
+            value.decode("utf-8")
+        except UnicodeDecodeError:
+            shown = key.decode("utf-8", errors="backslashreplace")
+            raise ImportError(f"fastcopy: environment variable {shown} is not valid UTF-8 ({value!r}); "
+                              f"set it to a text value or unset it") from None
+
+
+_check_environment_encoding()
+
 try:
     _core.init_policy()
 except ValueError as _error:  # a bad FASTCOPY_* value: refuse to start with a clear message
@@ -39,6 +61,8 @@ def kernel(name: str, threads: int = 1) -> Callable[[Any, Any], None]:
     Raises ValueError naming the valid kernels when ``name`` is not usable on this CPU, or when
     ``threads`` is not 1 to 1024.
     """
+    if not isinstance(name, str):
+        raise TypeError(f"fastcopy.kernel: name must be a str (one of {kernels()}), got {type(name).__name__}")
     return _core.kernel_callable(name, threads)
 
 
@@ -59,7 +83,10 @@ def info() -> Dict[str, Any]:
 
 def set_threads(n: int) -> None:
     """Threads used for large copies: 1 disables threading, 0 restores the default."""
-    _core.set_threads(n)
+    if isinstance(n, bool) or not hasattr(type(n), "__index__"):
+        raise TypeError(f"fastcopy.set_threads: n must be an int (0 for the default, 1 to 1024), "
+                        f"got {type(n).__name__}")
+    _core.set_threads(n.__index__())
 
 
 def get_threads() -> int:

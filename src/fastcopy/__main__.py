@@ -1,5 +1,5 @@
 """Command line: ``python -m fastcopy info [--json]``, ``bench [...]``, ``tune [...]``,
-``compare BASE.json NEW.json``.
+``compare BASE.json NEW.json``, ``shm --list`` / ``shm --clean`` (fastcopy channel segments in /dev/shm).
 
 See docs/benchmarks.md for the benchmark, the tune command and the comparison.
 """
@@ -28,7 +28,41 @@ def _build_parser() -> argparse.ArgumentParser:
     p_cmp.add_argument("base", metavar="BASE.json")
     p_cmp.add_argument("new", metavar="NEW.json")
     p_cmp.add_argument("--plot", metavar="FILE.png", help="plot the change vs size (needs matplotlib)")
+
+    p_shm = sub.add_parser("shm", help="list or remove fastcopy channel segments in /dev/shm",
+                           description="Finds fastcopy.shm channel segments in /dev/shm by their header. "
+                                       "A segment is stale when the process that created it is gone and no "
+                                       "producer or consumer is running (e.g. its creator was killed with "
+                                       "SIGKILL); --clean removes only those.")
+    action = p_shm.add_mutually_exclusive_group(required=True)
+    action.add_argument("--list", action="store_true", help="list every channel segment and whether it is stale")
+    action.add_argument("--clean", action="store_true", help="remove the stale segments")
+    p_shm.add_argument("--prefix", default="", metavar="TEXT",
+                       help="only segments whose name starts with TEXT (e.g. fastcopy-, the default names)")
     return parser
+
+
+def _shm(args: argparse.Namespace) -> int:
+    from . import shm
+
+    if args.clean:
+        removed = shm.clean_segments(args.prefix)
+        for name in removed:
+            print(f"removed /dev/shm/{name}")
+        print(f"{len(removed)} stale segment{'s' if len(removed) != 1 else ''} removed")
+        return 0
+    segments = shm.list_segments(args.prefix)
+    if not segments:
+        print("no fastcopy channel segments in /dev/shm")
+        return 0
+    print(f"{'name':<40} {'bytes':>12} {'creator':>16} {'producer':>9} {'consumer':>9}  state")
+    for seg in segments:
+        creator = (f"{seg['creator_pid']} ({'alive' if seg['creator_alive'] else 'gone'})"
+                   if seg["creator_pid"] else "unknown")
+        state = "stale" if seg["stale"] else ("in use" if seg["creator_alive"] or seg["ends_alive"] else "unknown")
+        print(f"{seg['name']:<40} {seg['bytes']:>12} {creator:>16} {seg['producer_pid'] or '-':>9} "
+              f"{seg['consumer_pid'] or '-':>9}  {state}")
+    return 0
 
 
 def _compare(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -71,6 +105,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return run_cli(parser, args, argv)
     if args.command == "compare":
         return _compare(parser, args)
+    if args.command == "shm":
+        return _shm(args)
     return 0
 
 

@@ -19,7 +19,13 @@ Errors: :class:`ChannelError` (a RuntimeError) and its subclasses :class:`Channe
 (the shared header or a message header failed validation), :class:`PeerDied` (the other
 process exited while we waited for it) and :class:`ChannelClosed` (the other end closed);
 ``TimeoutError`` when a timeout passes; ``ValueError`` for a wrong ``out`` buffer (the
-message then stays in the channel) or use after ``close()``.
+message then stays in the channel) or use after ``close()``; ``TypeError`` naming the
+argument for a wrong argument type. docs/shm.md has a table of every failure mode.
+
+Names in /dev/shm are removed by the creating process (``unlink()``, ``with``, interpreter
+exit, multiprocessing child exit, SIGTERM/SIGHUP); :func:`list_segments` and
+:func:`clean_segments` (``python -m fastcopy shm --list/--clean``) find and remove the ones a
+killed creator left behind.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import atexit
 import os
 import secrets
 import sys
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import numpy as np
 
@@ -45,6 +51,8 @@ __all__ = [
     "PeerDied",
     "ChannelClosed",
     "DEFAULT_CAPACITY",
+    "list_segments",
+    "clean_segments",
 ]
 
 #: Ring size in bytes when Channel.create() is not given one.
@@ -146,6 +154,28 @@ def _unlink_created_at_exit() -> None:
     _created.clear()
 
 
+_child_cleanup_pid = 0
+
+
+def _unlink_created_in_multiprocessing_child() -> None:
+    """A multiprocessing child (fork, forkserver or spawn; Pool workers too) ends with
+    ``os._exit`` after multiprocessing's own finalizers, so atexit never runs there and the
+    channels it created stayed in /dev/shm. Register the same cleanup as a multiprocessing
+    finalizer (in a plain process it also runs at exit; the second call finds nothing)."""
+    global _child_cleanup_pid
+    mp_util = sys.modules.get("multiprocessing.util")
+    if mp_util is None or _child_cleanup_pid == os.getpid():
+        return
+    _child_cleanup_pid = os.getpid()
+    mp_util.Finalize(None, _unlink_created_at_exit, exitpriority=0)
+
+
+def _name_arg(method: str, name: Any) -> str:
+    if not isinstance(name, str):
+        raise TypeError(f"Channel.{method}: name must be a str, got {type(name).__name__}")
+    return name
+
+
 def _default_name() -> str:
     return f"fastcopy-{os.getpid()}-{secrets.token_hex(6)}"
 
@@ -189,10 +219,13 @@ class Channel(_core.ShmRing):
         """
         if name is None:
             name = _default_name()
-        name = name.lstrip("/")
-        ch = cls(name, int(capacity), True)
+        name = _name_arg("create", name).lstrip("/")
+        if isinstance(capacity, bool) or not hasattr(type(capacity), "__index__"):
+            raise TypeError(f"Channel.create: capacity must be an int number of bytes, got {type(capacity).__name__}")
+        ch = cls(name, capacity.__index__(), True)
         ch._created_here = True
         _created[name] = os.getpid()
+        _unlink_created_in_multiprocessing_child()
         return ch
 
     @classmethod
@@ -202,7 +235,7 @@ class Channel(_core.ShmRing):
         Raises ``FileNotFoundError`` if there is none, :class:`ChannelCorrupted` if the
         segment is not a valid channel.
         """
-        return cls(name.lstrip("/"), 0, False)
+        return cls(_name_arg("attach", name).lstrip("/"), 0, False)
 
     def unlink(self) -> bool:  # type: ignore[override]
         """Removes ``/dev/shm/<name>``; processes that have it open keep working.
@@ -241,3 +274,85 @@ class Channel(_core.ShmRing):
 def _attach_by_name(cls, name: str) -> "Channel":
     return cls.attach(name)
 
+
+
+# ---- finding and removing stale segments (python -m fastcopy shm --list / --clean) -----------
+_SEGMENT_DIR = "/dev/shm"
+_MAGIC = 0x31484353504F4346  # "FCOPSCH1", the first 8 bytes of every channel segment
+
+
+def _read_header(path: str) -> Optional[Dict[str, Any]]:
+    """The header fields of a channel segment, or None when ``path`` is not one (or unreadable)."""
+    import struct
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+            size = os.fstat(f.fileno()).st_size
+    except OSError:
+        return None
+    if len(head) < 4096 or struct.unpack_from("<Q", head, 0)[0] != _MAGIC:
+        return None
+    u32 = lambda off: struct.unpack_from("<I", head, off)[0]  # noqa: E731
+    u64 = lambda off: struct.unpack_from("<Q", head, off)[0]  # noqa: E731
+    return {
+        "version": u32(8), "capacity": u64(16), "bytes": size,
+        "creator": (u32(1408), u64(1416)),
+        "producer": (u32(128), u64(136), u32(132) != 0),
+        "consumer": (u32(256), u64(264), u32(260) != 0),
+    }
+
+
+def list_segments(prefix: str = "", directory: str = _SEGMENT_DIR) -> List[Dict[str, Any]]:
+    """Every fastcopy channel segment in /dev/shm (found by its header, whatever its name)
+    whose name starts with ``prefix``.
+
+    Each entry: ``name``, ``bytes``, ``capacity``, ``creator_pid`` (0: not recorded, made by
+    an older fastcopy), ``creator_alive``, ``producer_pid``/``consumer_pid`` (0: none yet),
+    ``ends_alive`` (a producer or consumer that has not closed is running) and ``stale``: the
+    creator is recorded and gone and no end is running, so nobody can still use the name
+    (processes that have the channel open keep working even when the name is removed).
+    """
+    out: List[Dict[str, Any]] = []
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return out
+    for name in names:
+        if not name.startswith(prefix):
+            continue
+        header = _read_header(os.path.join(directory, name))
+        if header is None:
+            continue
+        creator_pid, creator_start = header["creator"]
+        creator_alive = creator_pid != 0 and _core.shm_process_alive(creator_pid, creator_start)
+        ends_alive = any(pid != 0 and not closed and _core.shm_process_alive(pid, start)
+                         for pid, start, closed in (header["producer"], header["consumer"]))
+        out.append({
+            "name": name, "bytes": header["bytes"], "capacity": header["capacity"],
+            "creator_pid": creator_pid, "creator_alive": creator_alive,
+            "producer_pid": header["producer"][0], "consumer_pid": header["consumer"][0],
+            "ends_alive": ends_alive,
+            "stale": creator_pid != 0 and not creator_alive and not ends_alive,
+        })
+    return out
+
+
+def clean_segments(prefix: str = "", directory: str = _SEGMENT_DIR) -> List[str]:
+    """Removes the stale segments of :func:`list_segments` (creator gone, no end running) whose
+    name starts with ``prefix`` and returns their names. Segments of running processes, and
+    segments without a recorded creator, are left alone."""
+    removed: List[str] = []
+    for seg in list_segments(prefix, directory):
+        if not seg["stale"]:
+            continue
+        path = os.path.join(directory, seg["name"])
+        header = _read_header(path)  # re-check: the name may have been reused meanwhile
+        if header is None or header["creator"][0] != seg["creator_pid"]:
+            continue
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            continue
+        removed.append(seg["name"])
+    return removed
