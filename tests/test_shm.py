@@ -374,3 +374,152 @@ def test_signal_interrupts_blocking_recv(pair):
         signal.signal(signal.SIGALRM, old)
     with pytest.raises(TimeoutError):  # the channel is still usable
         rx.recv(timeout=0)
+
+
+# ---- header corruption after both ends have sent and received (cached indices in use) -------
+
+HEAD, TAIL = 512, 640
+
+
+def open_segment(name):
+    fd = os.open("/dev/shm/" + name, os.O_RDWR)
+    try:
+        return mmap.mmap(fd, 0)
+    finally:
+        os.close(fd)
+
+
+def u64(m, off):
+    return int.from_bytes(m[off:off + 8], "little")
+
+
+def set_u64(m, off, value):
+    _core.shm_store_release_u64(m, off, value % 2**64)
+
+
+def set_u32(m, off, value):
+    _core.shm_store_release_u32(m, off, value % 2**32)
+
+
+def expect_corrupt(fn, match):
+    """fn() raises ChannelCorrupted naming `match`; the end stays unusable (ChannelCorrupted again)."""
+    with pytest.raises(ChannelCorrupted, match=match):
+        fn()
+    with pytest.raises(ChannelCorrupted, match="broken"):
+        fn()
+
+
+@pytest.fixture
+def used_pair(pair):
+    """A pair after one message went through: both ends have claimed their role and cache indices."""
+    tx, rx = pair
+    tx.send(np.arange(10))
+    assert np.array_equal(rx.recv(timeout=5), np.arange(10))
+    m = open_segment(tx.name)
+    yield tx, rx, m
+    m.close()
+
+
+@pytest.mark.parametrize("value", [2**60, "behind_tail", "beyond_capacity"])
+def test_head_corrupted_after_first_recv(used_pair, value):
+    tx, rx, m = used_pair
+    tx.send(np.arange(5))  # a valid message is pending: a head that is not checked would deliver it
+    tail = u64(m, TAIL)
+    head = {2**60: 2**60, "behind_tail": tail - 64, "beyond_capacity": tail + (1 << 16) + 64}[value]
+    set_u64(m, HEAD, head)
+    expect_corrupt(lambda: rx.recv(timeout=0), "head index")
+
+
+def test_head_moved_under_the_producer(used_pair):
+    tx, rx, m = used_pair
+    set_u64(m, HEAD, u64(m, HEAD) + 64)  # only the producer writes head
+    expect_corrupt(lambda: tx.send(b"x", timeout=0), "head index changed")
+
+
+def test_tail_moved_under_the_consumer(used_pair):
+    tx, rx, m = used_pair
+    tx.send(np.arange(5))
+    set_u64(m, TAIL, u64(m, TAIL) - 64)  # only the consumer writes tail
+    expect_corrupt(lambda: rx.recv(timeout=0), "tail index changed")
+
+
+@pytest.mark.parametrize("how", ["beyond_head", "backwards"])
+def test_tail_corrupted_after_first_send(used_pair, how):
+    tx, rx, m = used_pair
+    a = np.zeros(20000, np.uint8)
+    with pytest.raises(TimeoutError):  # fills the ring; the last send read the real tail
+        for _ in range(10):
+            tx.send(a, timeout=0)
+    tail = u64(m, TAIL)
+    set_u64(m, TAIL, 2**60 if how == "beyond_head" else tail - 64)
+    expect_corrupt(lambda: tx.send(a, timeout=0), "tail index")
+
+
+@pytest.mark.parametrize("field,off,width,value", [
+    ("magic", 0, 8, 0x1234), ("version", 8, 4, 2), ("header_bytes", 12, 4, 8192), ("capacity", 16, 8, 1 << 17),
+])
+def test_shared_header_changed_after_first_use(used_pair, field, off, width, value):
+    tx, rx, m = used_pair
+    tx.send(np.arange(3))
+    (set_u64 if width == 8 else set_u32)(m, off, value)
+    expect_corrupt(lambda: rx.recv(timeout=0), "magic, version or capacity")
+    expect_corrupt(lambda: tx.send(b"x", timeout=0), "magic, version or capacity")
+
+
+def test_tail_not_at_message_boundary(used_pair):
+    tx, rx, m = used_pair
+    tx.send(np.arange(3))
+    # Consumer and producer both cached tail; move it by 8 for a fresh consumer end.
+    rx.close()
+    set_u64(m, TAIL, u64(m, TAIL) + 8)
+    rx2 = Channel.attach(tx.name)
+    try:
+        expect_corrupt(lambda: rx2.recv(timeout=0), "message boundary")
+    finally:
+        rx2.close()
+
+
+@pytest.mark.parametrize("field,value,cap_delta", [
+    ("magic", ("<Q", 0, 0x1234), 0),
+    ("version", ("<I", 8, 2), 0),
+    ("header_bytes", ("<I", 12, 8192), 0),
+    ("capacity", ("<Q", 16, (1 << 16) + 64), 0),
+    ("capacity_unaligned", ("<Q", 16, (1 << 16) + 8), 8),
+])
+def test_attach_checks_each_field(field, value, cap_delta):
+    import struct
+
+    name = new_name()
+    path = "/dev/shm/" + name
+    try:
+        with open(path, "wb") as f:
+            f.truncate(4096 + (1 << 16) + cap_delta)
+        with open(path, "r+b") as f:
+            header = bytearray(4096)
+            struct.pack_into("<QIIQ", header, 0, 0x31484353504F4346, 1, 4096, (1 << 16) + cap_delta)
+            fmt, off, v = value
+            struct.pack_into(fmt, header, off, v)
+            f.write(header)
+        with pytest.raises(ChannelCorrupted, match=field.split("_")[0].replace("header", "header size")):
+            Channel.attach(name)
+    finally:
+        os.unlink(path)
+
+
+def test_attach_accepts_a_valid_handmade_segment():
+    """The handmade header of test_attach_checks_each_field is otherwise valid (so each case
+    fails on its own field)."""
+    import struct
+
+    name = new_name()
+    path = "/dev/shm/" + name
+    try:
+        with open(path, "wb") as f:
+            f.truncate(4096 + (1 << 16))
+        with open(path, "r+b") as f:
+            f.write(struct.pack("<QIIQ", 0x31484353504F4346, 1, 4096, 1 << 16))
+        ch = Channel.attach(name)
+        assert ch.capacity == 1 << 16
+        ch.close()
+    finally:
+        os.unlink(path)
