@@ -319,3 +319,25 @@ def test_copy_region_bad_region_leaves_dst_unchanged(region):
     with pytest.raises(TypeError):
         fastcopy._core.copy_region(dst, b"\x55" * 8, "private")
     assert dst == bytearray(b"\xaa" * 8)
+
+
+# ---------------------------------------------------------------- buffer exports are released
+
+@pytest.mark.parametrize("entry", _entry_points(), ids=lambda e: e[0])
+def test_buffer_exports_released_after_copy_and_errors(entry):
+    """A bytearray cannot be resized while a buffer export of it is held: after every call,
+    successful or not, both arguments must be free again."""
+    copy = entry[1]
+    dst, src = bytearray(b"\xaa" * 16), bytearray(b"\x55" * 16)
+    copy(dst, src)
+    dst.extend(b"x")  # BufferError if the dst export leaked
+    src.extend(b"y")  # ... or the src export
+    for bad_src, exc in [(None, TypeError), (bytearray(3), ValueError)]:
+        with pytest.raises(exc):
+            copy(dst, bad_src)
+        dst.extend(b"x")
+        if isinstance(bad_src, bytearray):
+            bad_src.extend(b"z")
+    mv = memoryview(bytearray(b"\xaa" * 8))
+    copy(mv, b"\x55" * 8)
+    mv.release()  # BufferError if an export of mv leaked

@@ -523,3 +523,49 @@ def test_attach_accepts_a_valid_handmade_segment():
         ch.close()
     finally:
         os.unlink(path)
+
+
+# ---- each check of a message header, in process (the first message sits at file offset 4096) ----
+
+MSG = 4096
+
+
+@pytest.mark.parametrize("what,patch,match", [
+    ("magic", [("<I", 0, 0x12345678)], "bad message magic"),
+    ("sequence", [("<Q", 24, 5)], "message number 5 where 0"),
+    ("ndim", [("<I", 20, 65), ("<I", 4, (32 + 8 * 65 + 3 + 63) // 64 * 64)], "ndim 65"),
+    ("dtype_len_zero", [("<I", 16, 0)], "dtype length 0"),
+    ("dtype_len_huge", [("<I", 16, 1025), ("<I", 4, (32 + 8 + 1025 + 63) // 64 * 64)], "dtype length 1025"),
+    ("header_len", [("<I", 4, 128)], "header length 128"),
+    ("payload_len", [("<Q", 8, 1 << 47)], "payload length"),
+    ("header_beyond_published", [("<I", 16, 200), ("<I", 4, 256)], "more than the bytes published"),
+    ("shape_overflow", [("<Q", 32, 1 << 63)], "shape overflows"),
+    ("dtype_not_printable", [("<B", 40, 0x01)], "printable"),
+])
+def test_message_header_checks(pair, what, patch, match):
+    import struct
+
+    tx, rx = pair
+    tx.send(np.arange(10, dtype="<f8"))  # header: 32 B + shape 8 B + dtype '<f8': 64 B; payload 80 B
+    m = open_segment(tx.name)
+    try:
+        for fmt, off, value in patch:
+            struct.pack_into(fmt, m, MSG + off, value)
+        expect_corrupt(lambda: rx.recv(timeout=0), match)
+    finally:
+        m.close()
+
+
+@pytest.mark.parametrize("side", ["producer", "consumer"])
+def test_indices_checked_when_an_end_claims_its_role(pair, side):
+    tx, rx = pair
+    m = open_segment(tx.name)
+    try:
+        if side == "producer":
+            set_u64(m, TAIL, 1 << 50)  # a tail beyond the head: a producer would see room that is not there
+            expect_corrupt(lambda: tx.send(b"x", timeout=0), "apart")
+        else:
+            set_u64(m, HEAD, 1 << 60)
+            expect_corrupt(lambda: rx.recv(timeout=0), "apart")
+    finally:
+        m.close()
