@@ -554,7 +554,7 @@ MSG = 4096
     ("dtype_len_zero", [("<I", 16, 0)], "dtype length 0"),
     ("dtype_len_huge", [("<I", 16, 1025), ("<I", 4, (32 + 8 + 1025 + 63) // 64 * 64)], "dtype length 1025"),
     ("header_len", [("<I", 4, 128)], "header length 128"),
-    ("payload_len", [("<Q", 8, 1 << 47)], "payload length"),
+    ("payload_len", [("<Q", 8, 1 << 47)], "corrupt: payload length"),
     ("header_beyond_published", [("<I", 16, 200), ("<I", 4, 256)], "more than the bytes published"),
     ("shape_overflow", [("<Q", 32, 1 << 63)], "shape overflows"),
     ("dtype_not_printable", [("<B", 40, 0x01)], "printable"),
