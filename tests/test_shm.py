@@ -62,6 +62,7 @@ def test_roundtrip_dtype_shape(pair, dtype, shape):
     tx.send(a)
     b = rx.recv(timeout=5)
     assert b.dtype == dtype and b.shape == a.shape
+    assert b.dtype.isalignedstruct == dtype.isalignedstruct  # == ignores the align flag
     assert b.tobytes() == a.tobytes()
     tx.send(a)
     out = np.empty(shape, dtype)
@@ -586,3 +587,13 @@ def test_indices_checked_when_an_end_claims_its_role(pair, side):
             expect_corrupt(lambda: rx.recv(timeout=0), "apart")
     finally:
         m.close()
+
+
+def test_names_with_a_leading_slash():
+    """The POSIX spelling '/name' names the same channel as 'name' (create and attach)."""
+    name = new_name()
+    with Channel.create("/" + name, capacity=1 << 16) as tx:
+        assert tx.name == name
+        with Channel.attach("/" + name) as rx:
+            tx.send(b"slash")
+            assert rx.recv(timeout=5).tobytes() == b"slash"
