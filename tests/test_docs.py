@@ -2,12 +2,13 @@
 
 Figures quoted in prose carry a marker, an HTML comment that renders as nothing, right before
 the figure: ``<!--fig FILE METRIC VARIANT [VARIANT] SIZES-->6.0-8.3x``. FILE is a stored
-benchmark run in docs/bench/ (``results`` or ``aliasing``); METRIC is one of
+benchmark run in docs/bench/ (``results``, ``aliasing`` or ``aliasing-zen3``); METRIC is one of
 
 * ``ratio A B``: median GB/s of variant A over that of variant B, at each size;
 * ``ns V`` / ``us V``: time per call of variant V (size / median GB/s);
 * ``gbps V``: median GB/s of V;
 * ``slowdown V``: percent lost at the slowest offset, 100 * (1 - min / median);
+* ``offsetratio V A B``: median GB/s of V's samples at offset A over those at offset B;
 
 SIZES is ``64``, ``4K``, ``64..4K`` (every stored size in between) or ``64K,1M``. A range
 ``a-b`` must be the smallest and largest value over the sizes, a single number the value at
@@ -24,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -69,6 +71,14 @@ def metric_values(args: list) -> list:
     if metric == "ratio":
         a, b, spec = rest
         return [table[(s, a)]["median_gbps"] / table[(s, b)]["median_gbps"] for s in sizes_of(spec, available)]
+    if metric == "offsetratio":  # one variant: median GB/s of the samples at offset A over those at offset B
+        variant, off_a, off_b, spec = rest
+        values = []
+        for s in sizes_of(spec, available):
+            samples = table[(s, variant)]["samples"]
+            at = {o: statistics.median(x["gbps"] for x in samples if x["offset"] == o) for o in (int(off_a), int(off_b))}
+            values.append(at[int(off_a)] / at[int(off_b)])
+        return values
     variant, spec = rest
     values = []
     for s in sizes_of(spec, available):
