@@ -6,13 +6,14 @@ import importlib.util
 import json
 import os
 import re
+import sys
 
 import pytest
 
 import fastcopy
 from fastcopy import bench as b
 
-from _cli import NO_SUBPROCESS, cli
+from _cli import NO_SUBPROCESS, SRC_DIR, cli
 
 FAST = ("--repeats", "2", "--min-time", "0.001")
 HAVE_MPL = importlib.util.find_spec("matplotlib") is not None
@@ -163,7 +164,9 @@ def test_ucx_format():
     (["--sizes", "1K:4K:y2"], "--sizes"),
     (["--repeats", "0"], "--repeats"),
     (["--min-time", "abc"], "--min-time"),
+    (["--min-time", "0"], "--min-time: must be positive"),
     (["--offset", "4096"], "--offset"),
+    (["--offset", "-1"], "--offset"),
     (["--offsets", "sometimes"], "--offsets"),
     (["--offset", "0", "--offsets", "mixed"], "--offsets"),
     (["--cpus", "1-x"], "--cpus"),
@@ -231,10 +234,24 @@ def test_plot(tmp_path, run_json):
     assert cpng.read_bytes()[:4] == b"\x89PNG"
 
 
-@pytest.mark.skipif(HAVE_MPL, reason="matplotlib is installed")
-def test_plot_without_matplotlib(tmp_path):
-    r = cli("bench", "--sizes", "64", *FAST, "--plot", str(tmp_path / "x.png"))
+def hide_modules(monkeypatch, tmp_path, *names):
+    """Makes `import name` fail, in this process (for in-process CLI runs) and in children
+    started by cli() (a sitecustomize on PYTHONPATH), whether or not the module is installed."""
+    for name in names:
+        monkeypatch.setitem(sys.modules, name, None)
+    site = tmp_path / "hide_modules"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(
+        "import sys\n" + "".join(f"sys.modules[{n!r}] = None\n" for n in names))
+    path = os.pathsep.join(p for p in (str(site), SRC_DIR, os.environ.get("PYTHONPATH")) if p)
+    return {"PYTHONPATH": path}
+
+
+def test_plot_without_matplotlib(tmp_path, monkeypatch):
+    env = hide_modules(monkeypatch, tmp_path, "matplotlib")
+    r = cli("bench", "--sizes", "64", *FAST, "--plot", str(tmp_path / "x.png"), env=env)
     assert r.returncode == 2 and "--plot" in r.stderr and "matplotlib" in r.stderr
+    assert not (tmp_path / "x.png").exists()
 
 
 HAVE_IPC = importlib.util.find_spec("fastcopy.ipc_bench") is not None
@@ -253,9 +270,9 @@ def test_ipc(tmp_path):
     assert all(row["size"] == 4096 for row in doc["results"])
 
 
-@pytest.mark.skipif(HAVE_IPC, reason="fastcopy.ipc_bench is present")
-def test_ipc_missing_is_a_clear_error():
-    r = cli("bench", "--ipc", "--sizes", "4K", *FAST)
+def test_ipc_missing_is_a_clear_error(tmp_path, monkeypatch):
+    env = hide_modules(monkeypatch, tmp_path, "fastcopy.ipc_bench")
+    r = cli("bench", "--ipc", "--sizes", "4K", *FAST, env=env)
     assert r.returncode == 2 and "--ipc" in r.stderr and "ipc_bench" in r.stderr
 
 

@@ -4,7 +4,7 @@ fastcopy.copy leaves exactly the bytes np.copyto leaves."""
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import fastcopy
@@ -147,3 +147,73 @@ def test_raw_buffers_of_other_shapes_copy_c_order_bytes(case):
     fastcopy.copy(d, s)
     for b, r in zip(bases, refs):
         assert b.tobytes() == r.tobytes()
+
+
+# ---------------------------------------------------------------- extents that touch by one byte
+
+def view_extent(shape, spec, itemsize):
+    """[first, end) byte range of make_view(...)'s view: the view touches both ends of its block."""
+    return spec[2], needed_bytes(shape, spec, itemsize)
+
+
+@st.composite
+def touching_case(draw):
+    """dst and src views of one buffer whose extents share exactly one byte (either order)."""
+    dtype, shape, dspec, sspec, _, wrap, seed = draw(copy_case())
+    if not shape or 0 in shape:
+        shape = (draw(st.integers(1, 6)),)
+        dspec, sspec = draw(view_spec(shape)), draw(view_spec(shape))
+    dperm, dsteps, _ = dspec
+    sperm, ssteps, _ = sspec
+    dlen = needed_bytes(shape, (dperm, dsteps, 0), dtype.itemsize)
+    slen = needed_bytes(shape, (sperm, ssteps, 0), dtype.itemsize)
+    if draw(st.booleans()):  # src starts on dst's last byte
+        doff, soff = 0, dlen - 1
+    else:                    # dst starts on src's last byte
+        doff, soff = slen - 1, 0
+    return dtype, shape, (dperm, dsteps, doff), (sperm, ssteps, soff), True, wrap, seed
+
+
+@settings(max_examples=300, deadline=None)
+@given(touching_case())
+@example((np.dtype("u1"), (4,), ([0], [1], 6), ([0], [2], 0), True, "none", 0))  # copy(b[6:10], b[0:7:2])
+def test_extents_touching_by_one_byte(case):
+    dtype, shape, dspec, sspec = case[:4]
+    d0, d1 = view_extent(shape, dspec, dtype.itemsize)
+    s0, s1 = view_extent(shape, sspec, dtype.itemsize)
+    assert min(d1, s1) - max(d0, s0) == 1  # exactly one shared byte
+    run_case(*case, copy=fastcopy.copy)
+
+
+def test_small_strided_views_exhaustive():
+    """Every pair of 1-d uint8 / int16 views (steps -3..3, 1..4 items) in a 16-byte buffer whose
+    extents share 0 to 2 bytes, against np.copyto through a temporary."""
+    rng = np.random.default_rng(5)
+    checked = 0
+    for dtype in (np.dtype("u1"), np.dtype("<i2")):
+        isz = dtype.itemsize
+        for n in range(1, 5):
+            for dstep in (1, 2, 3, -1, -2, -3):
+                for sstep in (1, 2, 3, -1, -2, -3):
+                    span_d = ((n - 1) * abs(dstep) + 1) * isz
+                    span_s = ((n - 1) * abs(sstep) + 1) * isz
+                    for doff in range(0, 17 - span_d):
+                        for soff in range(0, 17 - span_s):
+                            shared = min(doff + span_d, soff + span_s) - max(doff, soff)
+                            if not 0 <= shared <= 2:
+                                continue
+                            base = rng.integers(0, 256, 16, dtype=np.uint8)
+                            ref = base.copy()
+
+                            def views(b):
+                                d = b[doff:doff + span_d].view(dtype)[::dstep]
+                                s = b[soff:soff + span_s].view(dtype)[::sstep]
+                                return d, s
+
+                            rd, rs = views(ref)
+                            np.copyto(rd, rs.copy())
+                            d, s = views(base)
+                            fastcopy.copy(d, s)
+                            assert base.tobytes() == ref.tobytes(), (dtype, n, dstep, sstep, doff, soff)
+                            checked += 1
+    assert checked > 1000

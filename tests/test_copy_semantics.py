@@ -99,6 +99,14 @@ OVERLAP_CASES = {
     "neg_stride_overlap": lambda b: (b.view(np.uint16)[100:1100], b.view(np.uint16)[1099:99:-1]),
     "c16_struct_shift": lambda b: (b[16:4000].view(np.complex128)[:240], b[0:3984].view(np.complex128)[:240]),
     "3d_perm": lambda b: (b.view(np.uint32).reshape(8, 8, 16)[:, :, :8], b.view(np.uint32).reshape(8, 8, 16)[:, :, 4:12].transpose(1, 0, 2)),
+    # Extents that share exactly one byte: the strided side's last byte is the other's first.
+    "touch_1_src_strided": lambda b: (b[6:10], b[0:7:2]),
+    "touch_1_dst_strided": lambda b: (b[0:7:2], b[6:10]),
+    "touch_1_src_reversed": lambda b: (b[6:10], b[6::-2]),
+    "touch_1_2d": lambda b: (b[15:27].reshape(2, 6), b[0:16].reshape(2, 8)[:, 2:]),
+    # Extents one byte apart (adjacent, no shared byte) on either side.
+    "adjacent_after": lambda b: (b[7:11], b[0:7:2]),
+    "adjacent_before": lambda b: (b[0:7:2], b[7:11]),
 }
 
 
@@ -288,6 +296,12 @@ def _doc_blocks():
 
 @pytest.mark.parametrize("block", _doc_blocks())
 def test_usage_doc_examples_run(block):
+    import ast
+
+    # An example that shows an error must fail when no error is raised: every try/except has an else.
+    for node in ast.walk(ast.parse(block)):
+        if isinstance(node, ast.Try) and node.handlers:
+            assert node.orelse, f"docs/usage.md: a try block without else passes when nothing is raised:\n{block}"
     exec(compile(block, "docs/usage.md", "exec"), {})
 
 

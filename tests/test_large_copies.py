@@ -140,3 +140,23 @@ def test_info_reports_large_copy_settings():
         assert "set_threads" in fastcopy.info()["threads"]["reason"]
     finally:
         fastcopy.set_threads(0)
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+def test_overlapping_copies_from_the_non_temporal_threshold(direction):
+    """The non-temporal kernel copies forward only: overlapping copies above its threshold
+    must still give memmove's result (the policy sends them elsewhere)."""
+    nt = fastcopy.info()["thresholds"]["non_temporal_bytes"]
+    if nt is None:
+        pytest.skip("no non-temporal kernel on this CPU: there is no threshold to cross")
+    n, shift = nt + 4097, 64
+    rng = np.random.default_rng(7)
+    buf = rng.integers(0, 256, n + shift, dtype=np.uint8)
+    expect = buf.copy()
+    if direction == "forward":  # dst after src: a forward copy would read bytes it already wrote
+        np.copyto(expect[shift:], expect[:n].copy())
+        fastcopy.copy(buf[shift:], buf[:n])
+    else:
+        np.copyto(expect[:n], expect[shift:].copy())
+        fastcopy.copy(buf[:n], buf[shift:])
+    assert np.array_equal(buf, expect)

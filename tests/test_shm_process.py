@@ -380,27 +380,80 @@ for k in range(50):
     done(tx, rx, m)
     cases += 1
 
-# 4. Fuzz: random bytes at random places of the header and the first messages; any outcome
-# but a crash or an unexpected exception type is fine.
-ok_types = (ChannelError, ValueError, TimeoutError, TypeError, MemoryError)
+# 4. Fuzz: random bytes at random places of the header and the first messages. Each call
+# ends in one of the documented outcomes: send returns None or raises TimeoutError (ring
+# full), ChannelClosed (a closed flag was hit), PeerDied or ChannelError "already has a"
+# (a pid field now names a dead or another live process: the role cannot be claimed) or
+# ChannelCorrupted; recv the same, or returns an array. Once an end raised ChannelCorrupted,
+# every later call on it raises ChannelCorrupted. A recv that returns gives the next message
+# sent, byte for byte, unless the random bytes landed in that message's record (there is no
+# payload checksum: a changed payload or an equally sized dtype is delivered as written).
+from fastcopy.shm import ChannelClosed, PeerDied
+outcomes = {}
 for k in range(400):
     tx, rx, m = fresh()
+    sent = []
     for j in range(3):
-        tx.send(np.arange(int(rng.integers(0, 50)), dtype=rng.choice(["<f8", "|u1", ">i2"])))
+        a = np.arange(int(rng.integers(0, 50)), dtype=rng.choice(["<f8", "|u1", ">i2"]))
+        tx.send(a)
+        sent.append(a)
+    records = []  # [start, end) of each message record in the file
+    pos = H
+    for a in sent:
+        hdr = (32 + 8 * a.ndim + len(a.dtype.str) + 63) // 64 * 64
+        end = pos + hdr + (a.nbytes + 63) // 64 * 64
+        records.append((pos, end))
+        pos = end
+    touched = set()
     for _ in range(int(rng.integers(1, 8))):
         off = int(rng.choice([rng.integers(0, H), rng.integers(H, H + 512), rng.integers(0, 2048)]))
         n = int(rng.integers(1, 9))
-        m[off:off + n] = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+        new = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+        if m[off:off + n] != new:
+            touched.update(i for i in range(off, off + n) if m[i] != new[i - off])
+        m[off:off + n] = new
+    header_touched = any(i < H for i in touched)
+    corrupt = {"tx": False, "rx": False}
+    received = 0
     for op in range(4):
+        side = "tx" if op % 2 else "rx"
         try:
-            if op % 2:
-                tx.send(np.arange(3), timeout=0)
+            if side == "tx":
+                result = tx.send(np.arange(3), timeout=0)
+                assert result is None, f"fuzz {k}: send returned {result!r}"
+                kind = "ok"
             else:
-                rx.recv(timeout=0)
-        except ok_types:
-            pass
+                got = rx.recv(timeout=0)
+                assert isinstance(got, np.ndarray), f"fuzz {k}: recv returned {type(got)}"
+                if received < len(sent):
+                    lo, hi = records[received]
+                    if not header_touched and not any(lo <= i < hi for i in touched):
+                        want = sent[received]
+                        assert got.dtype == want.dtype and got.shape == want.shape and \
+                            got.tobytes() == want.tobytes(), f"fuzz {k}: message {received} changed"
+                received += 1
+                kind = "ok"
+        except ChannelCorrupted:
+            kind = "ChannelCorrupted"
+            corrupt[side] = True
+        except (TimeoutError, ChannelClosed, PeerDied) as e:
+            assert not corrupt[side], f"fuzz {k}: {side} raised {type(e).__name__} after ChannelCorrupted"
+            kind = type(e).__name__
+        except ChannelError as e:
+            assert type(e) is ChannelError and "already has a" in str(e), f"fuzz {k}: {side}: {e}"
+            assert not corrupt[side], f"fuzz {k}: {side} raised {e} after ChannelCorrupted"
+            kind = "role taken"
+        except BaseException as e:
+            raise AssertionError(f"fuzz {k}: {side}: undocumented outcome {type(e).__name__}: {e}")
+        if kind == "ok":
+            assert not corrupt[side], f"fuzz {k}: {side} succeeded after ChannelCorrupted"
+        outcomes[side + " " + kind] = outcomes.get(side + " " + kind, 0) + 1
     done(tx, rx, m)
     cases += 1
+# The loop reaches each kind of outcome (it would not test much otherwise).
+for needed in ("rx ok", "rx ChannelCorrupted", "tx ok", "tx ChannelCorrupted"):
+    assert outcomes.get(needed, 0) > 0, (needed, outcomes)
+print("fuzz outcomes", sorted(outcomes.items()), file=sys.stderr)
 
 # 5. Segments that are not channels.
 name = PREFIX + "short"

@@ -18,8 +18,9 @@ Example (two processes)::
 Errors: :class:`ChannelError` (a RuntimeError) and its subclasses :class:`ChannelCorrupted`
 (the shared header or a message header failed validation), :class:`PeerDied` (the other
 process exited while we waited for it) and :class:`ChannelClosed` (the other end closed);
-``TimeoutError`` when a timeout passes; ``ValueError`` for a wrong ``out`` buffer (the
-message then stays in the channel) or use after ``close()``; ``TypeError`` naming the
+``TimeoutError`` when a timeout passes; ``ValueError`` for an ``out`` of the wrong dtype,
+shape or length (``TypeError`` when it is not a writable C-contiguous buffer at all; the
+message stays in the channel either way) or use after ``close()``; ``TypeError`` naming the
 argument for a wrong argument type. docs/shm.md has a table of every failure mode.
 
 Names in /dev/shm are removed by the creating process (``unlink()``, ``with``, interpreter
@@ -200,7 +201,8 @@ class Channel(_core.ShmRing):
         (buffers that were not numpy arrays come back as 1-D ``uint8`` arrays), or copies
         it into ``out`` and returns ``out``: a numpy array needs the same dtype and shape and
         to be C-contiguous and writable; any other writable buffer needs the same byte
-        length. A wrong ``out`` raises ``ValueError`` and leaves the message in the channel.
+        length. A wrong ``out`` raises ``ValueError`` (``TypeError`` when it is not a writable
+        C-contiguous buffer) and leaves the message in the channel.
     ``peek(timeout=None)``
         ``(dtype, shape)`` of the next message without consuming it, or None on timeout.
 

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# pytest cases that need a CPU this machine is not, run under qemu-x86_64-static with an
+# emulated CPU without AVX2 (Nehalem): there the AVX2 kernels are compiled but unsupported,
+# which the "unsupported kernel" tests need (on an AVX2 host they skip, saying so). Children
+# these tests start run under the same emulator (FASTCOPY_TEST_EMULATOR). Fails when any of
+# the selected tests is skipped, so the cases really run somewhere.
+#
+# Uses the `python` on PATH (CI: the venv with fastcopy installed). x86_64 hosts only.
+set -euo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+if [[ $(uname -m) != x86_64 ]]; then echo "emulated_cpu_pytest.sh: x86_64 hosts only, nothing to do"; exit 0; fi
+command -v qemu-x86_64-static >/dev/null 2>&1 || apt_install_missing qemu-user-static
+EMU="qemu-x86_64-static -cpu Nehalem"
+PY=$(python -c 'import sys; print(sys.executable)')
+SELECT=(tests/test_info_dispatch.py::test_unsupported_kernel_fails_import
+        tests/test_info_dispatch.py::test_unsupported_kernel_in_process)
+log=$(mktemp)
+set +e
+FASTCOPY_TEST_EMULATOR="$EMU" $EMU "$PY" -m pytest -p no:cacheprovider -q -rs "${SELECT[@]}" 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+set -e
+[[ $rc == 0 ]] || { echo "emulated_cpu_pytest.sh: pytest failed (exit $rc)"; exit 1; }
+if grep -qi "skipped" "$log" || ! grep -q "${#SELECT[@]} passed" "$log"; then
+    echo "emulated_cpu_pytest.sh: expected ${#SELECT[@]} tests to pass, none skipped"
+    exit 1
+fi
+echo "emulated_cpu_pytest.sh: ${#SELECT[@]} tests ran on an emulated Nehalem (no AVX2)"

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The mutation check (tools/mutation_check.py): plants each bug of tools/mutants.toml in a
+# scratch copy, rebuilds incrementally and runs the tests named for it; fails unless every
+# mutant is killed and every patch still applies (a STALE entry means the code moved on:
+# refresh it). Uses the `python` on PATH (CI: the venv with the test extra installed); the
+# scratch build needs pybind11's CMake files, installed here if missing.
+#
+# Runtime: 61 mutants in 675 s (and the baseline in ~40 s) on the shared 2-vCPU Zen 3 dev VM at
+# load average 3.5-7, build reused; a clean build adds ~70 s. CI's limit for it is 15 minutes.
+#
+# Environment: FASTCOPY_CI_BUILD (default build/ci): the scratch copy and its build go to
+# $FASTCOPY_CI_BUILD/mutation and are reused by the next run.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+B=${FASTCOPY_CI_BUILD:-$PWD/build/ci}
+python -c 'import pybind11' 2>/dev/null || python -m pip install -q "pybind11>=3"
+python -c 'import pytest, hypothesis, numpy' || { echo "mutation.sh: needs pytest, hypothesis and numpy"; exit 1; }
+start=$(date +%s)
+python tools/mutation_check.py --scratch "$B/mutation"
+echo "mutation.sh: $(( $(date +%s) - start )) s"
