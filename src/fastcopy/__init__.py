@@ -15,7 +15,7 @@ from . import _core
 
 __version__ = "0.1.0"
 
-__all__ = ["copy", "kernels", "kernel", "info", "set_threads", "get_threads", "shm", "__version__"]
+__all__ = ["copy", "copyto", "stack", "concatenate", "copy_many", "kernels", "kernel", "info", "set_threads", "get_threads", "shm", "__version__"]
 
 try:
     _core.init_policy()
@@ -23,6 +23,11 @@ except ValueError as _error:  # a bad FASTCOPY_* value: refuse to start with a c
     raise ImportError(f"fastcopy: {_error}") from None
 
 copy = _core.copy
+# numpy drop-ins and batched copies (cpp/bindings_batch.cpp); numpy serves what they do not.
+copyto = _core.copyto
+stack = _core.stack
+concatenate = _core.concatenate
+copy_many = _core.copy_many
 
 
 def kernels() -> List[str]:
