@@ -272,6 +272,9 @@ int copyto_fast(PyObject* dst, PyObject* src) {
     PyArrayObject* s = reinterpret_cast<PyArrayObject*>(src);
     PyArray_Descr* dd = PyArray_DESCR(d);
     if (dd != PyArray_DESCR(s) || PyDataType_REFCHK(dd)) return 0;
+    // Structured dtypes: np.copyto copies field by field and leaves dst's padding bytes,
+    // a byte copy would not; numpy serves them.
+    if (PyDataType_HASFIELDS(dd)) return 0;
     if (!PyArray_ISWRITEABLE(d)) return 0;  // numpy raises its own ValueError
     const int nd = PyArray_NDIM(d);
     if (nd != PyArray_NDIM(s)) return 0;
@@ -299,7 +302,10 @@ int copyto_fast(PyObject* dst, PyObject* src) {
         Py_DECREF(src);
         return 1;
     }
-    // Equal shapes and dtypes, any strides or overlap: copy() gives np.copyto's bytes.
+    // Overlapping strided views: np.copyto's result depends on its loop order (numpy 2.4
+    // only reverses the loop for some 1-d cases instead of buffering), which copy() does not
+    // imitate; numpy serves them. Other strided pairs: copy() gives np.copyto's bytes.
+    if (arrays_overlap(d, s)) return 0;
     PyObject* args[2] = {dst, src};
     PyObject* r = PyObject_Vectorcall(g_copy, args, 2, nullptr);
     if (!r) return -1;
