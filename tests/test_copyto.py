@@ -226,7 +226,7 @@ PROPERTY_DTYPES = [np.dtype(t) for t in
 
 def filled(shape, dtype, seed):
     if dtype.kind == "O":
-        return np.arange(int(np.prod(shape, dtype=np.int64)), dtype=np.int64).astype(object).reshape(shape) + seed
+        return (np.arange(int(np.prod(shape, dtype=np.int64)), dtype=np.int64) + seed).astype(object).reshape(shape)
     if dtype.kind == "U":  # valid code points
         rng = np.random.default_rng(seed)
         codes = rng.integers(32, 0x2FFF, size=tuple(shape) + (dtype.itemsize // 4,), dtype=np.uint32)
