@@ -98,6 +98,9 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["table", "ucx"], default="table",
                    help="stdout format: the table (default) or ucx_info's '# Memcpy bandwidth:' block "
                         "for the automatic choice (then default sizes 4K:256M:x2)")
+    p.add_argument("--batch", action="store_true",
+                   help="measure batched copies instead: fastcopy.stack/concatenate/copy_many against numpy "
+                        "and torch (fastcopy.batch_bench; repeats, min-time, threads, torch-threads, json apply)")
     p.add_argument("--ipc", action="store_true",
                    help="measure copies between two processes through fastcopy.shm.Channel instead "
                         "(against multiprocessing Queue and Pipe; sizes, repeats, min-time, variants apply)")
@@ -173,6 +176,8 @@ def _bench(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: List
 
     if args.ipc:
         return _ipc(p, args, argv)
+    if args.batch:
+        return _batch(p, args, argv)
 
     if args.variants is None:
         want_torch = args.format != "ucx"
@@ -230,6 +235,24 @@ def _bench(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: List
 
         plot_bench(results, args.plot, title=f"fastcopy {meta['fastcopy_version']} on {meta.get('cpu_brand') or '?'}")
         print(f"plot written to {args.plot}")
+    return 0
+
+
+def _batch(p: argparse.ArgumentParser, args: argparse.Namespace, argv: List[str]) -> int:
+    """``bench --batch``: batched copies (fastcopy.batch_bench)."""
+    from .batch_bench import format_batch_table, run_batch_bench
+
+    results = run_batch_bench(repeats=args.repeats or (3 if args.quick else 11),
+                              min_time=args.min_time or (0.01 if args.quick else 0.02),
+                              torch_threads=args.torch_threads)
+    print(format_batch_table(results))
+    if args.json:
+        from . import bench as b
+
+        doc = b.metadata([sys.executable, "-m", "fastcopy"] + argv)
+        doc.update({"kind": "batch", "results": results})
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1)
     return 0
 
 
