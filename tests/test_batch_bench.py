@@ -33,3 +33,8 @@ def test_cli_batch_quick_json(tmp_path):
     doc = json.loads(path.read_text())
     assert doc["kind"] == "batch" and set(doc["results"]["cases"]) == set(batch_bench.CASES)
     assert doc["cpu"]["arch"]
+
+
+def test_cli_batch_refuses_options_that_do_not_apply():
+    r = cli("bench", "--batch", "--sizes", "4K")
+    assert r.returncode == 2 and "--sizes does not apply" in r.stderr

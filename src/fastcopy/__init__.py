@@ -3,7 +3,9 @@
 ``fastcopy.copy(dst, src)`` copies any buffer (numpy arrays, bytearray, memoryview, mmap,
 shared memory) into another, like ``np.copyto`` for equal shapes and dtypes, with a kernel
 chosen for this CPU, size and addresses. ``fastcopy.info()`` says what was detected and
-chosen; ``FASTCOPY_KERNEL``, ``FASTCOPY_REP_MOVSB``, ``FASTCOPY_NT_THRESHOLD`` and
+chosen. ``fastcopy.copyto``, ``stack`` and ``concatenate`` are drop-ins for numpy's functions
+(numpy serves what fastcopy's fast path does not); ``copy_many`` copies many pairs in one call.
+``FASTCOPY_KERNEL``, ``FASTCOPY_REP_MOVSB``, ``FASTCOPY_NT_THRESHOLD`` and
 ``FASTCOPY_THREADS`` override the policy (see docs/dispatch.md).
 """
 

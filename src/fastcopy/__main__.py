@@ -177,7 +177,9 @@ def _bench(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: List
     if args.ipc:
         return _ipc(p, args, argv)
     if args.batch:
-        return _batch(p, args, argv)
+        from .batch_bench import run_cli
+
+        return run_cli(p, args, argv)
 
     if args.variants is None:
         want_torch = args.format != "ucx"
@@ -235,24 +237,6 @@ def _bench(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: List
 
         plot_bench(results, args.plot, title=f"fastcopy {meta['fastcopy_version']} on {meta.get('cpu_brand') or '?'}")
         print(f"plot written to {args.plot}")
-    return 0
-
-
-def _batch(p: argparse.ArgumentParser, args: argparse.Namespace, argv: List[str]) -> int:
-    """``bench --batch``: batched copies (fastcopy.batch_bench)."""
-    from .batch_bench import format_batch_table, run_batch_bench
-
-    results = run_batch_bench(repeats=args.repeats or (3 if args.quick else 11),
-                              min_time=args.min_time or (0.01 if args.quick else 0.02),
-                              torch_threads=args.torch_threads)
-    print(format_batch_table(results))
-    if args.json:
-        from . import bench as b
-
-        doc = b.metadata([sys.executable, "-m", "fastcopy"] + argv)
-        doc.update({"kind": "batch", "results": results})
-        with open(args.json, "w") as f:
-            json.dump(doc, f, indent=1)
     return 0
 
 

@@ -13,7 +13,9 @@ and 1.0x ``torch.stack``; stacking 1000 arrays of 1 KiB: at least 3x ``np.stack`
 
 from __future__ import annotations
 
+import json
 import statistics
+import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -165,3 +167,26 @@ def format_batch_table(result: Dict[str, Any]) -> str:
                  "copy_many is a loop of np.copyto")
     lines.extend(check_targets(result))
     return "\n".join(lines)
+
+
+def run_cli(parser: Any, args: Any, argv: Sequence[str]) -> int:
+    """``python -m fastcopy bench --batch``: repeats, min-time, quick, torch-threads and json apply
+    (threads and cpus were applied by the bench command); the other options are refused."""
+    for option, given in (("--sizes", bool(args.sizes)), ("--variants", args.variants is not None),
+                          ("--offset", args.offset is not None), ("--offsets", args.offsets is not None),
+                          ("--plot", bool(args.plot)), ("--format ucx", args.format == "ucx"),
+                          ("--ipc", args.ipc)):
+        if given:
+            parser.error(f"argument --batch: {option} does not apply to the batched-copy benchmark")
+    results = run_batch_bench(repeats=args.repeats or (3 if args.quick else 11),
+                              min_time=args.min_time or (0.01 if args.quick else 0.02),
+                              torch_threads=args.torch_threads)
+    print(format_batch_table(results))
+    if args.json:
+        from .bench import metadata
+
+        doc = metadata([sys.executable, "-m", "fastcopy"] + list(argv))
+        doc.update({"kind": "batch", "results": results})
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1)
+    return 0
