@@ -77,8 +77,7 @@ bool valid_casting(PyObject* c) {
         if (c == name) return true;
     if (!PyUnicode_CheckExact(c)) return false;
     for (PyObject* name : g_casting)
-        if (PyUnicode_Compare(c, name) == 0) return true;
-    PyErr_Clear();
+        if (PyUnicode_Compare(c, name) == 0) return true;  // both exact str: cannot fail
     return false;
 }
 
@@ -836,14 +835,20 @@ PyObject* py_copy_many(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObj
     // Tuples of our own: another thread cannot change them under us.
     py::object dsts = py::reinterpret_steal<py::object>(PySequence_Tuple(dsts_arg));
     if (!dsts) {
-        PyErr_Format(PyExc_TypeError, "fastcopy.copy_many: dsts must be a sequence of buffers, got %s",
-                     Py_TYPE(dsts_arg)->tp_name);
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {  // not iterable; other errors pass through
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "fastcopy.copy_many: dsts must be a sequence of buffers, got %s",
+                         Py_TYPE(dsts_arg)->tp_name);
+        }
         return nullptr;
     }
     py::object srcs = py::reinterpret_steal<py::object>(PySequence_Tuple(srcs_arg));
     if (!srcs) {
-        PyErr_Format(PyExc_TypeError, "fastcopy.copy_many: srcs must be a sequence of buffers, got %s",
-                     Py_TYPE(srcs_arg)->tp_name);
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {  // not iterable; other errors pass through
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "fastcopy.copy_many: srcs must be a sequence of buffers, got %s",
+                         Py_TYPE(srcs_arg)->tp_name);
+        }
         return nullptr;
     }
     const Py_ssize_t n = PyTuple_GET_SIZE(dsts.ptr());

@@ -316,6 +316,15 @@ def test_copy_many_argument_errors():
     fastcopy.copy_many(srcs=[np.ones(2)], dsts=d)
     assert d[0].tolist() == [1, 1]
     fastcopy.copy_many([], [])
+    d = [np.zeros(2)]
+    fastcopy.copy_many((x for x in d), iter([np.ones(2)]))  # any iterables
+    assert d[0].tolist() == [1, 1]
+
+    def broken():
+        yield np.zeros(2)
+        raise KeyError("from the generator")
+    with pytest.raises(KeyError):  # the iterator's own error, not a TypeError
+        fastcopy.copy_many(broken(), [np.ones(2)])
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
