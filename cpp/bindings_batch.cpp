@@ -67,6 +67,14 @@ PyObject* g_name_dtype = nullptr;
 // these: numpy canonicalises others (`>f8` inputs give a `<f8` result).
 PyArray_Descr* g_builtin[NPY_HALF + 1] = {};
 
+// Calls served by the fast path and calls handed to numpy, per function (changed with the GIL
+// held): lets the tests check which cases the fast path takes (_core._drop_in_stats()).
+struct DropInStats {
+    unsigned long long copyto_fast = 0, copyto_numpy = 0;
+    unsigned long long stack_fast = 0, stack_numpy = 0;
+    unsigned long long concatenate_fast = 0, concatenate_numpy = 0;
+} g_stats;
+
 // ---- small helpers ------------------------------------------------------------------------
 
 bool is_exact_array(PyObject* o) { return Py_TYPE(o) == &PyArray_Type; }
@@ -270,7 +278,10 @@ int copyto_fast(PyObject* dst, PyObject* src) {
     PyArrayObject* d = reinterpret_cast<PyArrayObject*>(dst);
     PyArrayObject* s = reinterpret_cast<PyArrayObject*>(src);
     PyArray_Descr* dd = PyArray_DESCR(d);
-    if (dd != PyArray_DESCR(s) || PyDataType_REFCHK(dd)) return 0;
+    PyArray_Descr* sd = PyArray_DESCR(s);
+    // The same dtype: the same descriptor object, or an equivalent one (non-native byte order,
+    // strings and datetimes get a new descriptor per array). Every casting rule allows those.
+    if (PyDataType_REFCHK(dd) || (dd != sd && !PyArray_EquivTypes(dd, sd))) return 0;
     // Structured dtypes: np.copyto copies field by field and leaves dst's padding bytes,
     // a byte copy would not; numpy serves them.
     if (PyDataType_HASFIELDS(dd)) return 0;
@@ -331,10 +342,14 @@ PyObject* py_copyto(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject
         }
         if (fast && (!casting || valid_casting(casting)) && (!where || where == Py_True)) {
             const int r = copyto_fast(args[0], args[1]);
-            if (r > 0) Py_RETURN_NONE;
+            if (r > 0) {
+                ++g_stats.copyto_fast;
+                Py_RETURN_NONE;
+            }
             if (r < 0) return nullptr;
         }
     }
+    ++g_stats.copyto_numpy;
     return PyObject_Vectorcall(g_np_copyto, args, static_cast<size_t>(nargs), kwnames);
 }
 
@@ -573,8 +588,10 @@ PyObject* py_stack(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject*
     JoinArgs a;
     if (parse_join(args, nargs, kwnames, a)) {
         PyObject* r = stack_fast(a);
+        if (r) ++g_stats.stack_fast;
         if (r || PyErr_Occurred()) return r;
     }
+    ++g_stats.stack_numpy;
     return PyObject_Vectorcall(g_np_stack, args, static_cast<size_t>(nargs), kwnames);
 }
 
@@ -582,8 +599,10 @@ PyObject* py_concatenate(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyO
     JoinArgs a;
     if (parse_join(args, nargs, kwnames, a)) {
         PyObject* r = concatenate_fast(a);
+        if (r) ++g_stats.concatenate_fast;
         if (r || PyErr_Occurred()) return r;
     }
+    ++g_stats.concatenate_numpy;
     return PyObject_Vectorcall(g_np_concatenate, args, static_cast<size_t>(nargs), kwnames);
 }
 
@@ -998,6 +1017,19 @@ void bind_batch(py::module_& m) {
         g_builtin[t] = PyArray_DescrFromType(t);  // kept: the builtin singletons
         if (!g_builtin[t]) throw py::error_already_set();
     }
+    m.def(
+        "_drop_in_stats",
+        [] {
+            py::dict d;
+            d["copyto_fast"] = g_stats.copyto_fast;
+            d["copyto_numpy"] = g_stats.copyto_numpy;
+            d["stack_fast"] = g_stats.stack_fast;
+            d["stack_numpy"] = g_stats.stack_numpy;
+            d["concatenate_fast"] = g_stats.concatenate_fast;
+            d["concatenate_numpy"] = g_stats.concatenate_numpy;
+            return d;
+        },
+        "Calls of copyto/stack/concatenate served by the fast path and handed to numpy (for tests).");
     py::object modname = m.attr("__name__");
     for (PyMethodDef* def : {&g_copyto_def, &g_stack_def, &g_concatenate_def, &g_copy_many_def}) {
         PyObject* f = PyCFunction_NewEx(def, nullptr, modname.ptr());
