@@ -475,9 +475,9 @@ unsigned clamp_threads(unsigned n) { return std::min(n, kMaxThreads); }
 
 // The owner's part of a parallel job: take the pool (or run `alone` when it is busy, during
 // the back-off, or when no worker can help), enlist workers, take chunks, retire workers.
+// `t`: threads() as the caller read it (>= 2).
 template <class Alone>
-void run_job(Job& job, Alone&& alone) {
-    const unsigned t = threads();
+void run_job(Job& job, unsigned t, Alone&& alone) {
     if (g_busy.exchange(true, std::memory_order_acquire)) {
         // Another caller's copy holds the pool: copy alone (no queueing, no waiting).
         g_busy_fallbacks.fetch_add(1, std::memory_order_relaxed);
@@ -598,7 +598,7 @@ void parallel_copy_chunked(void* dst, const void* src, std::size_t n, CopyFn ker
         kernel(dst, src, n);
         return;
     }
-    run_job(job, [&] { kernel(dst, src, n); });
+    run_job(job, t, [&] { kernel(dst, src, n); });
 }
 
 void parallel_for(std::size_t n, void (*item)(void* ctx, std::size_t index), void* ctx) {
@@ -606,7 +606,8 @@ void parallel_for(std::size_t n, void (*item)(void* ctx, std::size_t index), voi
     auto alone = [&] {
         for (std::size_t i = 0; i < n; ++i) item(ctx, i);
     };
-    if (n == 1 || threads() <= 1) {
+    const unsigned t = threads();
+    if (n == 1 || t <= 1) {
         alone();
         return;
     }
@@ -614,7 +615,7 @@ void parallel_for(std::size_t n, void (*item)(void* ctx, std::size_t index), voi
     job.item = item;
     job.ctx = ctx;
     job.nchunks = n;
-    run_job(job, alone);
+    run_job(job, t, alone);
 }
 
 void set_adaptive(bool on) { g_adaptive.store(on, std::memory_order_relaxed); }
