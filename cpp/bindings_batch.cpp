@@ -46,8 +46,10 @@ constexpr std::size_t kReleaseGilBytes = 64 * 1024;
 // copy_bytes_piece() call each (the same cut as kInlineRunBytes in bindings.cpp).
 constexpr std::size_t kInlineRowBytes = 64;
 // Work items for the pool: a batch is cut into items of about total / (threads * 8) bytes
-// (the chunking of pool::parallel_copy), at least 64 KiB each (below that the counter and
-// hand-off cost, ~50 ns an item, is no longer small against the copy) and at most 4 MiB.
+// (the chunking of pool::parallel_copy: 8 per thread for load balance, at most 4 MiB, its
+// kMaxChunkBytes), at least 64 KiB each: one core copies ~20 GB/s on the Zen 3 dev machine
+// (docs/benchmarks.md), so a 64 KiB item takes ~3 us while taking it is one atomic increment
+// (tens of ns): about 1 % overhead. A derived figure, not a measured optimum.
 constexpr std::size_t kItemsPerThread = 8;
 constexpr std::size_t kMinItemBytes = 64 * 1024;
 constexpr std::size_t kMaxItemBytes = 4u << 20;
