@@ -18,6 +18,13 @@ import fastcopy
 
 from conftest import no_subprocess, random_array
 
+# Fewer examples under emulation (.ci/arm_pytest.sh sets FASTCOPY_NO_SUBPROCESS=1 under qemu).
+EMULATED = os.environ.get("FASTCOPY_NO_SUBPROCESS") == "1"
+
+
+def examples(n: int) -> int:
+    return max(n // 4, 20) if EMULATED else n
+
 
 def outcome(fn, *args, **kwargs):
     """('ok', result) or ('error', exception type)."""
@@ -87,11 +94,12 @@ def test_errors_like_numpy():
         (fastcopy.stack, np.stack, ([a, a],), {"bogus": 1}),
         (fastcopy.stack, np.stack, ([a, a], 0, None, None), {}),            # dtype is keyword-only
         (fastcopy.stack, np.stack, ([a, a],), {"casting": "bogus"}),
-        (fastcopy.stack, np.stack, ((x for x in [a, a]),), {}),             # generator
         (fastcopy.stack, np.stack, (), {}),
     ]
     for ours, theirs, args, kwargs in cases:
         assert_same(outcome(ours, *args, **kwargs), outcome(theirs, *args, **kwargs))
+    # a generator (numpy 2 refuses it, numpy 1.24 warns and stacks): one for each call
+    assert_same(outcome(fastcopy.stack, (x for x in [a, a])), outcome(np.stack, (x for x in [a, a])))
     ro = np.zeros((2, 2, 3))
     ro.flags.writeable = False
     assert_same(outcome(fastcopy.stack, [a, a], out=ro), outcome(np.stack, [a, a], out=ro))
@@ -175,7 +183,7 @@ def make_out(kind, expected):
     return np.zeros(e.shape + (1,), e.dtype)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(join_case(), st.sampled_from(["stack", "concatenate"]))
 def test_random_joins_match_numpy(case, name):
     arrays, axis, out_kind = case
@@ -326,7 +334,7 @@ def test_copy_many_argument_errors():
         fastcopy.copy_many(broken(), [np.ones(2)])
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.integers(0, 3000), st.sampled_from(["ok", "ok", "ok", "short", "strided", "bytes"])),
                 min_size=0, max_size=12), st.integers(0, 2**31))
 def test_copy_many_matches_a_loop_of_copy(specs, seed):

@@ -4,6 +4,7 @@ broadcasting, casting rules and masks. Reference: np.copyto itself, on a twin of
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import numpy as np
@@ -14,6 +15,13 @@ from hypothesis import strategies as st
 import fastcopy
 
 from conftest import random_array
+
+# Fewer examples under emulation (.ci/arm_pytest.sh sets FASTCOPY_NO_SUBPROCESS=1 under qemu).
+EMULATED = os.environ.get("FASTCOPY_NO_SUBPROCESS") == "1"
+
+
+def examples(n: int) -> int:
+    return max(n // 4, 20) if EMULATED else n
 
 CASTINGS = ["no", "equiv", "safe", "same_kind", "unsafe"]
 
@@ -278,7 +286,7 @@ def copyto_case(draw):
     return dspec, sspec, casting, where, wshape, src_kind, read_only, draw(st.integers(0, 2**31))
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(copyto_case())
 def test_random_calls_match_np_copyto(case):
     dspec, sspec, casting, where, wshape, src_kind, read_only, seed = case
@@ -308,7 +316,7 @@ def test_random_calls_match_np_copyto(case):
     check_like_numpy(make, **kwargs)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(1, 40), st.integers(-8, 8), st.sampled_from([1, 2, -1, -2]), st.sampled_from([1, 2, -1]),
        st.sampled_from(["u1", "<i4", "f8", "c16"]))
 def test_overlapping_views_match_np_copyto(n, shift, dstep, sstep, dt):
