@@ -7,6 +7,8 @@ in rotating order, so drift and noise from other processes hit all of them alike
     PYTHONPATH=src python benchmarks/call_overhead.py --gil      # GIL-release threshold data
 
 Targets (issue 2): at 8 B and 64 B, fastcopy.copy <= 0.6 x np.copyto and <= dst[...] = src.
+Target (issue 11): at 8 B and 64 B, fastcopy.copyto (the np.copyto drop-in, on its fast path:
+equal shapes and dtypes) <= 0.35 x np.copyto.
 """
 
 from __future__ import annotations
@@ -35,22 +37,24 @@ def interleaved(stmts: dict, env: dict, number: int, repeats: int) -> dict:
 
 def call_overhead(number: int, repeats: int) -> bool:
     ok = True
-    print(f"{'size':>6} {'fastcopy.copy':>14} {'np.copyto':>10} {'dst[...]=src':>13} "
-          f"{'vs copyto':>10} {'vs setitem':>11}   (ns/call, medians of {repeats} interleaved repeats)")
+    print(f"{'size':>6} {'fastcopy.copy':>14} {'fastcopy.copyto':>16} {'np.copyto':>10} {'dst[...]=src':>13} "
+          f"{'copy/np':>8} {'copy/set':>9} {'copyto/np':>10}   (ns/call, medians of {repeats} interleaved repeats)")
     for nbytes in (8, 64):
         src = np.arange(nbytes // 8, dtype=np.float64)
         dst = np.zeros_like(src)
-        env = {"fc": fastcopy.copy, "copyto": np.copyto, "d": dst, "s": src}
-        res = interleaved({"fastcopy": "fc(d, s)", "copyto": "copyto(d, s)", "setitem": "d[...] = s"}, env,
-                          number, repeats)
+        env = {"fc": fastcopy.copy, "fct": fastcopy.copyto, "copyto": np.copyto, "d": dst, "s": src}
+        res = interleaved({"fastcopy": "fc(d, s)", "fc_copyto": "fct(d, s)", "copyto": "copyto(d, s)",
+                           "setitem": "d[...] = s"}, env, number, repeats)
         med = {k: statistics.median(v) for k, v in res.items()}
         # Ratios per repeat, then the median: robust against a slow repeat hitting one method.
         r_copyto = statistics.median(f / c for f, c in zip(res["fastcopy"], res["copyto"]))
         r_set = statistics.median(f / c for f, c in zip(res["fastcopy"], res["setitem"]))
-        print(f"{nbytes:>5}B {med['fastcopy']:>14.1f} {med['copyto']:>10.1f} {med['setitem']:>13.1f} "
-              f"{r_copyto:>9.2f}x {r_set:>10.2f}x")
-        ok = ok and r_copyto <= 0.6 and r_set <= 1.0
-    print("targets (<= 0.6x np.copyto, <= 1.0x dst[...]=src):", "met" if ok else "MISSED")
+        r_dropin = statistics.median(f / c for f, c in zip(res["fc_copyto"], res["copyto"]))
+        print(f"{nbytes:>5}B {med['fastcopy']:>14.1f} {med['fc_copyto']:>16.1f} {med['copyto']:>10.1f} "
+              f"{med['setitem']:>13.1f} {r_copyto:>7.2f}x {r_set:>8.2f}x {r_dropin:>9.2f}x")
+        ok = ok and r_copyto <= 0.6 and r_set <= 1.0 and r_dropin <= 0.35
+    print("targets (copy <= 0.6x np.copyto and <= 1.0x dst[...]=src; copyto <= 0.35x np.copyto):",
+          "met" if ok else "MISSED")
     return ok
 
 

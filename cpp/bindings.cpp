@@ -29,6 +29,7 @@ namespace py = pybind11;
 namespace fastcopy {
 void bind_info(py::module_& m);
 void bind_shm(py::module_& m);
+void bind_batch(py::module_& m);  // bindings_batch.cpp
 
 namespace {
 
@@ -870,4 +871,5 @@ PYBIND11_MODULE(_core, m) {
 
     bind_info(m);
     bind_shm(m);
+    bind_batch(m);  // after copy: the batched calls use it
 }

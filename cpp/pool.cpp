@@ -142,6 +142,9 @@ struct Job {
     std::size_t chunk = 0;     // chunk size, a multiple of 64
     std::size_t nchunks = 0;
     CopyFn kernel = nullptr;
+    // parallel_for jobs: chunk c is the call item(ctx, c) instead of a piece of one copy.
+    void (*item)(void*, std::size_t) = nullptr;
+    void* ctx = nullptr;
     alignas(kLine) std::atomic<std::size_t> next{0};  // next chunk to take
 };
 
@@ -159,6 +162,11 @@ std::size_t run_chunks(Job& j) {
     for (;;) {
         const std::size_t c = j.next.fetch_add(1, std::memory_order_relaxed);
         if (c >= j.nchunks) return done;
+        if (j.item) {
+            j.item(j.ctx, c);
+            ++done;
+            continue;
+        }
         const std::size_t b = chunk_begin(j, c), e = chunk_begin(j, c + 1);
         if (e > b) j.kernel(j.dst + b, j.src + b, e - b);
         ++done;
@@ -465,6 +473,51 @@ Sizing compute_sizing() {
 
 unsigned clamp_threads(unsigned n) { return std::min(n, kMaxThreads); }
 
+// The owner's part of a parallel job: take the pool (or run `alone` when it is busy, during
+// the back-off, or when no worker can help), enlist workers, take chunks, retire workers.
+// `t`: threads() as the caller read it (>= 2).
+template <class Alone>
+void run_job(Job& job, unsigned t, Alone&& alone) {
+    if (g_busy.exchange(true, std::memory_order_acquire)) {
+        // Another caller's copy holds the pool: copy alone (no queueing, no waiting).
+        g_busy_fallbacks.fetch_add(1, std::memory_order_relaxed);
+        alone();
+        return;
+    }
+    const bool adaptive = g_adaptive.load(std::memory_order_relaxed);
+    const std::int64_t t0 = adaptive ? now_ns() : 0;
+    if (adaptive && t0 < g_backoff_until) {
+        // Workers were late recently (descheduled: other processes hold the cores).
+        g_busy.store(false, std::memory_order_release);
+        g_backoff_fallbacks.fetch_add(1, std::memory_order_relaxed);
+        alone();
+        return;
+    }
+    Pool* p = pool_with(t - 1);
+    const std::size_t helpers = std::min<std::size_t>(p->workers.size(), job.nchunks - 1);
+    for (std::size_t i = 0; i < helpers; ++i) enlist(p->workers[i], &job);
+    const std::size_t mine = run_chunks(job);
+    const std::int64_t t1 = adaptive ? now_ns() : 0;
+    for (std::size_t i = 0; i < helpers; ++i) retire(p->workers[i]);
+    if (adaptive) {
+        // A worker that holds a chunk while descheduled makes the caller wait for the
+        // scheduler (milliseconds when the machine is oversubscribed), which no chunking
+        // can hide. Waiting much longer than a chunk takes the caller means exactly that:
+        // then copy alone for a while (1 ms, doubling while it repeats, up to 100 ms).
+        const std::int64_t t2 = now_ns();
+        const std::int64_t per_chunk = (t1 - t0) / std::int64_t(mine ? mine : 1);
+        if (t2 - t1 > 4 * per_chunk + kLateSlackNs) {
+            g_backoff_ns = std::min<std::int64_t>(g_backoff_ns * 2, kMaxBackoffNs);
+            g_backoff_until = t2 + g_backoff_ns;
+            g_late_events.fetch_add(1, std::memory_order_relaxed);
+        } else {
+            g_backoff_ns = std::max<std::int64_t>(g_backoff_ns / 2, kMinBackoffNs / 2);
+        }
+    }
+    g_parallel_copies.fetch_add(1, std::memory_order_relaxed);
+    g_busy.store(false, std::memory_order_release);
+}
+
 }  // namespace
 
 // ---- public API --------------------------------------------------------------------------
@@ -563,44 +616,24 @@ void chunked_on(void* dst, const void* src, std::size_t n, CopyFn kernel, std::s
         kernel(dst, src, n);
         return;
     }
-    if (g_busy.exchange(true, std::memory_order_acquire)) {
-        // Another caller's copy holds the pool: copy alone (no queueing, no waiting).
-        g_busy_fallbacks.fetch_add(1, std::memory_order_relaxed);
-        kernel(dst, src, n);
+    run_job(job, t, [&] { kernel(dst, src, n); });
+}
+
+void parallel_for(std::size_t n, void (*item)(void* ctx, std::size_t index), void* ctx) {
+    if (n == 0) return;
+    auto alone = [&] {
+        for (std::size_t i = 0; i < n; ++i) item(ctx, i);
+    };
+    const unsigned t = threads();
+    if (n == 1 || t <= 1) {
+        alone();
         return;
     }
-    const bool adaptive = g_adaptive.load(std::memory_order_relaxed);
-    const std::int64_t t0 = adaptive ? now_ns() : 0;
-    if (adaptive && t0 < g_backoff_until) {
-        // Workers were late recently (descheduled: other processes hold the cores).
-        g_busy.store(false, std::memory_order_release);
-        g_backoff_fallbacks.fetch_add(1, std::memory_order_relaxed);
-        kernel(dst, src, n);
-        return;
-    }
-    Pool* p = pool_with(t - 1);
-    const std::size_t helpers = std::min<std::size_t>(p->workers.size(), job.nchunks - 1);
-    for (std::size_t i = 0; i < helpers; ++i) enlist(p->workers[i], &job);
-    const std::size_t mine = run_chunks(job);
-    const std::int64_t t1 = adaptive ? now_ns() : 0;
-    for (std::size_t i = 0; i < helpers; ++i) retire(p->workers[i]);
-    if (adaptive) {
-        // A worker that holds a chunk while descheduled makes the caller wait for the
-        // scheduler (milliseconds when the machine is oversubscribed), which no chunking
-        // can hide. Waiting much longer than a chunk takes the caller means exactly that:
-        // then copy alone for a while (1 ms, doubling while it repeats, up to 100 ms).
-        const std::int64_t t2 = now_ns();
-        const std::int64_t per_chunk = (t1 - t0) / std::int64_t(mine ? mine : 1);
-        if (t2 - t1 > 4 * per_chunk + kLateSlackNs) {
-            g_backoff_ns = std::min<std::int64_t>(g_backoff_ns * 2, kMaxBackoffNs);
-            g_backoff_until = t2 + g_backoff_ns;
-            g_late_events.fetch_add(1, std::memory_order_relaxed);
-        } else {
-            g_backoff_ns = std::max<std::int64_t>(g_backoff_ns / 2, kMinBackoffNs / 2);
-        }
-    }
-    g_parallel_copies.fetch_add(1, std::memory_order_relaxed);
-    g_busy.store(false, std::memory_order_release);
+    Job job;
+    job.item = item;
+    job.ctx = ctx;
+    job.nchunks = n;
+    run_job(job, t, alone);
 }
 }  // namespace
 

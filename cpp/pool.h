@@ -32,6 +32,13 @@ void parallel_copy(void* dst, const void* src, std::size_t n, CopyFn kernel);
 // count. The pool is resized to that count when it differs (costly: keep one count per run).
 void parallel_copy_threads(void* dst, const void* src, std::size_t n, CopyFn kernel, unsigned threads_wanted);
 
+// Calls item(ctx, i) once for every i in [0, n), spread over threads() threads (the caller
+// takes a share, items are taken in order from one counter); blocks until all are done.
+// Items must be independent (no order between them). Same pool, busy fallback and back-off
+// as parallel_copy: when another caller holds the pool, or threads() == 1, the caller runs
+// every item itself, in order. For batched copies (many blocks, one GIL release).
+void parallel_for(std::size_t n, void (*item)(void* ctx, std::size_t index), void* ctx);
+
 // ---- Extensions (pool helper) ----------------------------------------------------------
 
 // The FASTCOPY_THREADS layer, kept apart from set_threads() so that set_threads(0) goes

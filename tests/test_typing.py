@@ -50,3 +50,39 @@ def test_wrong_calls_are_reported(tmp_path):
     assert status == 1
     assert "user_code.py:3: error" in out  # fastcopy.copy(1, "text")
     assert "user_code.py:4: error" in out and "set_threads" in out
+
+
+def test_numpy_drop_ins_and_batched_calls_type_check(tmp_path):
+    out, status = run_mypy(tmp_path, """
+        import numpy as np
+        import numpy.typing as npt
+        import fastcopy
+
+        a = np.zeros((4, 4))
+        b = np.ones((4, 4))
+        fastcopy.copyto(a, b)
+        fastcopy.copyto(a, 1.0, casting="unsafe", where=a > 0)
+        fastcopy.copyto(a, [[1, 2, 3, 4]] * 4, "same_kind")
+        s: npt.NDArray[np.float64] = fastcopy.stack([a, b], axis=1, out=np.empty((4, 2, 4)))
+        t = fastcopy.stack((a, b))
+        c = fastcopy.concatenate([a, b], axis=None)
+        d = fastcopy.concatenate([a, b], 0, np.empty((8, 4)), dtype=np.float64, casting="no")
+        fastcopy.copy_many([a, bytearray(8)], [b, b"abcdefgh"])
+        shape: tuple[int, ...] = t.shape + c.shape + d.shape
+    """)
+    assert status == 0, out
+
+
+def test_wrong_drop_in_calls_are_reported(tmp_path):
+    out, status = run_mypy(tmp_path, """
+        import numpy as np
+        import fastcopy
+        a = np.zeros(4)
+        fastcopy.copyto(a, a, casting="sometimes")
+        fastcopy.copy_many(a, a)
+        fastcopy.stack(a, axis="0")
+    """)
+    assert status == 1
+    assert "user_code.py:5: error" in out  # casting is not a casting rule
+    assert "user_code.py:6: error" in out  # copy_many takes sequences of buffers
+    assert "user_code.py:7: error" in out  # axis is an int

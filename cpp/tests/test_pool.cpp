@@ -177,6 +177,83 @@ void test_overlap_fallback() {
     }
 }
 
+// parallel_for: every index runs exactly once, workers take a share, concurrent callers and
+// threads() == 1 still run every item; a batch of copy tasks gives the right bytes.
+struct ForCtx {
+    std::vector<std::atomic<int>>* hits;
+    std::atomic<long>* on_other_threads;
+    std::thread::id caller;
+};
+void count_item(void* ctx, std::size_t i) {
+    auto* c = static_cast<ForCtx*>(ctx);
+    (*c->hits)[i].fetch_add(1);
+    if (std::this_thread::get_id() != c->caller) c->on_other_threads->fetch_add(1);
+    // A little work per item so that workers get a share.
+    volatile unsigned x = 0;
+    for (int k = 0; k < 2000; ++k) x = x + k;
+}
+struct Task {
+    unsigned char* dst;
+    const unsigned char* src;
+    std::size_t n;
+};
+void copy_task(void* ctx, std::size_t i) {
+    const Task& t = static_cast<const Task*>(ctx)[i];
+    std::memcpy(t.dst, t.src, t.n);
+}
+void test_parallel_for() {
+    for (unsigned threads : {1u, 2u, 4u}) {
+        pool::set_threads(threads);
+        for (std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(2), std::size_t(7), std::size_t(1000)}) {
+            std::vector<std::atomic<int>> hits(n);
+            for (auto& h : hits) h.store(0);
+            std::atomic<long> other{0};
+            ForCtx ctx{&hits, &other, std::this_thread::get_id()};
+            pool::parallel_for(n, count_item, &ctx);
+            int bad = 0;
+            for (auto& h : hits) bad += h.load() != 1;
+            CHECK(bad == 0, "parallel_for threads=%u n=%zu: %d items not run exactly once", threads, n, bad);
+            if (threads == 1) CHECK(other.load() == 0, "threads=1 but %ld items ran on a worker", other.load());
+        }
+    }
+    // Workers really take items (n large enough that the caller cannot finish first).
+    pool::set_threads(2);
+    std::atomic<long> other{0};
+    for (int round = 0; round < 20 && other.load() == 0; ++round) {
+        std::vector<std::atomic<int>> hits(4000);
+        for (auto& h : hits) h.store(0);
+        ForCtx ctx{&hits, &other, std::this_thread::get_id()};
+        pool::parallel_for(hits.size(), count_item, &ctx);
+    }
+    CHECK(other.load() > 0, "parallel_for never ran an item on a worker");
+    // A batch of copies of odd sizes into one destination, from several callers at once.
+    std::atomic<int> wrong{0};
+    std::vector<std::thread> ts;
+    for (int t = 0; t < 4; ++t)
+        ts.emplace_back([t, &wrong] {
+            std::mt19937 rng(t + 11);
+            for (int iter = 0; iter < 10; ++iter) {
+                const std::size_t ntasks = 1 + rng() % 300;
+                std::vector<std::size_t> sizes(ntasks);
+                std::size_t total = 0;
+                for (auto& sz : sizes) total += (sz = rng() % 5000);
+                std::vector<unsigned char> src(total + 1), dst(total + 1, 0xA5), expect(total + 1, 0xA5);
+                fill(src.data(), src.size(), std::uint32_t(rng()));
+                std::vector<Task> tasks;
+                std::size_t off = 0;
+                for (std::size_t k = 0; k < ntasks; ++k) {
+                    tasks.push_back({dst.data() + off, src.data() + off, sizes[k]});
+                    off += sizes[k];
+                }
+                std::memcpy(expect.data(), src.data(), total);
+                pool::parallel_for(tasks.size(), copy_task, tasks.data());
+                if (dst != expect) wrong.fetch_add(1);
+            }
+        });
+    for (auto& th : ts) th.join();
+    CHECK(wrong.load() == 0, "%d batched copies wrong", wrong.load());
+}
+
 void test_concurrent_callers() {
     pool::set_threads(2);
     constexpr int kThreads = 8;
@@ -488,6 +565,7 @@ int main() {
     test_boundaries();
     test_overlap_fallback();
     test_concurrent_callers();
+    test_parallel_for();
     test_set_threads_during_copies();
 #if defined(HAVE_FORK)
     test_idle_pool_sleeps();

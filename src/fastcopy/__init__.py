@@ -3,7 +3,9 @@
 ``fastcopy.copy(dst, src)`` copies any buffer (numpy arrays, bytearray, memoryview, mmap,
 shared memory) into another, like ``np.copyto`` for equal shapes and dtypes, with a kernel
 chosen for this CPU, size and addresses. ``fastcopy.info()`` says what was detected and
-chosen; ``FASTCOPY_KERNEL``, ``FASTCOPY_REP_MOVSB``, ``FASTCOPY_NT_THRESHOLD`` and
+chosen. ``fastcopy.copyto``, ``stack`` and ``concatenate`` are drop-ins for numpy's functions
+(numpy serves what fastcopy's fast path does not); ``copy_many`` copies many pairs in one call.
+``FASTCOPY_KERNEL``, ``FASTCOPY_REP_MOVSB``, ``FASTCOPY_NT_THRESHOLD`` and
 ``FASTCOPY_THREADS`` override the policy (see docs/dispatch.md).
 """
 
@@ -15,7 +17,9 @@ from . import _core
 
 __version__ = "0.1.0"
 
-__all__ = ["copy", "kernels", "kernel", "info", "set_threads", "get_threads", "tune", "shm", "__version__"]
+__all__ = ["copy", "copyto", "stack", "concatenate", "copy_many", "kernels", "kernel", "info", "set_threads",
+           "get_threads", "tune", "shm", "__version__"]
+
 
 def _check_environment_encoding() -> None:
     """ImportError naming a FASTCOPY_* variable whose name or value is not UTF-8 (the policy
@@ -45,6 +49,11 @@ except ValueError as _error:  # a bad FASTCOPY_* value: refuse to start with a c
     raise ImportError(f"fastcopy: {_error}") from None
 
 copy = _core.copy
+# numpy drop-ins and batched copies (cpp/bindings_batch.cpp); numpy serves what they do not.
+copyto = _core.copyto
+stack = _core.stack
+concatenate = _core.concatenate
+copy_many = _core.copy_many
 
 
 def kernels() -> List[str]:

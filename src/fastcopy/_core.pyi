@@ -1,7 +1,8 @@
 """Type stubs for the C++ extension module fastcopy._core (see cpp/bindings*.cpp)."""
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, SupportsIndex, Tuple, TypeVar, Union, overload
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike, NDArray
 from typing_extensions import Buffer
 
 # numpy's stubs declare ndarray.__buffer__ only for Python 3.12+, so name arrays explicitly.
@@ -11,6 +12,33 @@ _Buffer = Union[Buffer, np.ndarray[Any, Any]]
 def copy(dst: _Buffer, src: _Buffer) -> None: ...
 def copy_region(dst: _Buffer, src: _Buffer, region: int) -> None: ...
 def kernel_callable(name: str, threads: int = 1) -> Callable[[_Buffer, _Buffer], None]: ...
+
+# numpy drop-ins and batched copies (cpp/bindings_batch.cpp)
+_Casting = Literal["no", "equiv", "safe", "same_kind", "unsafe"]
+_Out = TypeVar("_Out", bound=np.ndarray[Any, Any])
+
+def copyto(dst: np.ndarray[Any, Any], src: ArrayLike, casting: _Casting = "same_kind",
+           where: ArrayLike = True) -> None: ...
+@overload
+def stack(arrays: Sequence[ArrayLike], axis: SupportsIndex = 0, out: None = None, *,
+          dtype: DTypeLike = None, casting: _Casting = "same_kind") -> NDArray[Any]: ...
+@overload
+def stack(arrays: Sequence[ArrayLike], axis: SupportsIndex = 0, *, out: _Out,
+          dtype: DTypeLike = None, casting: _Casting = "same_kind") -> _Out: ...
+@overload
+def stack(arrays: Sequence[ArrayLike], axis: SupportsIndex, out: _Out, *,
+          dtype: DTypeLike = None, casting: _Casting = "same_kind") -> _Out: ...
+@overload
+def concatenate(arrays: Sequence[ArrayLike], axis: Optional[SupportsIndex] = 0, out: None = None, *,
+                dtype: DTypeLike = None, casting: _Casting = "same_kind") -> NDArray[Any]: ...
+@overload
+def concatenate(arrays: Sequence[ArrayLike], axis: Optional[SupportsIndex] = 0, *, out: _Out,
+                dtype: DTypeLike = None, casting: _Casting = "same_kind") -> _Out: ...
+@overload
+def concatenate(arrays: Sequence[ArrayLike], axis: Optional[SupportsIndex], out: _Out, *,
+                dtype: DTypeLike = None, casting: _Casting = "same_kind") -> _Out: ...
+def copy_many(dsts: Sequence[_Buffer], srcs: Sequence[_Buffer]) -> None: ...
+def _drop_in_stats() -> Dict[str, int]: ...
 
 # Detection, policy and threads (cpp/bindings_info.cpp)
 def init_policy() -> None: ...

@@ -93,6 +93,9 @@ def add_bench_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["table", "ucx"], default="table",
                    help="stdout format: the table (default) or ucx_info's '# Memcpy bandwidth:' block "
                         "for the automatic choice (then default sizes 4K:256M:x2)")
+    p.add_argument("--batch", action="store_true",
+                   help="measure batched copies instead: fastcopy.stack/concatenate/copy_many against numpy "
+                        "and torch (fastcopy.batch_bench; repeats, min-time, threads, torch-threads, json apply)")
     p.add_argument("--ipc", action="store_true",
                    help="measure copies between two processes through fastcopy.shm.Channel instead "
                         "(against multiprocessing Queue and Pipe; sizes, repeats, min-time, variants apply)")
@@ -163,6 +166,10 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: List[st
 
     if args.ipc:
         return _ipc(p, args, argv)
+    if args.batch:
+        from ..batch_bench import run_cli
+
+        return run_cli(p, args, argv)
 
     if args.variants is None:
         want_torch = args.format != "ucx"

@@ -1,0 +1,1043 @@
+// The numpy drop-ins and the batched copies of the extension module `_core`:
+//   copyto(dst, src, casting='same_kind', where=True)      np.copyto's contract
+//   stack(arrays, axis=0, out=None, *, dtype=None, casting='same_kind')
+//   concatenate(arrays, axis=0, out=None, *, dtype=None, casting='same_kind')
+//   copy_many(dsts, srcs)                                   many copy()s, all checked first
+//
+// No policy here: the argument checks decide whether a call is one this file serves (the
+// "fast path"); the bytes then go to copy_bytes()/copy_bytes_piece() (dispatch picks the
+// kernel) and pool::parallel_for. Every call the fast path does not serve is forwarded,
+// arguments untouched, to numpy's own function, captured when the module is initialised
+// (numpy._core.multiarray.copyto etc., not the attributes of the numpy module), so numpy
+// gives its results and its exceptions, and `np.copyto = fastcopy.copyto` cannot recurse.
+//
+// Buffer lifetimes: while the GIL is released, every array taking part is held by a
+// reference of ours (numpy's ndarray.resize(refcheck=True) refuses to resize an array
+// whose reference count says someone else holds it) and every other buffer by a Py_buffer
+// export (bytearray and friends refuse to resize while exported).
+#include <pybind11/pybind11.h>
+
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "dispatch.h"
+#include "pool.h"
+
+namespace py = pybind11;
+
+namespace fastcopy {
+void bind_batch(py::module_& m);
+
+namespace {
+
+// Batches of at least this many bytes release the GIL: the threshold of copy() (see
+// kReleaseGilBytes in bindings.cpp: one release + re-acquire costs ~100 ns on the 2-vCPU
+// Zen 3 dev machine, <= ~6 % of a 64 KiB copy).
+constexpr std::size_t kReleaseGilBytes = 64 * 1024;
+// Rows shorter than this are copied with inline fixed-size moves instead of one
+// copy_bytes_piece() call each (the same cut as kInlineRunBytes in bindings.cpp).
+constexpr std::size_t kInlineRowBytes = 64;
+// Work items for the pool: a batch is cut into items of about total / (threads * 8) bytes
+// (the chunking of pool::parallel_copy: 8 per thread for load balance, at most 4 MiB, its
+// kMaxChunkBytes), at least 64 KiB each: one core copies ~20 GB/s on the Zen 3 dev machine
+// (docs/benchmarks.md), so a 64 KiB item takes ~3 us while taking it is one atomic increment
+// (tens of ns): about 1 % overhead. A derived figure, not a measured optimum.
+constexpr std::size_t kItemsPerThread = 8;
+constexpr std::size_t kMinItemBytes = 64 * 1024;
+constexpr std::size_t kMaxItemBytes = 4u << 20;
+
+PyObject* g_np_copyto = nullptr;
+PyObject* g_np_stack = nullptr;
+PyObject* g_np_concatenate = nullptr;
+PyObject* g_copy = nullptr;  // fastcopy._core.copy: strided pairs go through it
+PyObject* g_casting[5] = {};  // 'no', 'equiv', 'safe', 'same_kind', 'unsafe'
+PyObject* g_name_casting = nullptr;
+PyObject* g_name_where = nullptr;
+PyObject* g_name_axis = nullptr;
+PyObject* g_name_out = nullptr;
+PyObject* g_name_dtype = nullptr;
+// The builtin descriptors of the numeric types (native byte order, no metadata). stack and
+// concatenate allocate their result with the inputs' descriptor only when it is one of
+// these: numpy canonicalises others (`>f8` inputs give a `<f8` result).
+PyArray_Descr* g_builtin[NPY_HALF + 1] = {};
+
+// Calls served by the fast path and calls handed to numpy, per function (changed with the GIL
+// held): lets the tests check which cases the fast path takes (_core._drop_in_stats()).
+struct DropInStats {
+    unsigned long long copyto_fast = 0, copyto_numpy = 0;
+    unsigned long long stack_fast = 0, stack_numpy = 0;
+    unsigned long long concatenate_fast = 0, concatenate_numpy = 0;
+} g_stats;
+
+// ---- small helpers ------------------------------------------------------------------------
+
+bool is_exact_array(PyObject* o) { return Py_TYPE(o) == &PyArray_Type; }
+
+// A casting argument numpy accepts; with identical dtypes every rule allows the copy.
+bool valid_casting(PyObject* c) {
+    for (PyObject* name : g_casting)
+        if (c == name) return true;
+    if (!PyUnicode_CheckExact(c)) return false;
+    for (PyObject* name : g_casting)
+        if (PyUnicode_Compare(c, name) == 0) return true;  // both exact str: cannot fail
+    return false;
+}
+
+bool key_is(PyObject* key, PyObject* name) {
+    if (key == name) return true;
+    int r = PyUnicode_Compare(key, name);
+    if (r == -1 && PyErr_Occurred()) PyErr_Clear();
+    return r == 0;
+}
+
+bool builtin_descr(PyArray_Descr* d) {
+    int t = d->type_num;
+    return t >= 0 && t <= NPY_HALF && g_builtin[t] == d;
+}
+
+// References held while the GIL is released, dropped (with the GIL) by the destructor.
+struct Held {
+    std::vector<PyObject*> refs;
+    ~Held() {
+        for (PyObject* o : refs) Py_DECREF(o);
+    }
+    void hold(PyObject* o) {
+        Py_INCREF(o);
+        refs.push_back(o);
+    }
+};
+
+// ---- the batch engine (no Python) ---------------------------------------------------------
+
+// `count` rows of `run` bytes: row r goes from src + r * sstride to dst + r * dstride.
+struct Block {
+    char* dst;
+    const char* src;
+    std::size_t run;
+    std::size_t count;
+    std::ptrdiff_t dstride;
+    std::ptrdiff_t sstride;
+};
+
+// A share of the batch for one pool item: whole blocks [b0, b1), or (part == true) rows
+// [r0, r1) of block b0, bytes [off, off + len) of each row.
+struct Item {
+    std::size_t b0, b1;
+    std::size_t r0, r1;
+    std::size_t off, len;
+    bool part;
+};
+
+struct Batch {
+    std::vector<Block> blocks;
+    std::size_t total = 0;  // bytes
+    std::vector<Item> items;
+};
+
+template <std::size_t K>
+void small_rows(char* d, const char* s, std::size_t rows, std::ptrdiff_t ds, std::ptrdiff_t ss) {
+    for (std::size_t r = 0; r < rows; ++r, d += ds, s += ss) std::memcpy(d, s, K);
+}
+
+// Rows [r0, r1) of b, bytes [off, off + len) of each. `whole`: bytes in the batch, for the
+// non-temporal decision (the batch's destination is that large).
+void copy_rows(const Block& b, std::size_t r0, std::size_t r1, std::size_t off, std::size_t len,
+               std::size_t whole) {
+    char* d = b.dst + static_cast<std::ptrdiff_t>(r0) * b.dstride + off;
+    const char* s = b.src + static_cast<std::ptrdiff_t>(r0) * b.sstride + off;
+    const std::size_t rows = r1 - r0;
+    if (len == 0 || rows == 0) return;
+    if (rows > 1 && static_cast<std::ptrdiff_t>(len) == b.dstride && b.dstride == b.sstride) {
+        copy_bytes_piece(d, s, len * rows, whole, Region::Private);  // rows are contiguous
+        return;
+    }
+    if (len >= kInlineRowBytes) {
+        for (std::size_t r = 0; r < rows; ++r, d += b.dstride, s += b.sstride)
+            copy_bytes_piece(d, s, len, whole, Region::Private);
+        return;
+    }
+    switch (len) {
+        case 1: small_rows<1>(d, s, rows, b.dstride, b.sstride); break;
+        case 2: small_rows<2>(d, s, rows, b.dstride, b.sstride); break;
+        case 4: small_rows<4>(d, s, rows, b.dstride, b.sstride); break;
+        case 8: small_rows<8>(d, s, rows, b.dstride, b.sstride); break;
+        case 16: small_rows<16>(d, s, rows, b.dstride, b.sstride); break;
+        default:
+            for (std::size_t r = 0; r < rows; ++r, d += b.dstride, s += b.sstride) std::memcpy(d, s, len);
+    }
+}
+
+void run_item(void* ctx, std::size_t i) {
+    const Batch& batch = *static_cast<const Batch*>(ctx);
+    const Item& it = batch.items[i];
+    if (it.part) {
+        copy_rows(batch.blocks[it.b0], it.r0, it.r1, it.off, it.len, batch.total);
+        return;
+    }
+    for (std::size_t b = it.b0; b < it.b1; ++b) {
+        const Block& bl = batch.blocks[b];
+        copy_rows(bl, 0, bl.count, 0, bl.run, batch.total);
+    }
+}
+
+// Cuts the batch into items of about `target` bytes.
+void make_items(Batch& batch, std::size_t target) {
+    std::size_t group_start = 0, group_bytes = 0;
+    auto close_group = [&](std::size_t end) {
+        if (end > group_start) batch.items.push_back({group_start, end, 0, 0, 0, 0, false});
+        group_start = end;
+        group_bytes = 0;
+    };
+    for (std::size_t b = 0; b < batch.blocks.size(); ++b) {
+        const Block& bl = batch.blocks[b];
+        const std::size_t bytes = bl.run * bl.count;
+        if (bytes < target) {
+            group_bytes += bytes;
+            if (group_bytes >= target) close_group(b + 1);
+            continue;
+        }
+        close_group(b);
+        if (bl.run >= target) {  // each row in pieces of ~target bytes (64-byte multiples)
+            const std::size_t pieces = (bl.run + target - 1) / target;
+            std::size_t piece = (bl.run + pieces - 1) / pieces;
+            piece = (piece + 63) & ~std::size_t(63);
+            for (std::size_t r = 0; r < bl.count; ++r)
+                for (std::size_t off = 0; off < bl.run; off += piece)
+                    batch.items.push_back({b, b + 1, r, r + 1, off, std::min(piece, bl.run - off), true});
+        } else {  // groups of rows
+            const std::size_t rows = std::max<std::size_t>(1, target / bl.run);
+            for (std::size_t r = 0; r < bl.count; r += rows)
+                batch.items.push_back({b, b + 1, r, std::min(r + rows, bl.count), 0, bl.run, true});
+        }
+        group_start = b + 1;
+    }
+    close_group(batch.blocks.size());
+}
+
+// Copies every block. Precondition: no destination byte overlaps another destination byte
+// or any source byte (callers check). Call without the GIL for large batches.
+void run_batch(Batch& batch) noexcept {
+    const unsigned threads = pool::threads();
+    try {
+        if (threads > 1 && batch.total >= parallel_threshold()) {
+            std::size_t target = batch.total / (std::size_t(threads) * kItemsPerThread);
+            target = std::min(std::max(target, kMinItemBytes), kMaxItemBytes);
+            make_items(batch, target);
+            pool::parallel_for(batch.items.size(), run_item, &batch);
+            return;
+        }
+    } catch (const std::bad_alloc&) {
+        batch.items.clear();  // no room for the items: copy on this thread
+    }
+    for (const Block& bl : batch.blocks) copy_rows(bl, 0, bl.count, 0, bl.run, batch.total);
+}
+
+void run_batch_gil(Batch& batch) {
+    if (batch.total >= kReleaseGilBytes) {
+        Py_BEGIN_ALLOW_THREADS
+        run_batch(batch);
+        Py_END_ALLOW_THREADS
+    } else {
+        run_batch(batch);
+    }
+}
+
+// Lowest and one-past-highest byte of an array's data (nonempty arrays).
+void array_extent(PyArrayObject* a, std::uintptr_t& lo, std::uintptr_t& hi) {
+    std::intptr_t below = 0, above = 0;
+    const int nd = PyArray_NDIM(a);
+    for (int i = 0; i < nd; ++i) {
+        const std::intptr_t span = static_cast<std::intptr_t>(PyArray_DIM(a, i) - 1) * PyArray_STRIDE(a, i);
+        if (span < 0) below += span;
+        else above += span;
+    }
+    const auto base = reinterpret_cast<std::uintptr_t>(PyArray_DATA(a));
+    lo = base + below;
+    hi = base + above + static_cast<std::uintptr_t>(PyArray_ITEMSIZE(a));
+}
+
+bool arrays_overlap(PyArrayObject* a, PyArrayObject* b) {
+    if (PyArray_SIZE(a) == 0 || PyArray_SIZE(b) == 0) return false;
+    std::uintptr_t alo, ahi, blo, bhi;
+    array_extent(a, alo, ahi);
+    array_extent(b, blo, bhi);
+    return alo < bhi && blo < ahi;
+}
+
+// ---- copyto ---------------------------------------------------------------------------------
+
+// 1: copied; 0: not a fast-path case (nothing done); -1: exception set.
+int copyto_fast(PyObject* dst, PyObject* src) {
+    if (!is_exact_array(dst) || !is_exact_array(src)) return 0;
+    PyArrayObject* d = reinterpret_cast<PyArrayObject*>(dst);
+    PyArrayObject* s = reinterpret_cast<PyArrayObject*>(src);
+    PyArray_Descr* dd = PyArray_DESCR(d);
+    PyArray_Descr* sd = PyArray_DESCR(s);
+    // The same dtype: the same descriptor object, or an equivalent one (non-native byte order,
+    // strings and datetimes get a new descriptor per array). Every casting rule allows those.
+    if (PyDataType_REFCHK(dd) || (dd != sd && !PyArray_EquivTypes(dd, sd))) return 0;
+    // Structured dtypes: np.copyto copies field by field and leaves dst's padding bytes,
+    // a byte copy would not; numpy serves them.
+    if (PyDataType_HASFIELDS(dd)) return 0;
+    if (!PyArray_ISWRITEABLE(d)) return 0;  // numpy raises its own ValueError
+    const int nd = PyArray_NDIM(d);
+    if (nd != PyArray_NDIM(s)) return 0;
+    const npy_intp* ds = PyArray_DIMS(d);
+    const npy_intp* ss = PyArray_DIMS(s);
+    std::size_t n = static_cast<std::size_t>(PyArray_ITEMSIZE(d));
+    for (int i = 0; i < nd; ++i) {
+        if (ds[i] != ss[i]) return 0;
+        n *= static_cast<std::size_t>(ds[i]);
+    }
+    if (PyArray_FLAGS(d) & PyArray_FLAGS(s) & NPY_ARRAY_C_CONTIGUOUS) {
+        void* dp = PyArray_DATA(d);
+        const void* sp = PyArray_DATA(s);
+        if (n < kReleaseGilBytes) {
+            copy_bytes(dp, sp, n);
+            return 1;
+        }
+        // Our references keep both arrays from being resized by another thread meanwhile.
+        Py_INCREF(dst);
+        Py_INCREF(src);
+        Py_BEGIN_ALLOW_THREADS
+        copy_bytes(dp, sp, n);
+        Py_END_ALLOW_THREADS
+        Py_DECREF(dst);
+        Py_DECREF(src);
+        return 1;
+    }
+    // Overlapping strided views: np.copyto's result depends on its loop order (numpy 2.4
+    // only reverses the loop for some 1-d cases instead of buffering), which copy() does not
+    // imitate; numpy serves them. Other strided pairs: copy() gives np.copyto's bytes.
+    if (arrays_overlap(d, s)) return 0;
+    PyObject* args[2] = {dst, src};
+    PyObject* r = PyObject_Vectorcall(g_copy, args, 2, nullptr);
+    if (!r) return -1;
+    Py_DECREF(r);
+    return 1;
+}
+
+PyObject* py_copyto(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    // The fast path takes (dst, src[, casting[, where]]) with casting/where also as keywords,
+    // a valid casting name and where=True; anything else is numpy's to judge.
+    if (nargs >= 2 && nargs <= 4) {
+        PyObject* casting = nargs >= 3 ? args[2] : nullptr;
+        PyObject* where = nargs >= 4 ? args[3] : nullptr;
+        bool fast = true;
+        if (kwnames) {
+            const Py_ssize_t nk = PyTuple_GET_SIZE(kwnames);
+            for (Py_ssize_t k = 0; k < nk && fast; ++k) {
+                PyObject* key = PyTuple_GET_ITEM(kwnames, k);
+                PyObject* value = args[nargs + k];
+                if (!casting && key_is(key, g_name_casting)) casting = value;
+                else if (!where && key_is(key, g_name_where)) where = value;
+                else fast = false;
+            }
+        }
+        if (fast && (!casting || valid_casting(casting)) && (!where || where == Py_True)) {
+            const int r = copyto_fast(args[0], args[1]);
+            if (r > 0) {
+                ++g_stats.copyto_fast;
+                Py_RETURN_NONE;
+            }
+            if (r < 0) return nullptr;
+        }
+    }
+    ++g_stats.copyto_numpy;
+    return PyObject_Vectorcall(g_np_copyto, args, static_cast<size_t>(nargs), kwnames);
+}
+
+// ---- stack and concatenate ------------------------------------------------------------------
+
+// (arrays, axis=0, out=None, *, dtype=None, casting='same_kind') when the call is one the fast
+// path may serve: positional arrays, int axis, out None or an exact ndarray, dtype None.
+struct JoinArgs {
+    PyObject* arrays = nullptr;
+    PyObject* axis = nullptr;  // nullptr = default 0
+    PyObject* out = nullptr;   // nullptr or Py_None = allocate
+};
+
+bool parse_join(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, JoinArgs& a) {
+    if (nargs < 1 || nargs > 3) return false;
+    a.arrays = args[0];
+    if (nargs >= 2) a.axis = args[1];
+    if (nargs >= 3) a.out = args[2];
+    if (kwnames) {
+        const Py_ssize_t nk = PyTuple_GET_SIZE(kwnames);
+        bool have_dtype = false, have_casting = false;
+        for (Py_ssize_t k = 0; k < nk; ++k) {
+            PyObject* key = PyTuple_GET_ITEM(kwnames, k);
+            PyObject* value = args[nargs + k];
+            if (!a.axis && key_is(key, g_name_axis)) a.axis = value;
+            else if (!a.out && key_is(key, g_name_out)) a.out = value;
+            else if (!have_dtype && key_is(key, g_name_dtype)) {
+                have_dtype = true;
+                if (value != Py_None) return false;
+            } else if (!have_casting && key_is(key, g_name_casting)) {
+                have_casting = true;
+                if (!valid_casting(value)) return false;
+            } else {
+                return false;
+            }
+        }
+    }
+    if (!PyList_CheckExact(a.arrays) && !PyTuple_CheckExact(a.arrays)) return false;
+    if (a.out == Py_None) a.out = nullptr;
+    if (a.out && !is_exact_array(a.out)) return false;
+    if (a.axis && a.axis != Py_None && !PyLong_CheckExact(a.axis)) return false;
+    return true;
+}
+
+// The inputs, checked for the fast path: exact, C-contiguous ndarrays of one builtin
+// descriptor, each held by `held` from here on (allocating the result may run a garbage
+// collection, and with it Python code that could change the list). Returns false when
+// numpy must serve the call.
+bool gather_inputs(PyObject* seq, std::vector<PyArrayObject*>& arrays, PyArray_Descr*& descr, Held& held) {
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject** items = PySequence_Fast_ITEMS(seq);
+    if (n < 1) return false;
+    arrays.resize(static_cast<std::size_t>(n));
+    held.refs.reserve(static_cast<std::size_t>(n) + 1);
+    descr = nullptr;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* o = items[i];
+        if (!is_exact_array(o)) return false;
+        PyArrayObject* a = reinterpret_cast<PyArrayObject*>(o);
+        if (!(PyArray_FLAGS(a) & NPY_ARRAY_C_CONTIGUOUS)) return false;
+        if (i == 0) {
+            descr = PyArray_DESCR(a);
+            if (!builtin_descr(descr)) return false;
+        } else if (PyArray_DESCR(a) != descr) {
+            return false;
+        }
+        arrays[static_cast<std::size_t>(i)] = a;
+    }
+    for (PyArrayObject* a : arrays) held.hold(reinterpret_cast<PyObject*>(a));
+    return true;
+}
+
+// `out` must be an exact, C-contiguous, writeable ndarray of `descr` and `shape`, sharing no
+// byte with an input (numpy then copies input by input; we copy all at once).
+bool usable_out(PyArrayObject* out, PyArray_Descr* descr, int nd, const npy_intp* shape,
+                const std::vector<PyArrayObject*>& arrays) {
+    if (PyArray_DESCR(out) != descr || PyArray_NDIM(out) != nd) return false;
+    if (!(PyArray_FLAGS(out) & NPY_ARRAY_C_CONTIGUOUS) || !PyArray_ISWRITEABLE(out)) return false;
+    for (int i = 0; i < nd; ++i)
+        if (PyArray_DIM(out, i) != shape[i]) return false;
+    for (PyArrayObject* a : arrays)
+        if (arrays_overlap(out, a)) return false;
+    return true;
+}
+
+// Allocates the result (or takes `out`), fills the batch from `fill` and runs it.
+// Returns a new reference, or nullptr with an exception set.
+template <class Fill>
+PyObject* join_into(JoinArgs& a, Held& held, PyArray_Descr* descr, int nd, npy_intp* shape, Fill&& fill) {
+    PyArrayObject* result;
+    if (a.out) {
+        result = reinterpret_cast<PyArrayObject*>(a.out);
+        Py_INCREF(a.out);
+    } else {
+        Py_INCREF(descr);  // PyArray_NewFromDescr steals it
+        result = reinterpret_cast<PyArrayObject*>(
+            PyArray_NewFromDescr(&PyArray_Type, descr, nd, shape, nullptr, nullptr, 0, nullptr));
+        if (!result) return nullptr;
+    }
+    Batch batch;
+    try {
+        batch.blocks.reserve(held.refs.size());
+        fill(static_cast<char*>(PyArray_DATA(result)), batch);
+        held.hold(reinterpret_cast<PyObject*>(result));
+    } catch (const std::bad_alloc&) {
+        Py_DECREF(result);
+        return PyErr_NoMemory();
+    }
+    run_batch_gil(batch);
+    return reinterpret_cast<PyObject*>(result);
+}
+
+std::size_t nbytes_of(PyArrayObject* a) {
+    return static_cast<std::size_t>(PyArray_SIZE(a)) * static_cast<std::size_t>(PyArray_ITEMSIZE(a));
+}
+
+// nullptr with no exception: not a fast-path call.
+PyObject* stack_fast(JoinArgs& a) {
+    long axis = 0;
+    if (a.axis) {
+        if (a.axis == Py_None) return nullptr;  // numpy's error
+        int overflow = 0;
+        axis = PyLong_AsLongAndOverflow(a.axis, &overflow);
+        if (overflow || (axis == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return nullptr;
+        }
+    }
+    std::vector<PyArrayObject*> arrays;
+    PyArray_Descr* descr;
+    Held held;
+    if (!gather_inputs(a.arrays, arrays, descr, held)) return nullptr;
+    PyArrayObject* first = arrays[0];
+    const int nd = PyArray_NDIM(first);
+    if (nd + 1 > NPY_MAXDIMS) return nullptr;
+    if (axis < 0) axis += nd + 1;
+    if (axis < 0 || axis > nd) return nullptr;
+    for (PyArrayObject* arr : arrays) {
+        if (PyArray_NDIM(arr) != nd) return nullptr;
+        for (int i = 0; i < nd; ++i)
+            if (PyArray_DIM(arr, i) != PyArray_DIM(first, i)) return nullptr;
+    }
+    const std::size_t count = arrays.size();
+    npy_intp shape[NPY_MAXDIMS];
+    std::size_t outer = 1, inner = static_cast<std::size_t>(PyArray_ITEMSIZE(first));
+    for (int i = 0, j = 0; i <= nd; ++i) {
+        if (i == axis) {
+            shape[i] = static_cast<npy_intp>(count);
+            continue;
+        }
+        shape[i] = PyArray_DIM(first, j);
+        if (i < axis) outer *= static_cast<std::size_t>(shape[i]);
+        else inner *= static_cast<std::size_t>(shape[i]);
+        ++j;
+    }
+    if (a.out && !usable_out(reinterpret_cast<PyArrayObject*>(a.out), descr, nd + 1, shape, arrays))
+        return nullptr;
+    return join_into(a, held, descr, nd + 1, shape, [&](char* base, Batch& batch) {
+        if (inner == 0 || outer == 0) return;
+        for (std::size_t i = 0; i < count; ++i) {
+            batch.blocks.push_back({base + i * inner, static_cast<const char*>(PyArray_DATA(arrays[i])), inner,
+                                    outer, static_cast<std::ptrdiff_t>(count * inner),
+                                    static_cast<std::ptrdiff_t>(inner)});
+            batch.total += inner * outer;
+        }
+    });
+}
+
+PyObject* concatenate_fast(JoinArgs& a) {
+    std::vector<PyArrayObject*> arrays;
+    PyArray_Descr* descr;
+    Held held;
+    if (!gather_inputs(a.arrays, arrays, descr, held)) return nullptr;
+    npy_intp shape[NPY_MAXDIMS];
+    if (a.axis == Py_None) {  // flattened, in C order
+        npy_intp total = 0;
+        for (PyArrayObject* arr : arrays) total += PyArray_SIZE(arr);
+        shape[0] = total;
+        if (a.out && !usable_out(reinterpret_cast<PyArrayObject*>(a.out), descr, 1, shape, arrays))
+            return nullptr;
+        return join_into(a, held, descr, 1, shape, [&](char* base, Batch& batch) {
+            std::size_t off = 0;
+            for (PyArrayObject* arr : arrays) {
+                const std::size_t n = nbytes_of(arr);
+                if (n == 0) continue;
+                batch.blocks.push_back({base + off, static_cast<const char*>(PyArray_DATA(arr)), n, 1, 0, 0});
+                off += n;
+                batch.total += n;
+            }
+        });
+    }
+    long axis = 0;
+    if (a.axis) {
+        int overflow = 0;
+        axis = PyLong_AsLongAndOverflow(a.axis, &overflow);
+        if (overflow || (axis == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return nullptr;
+        }
+    }
+    PyArrayObject* first = arrays[0];
+    const int nd = PyArray_NDIM(first);
+    if (nd == 0) return nullptr;  // numpy: zero-dimensional arrays cannot be concatenated
+    if (axis < 0) axis += nd;
+    if (axis < 0 || axis >= nd) return nullptr;
+    npy_intp along = 0;
+    for (PyArrayObject* arr : arrays) {
+        if (PyArray_NDIM(arr) != nd) return nullptr;
+        for (int i = 0; i < nd; ++i)
+            if (i != axis && PyArray_DIM(arr, i) != PyArray_DIM(first, i)) return nullptr;
+        along += PyArray_DIM(arr, static_cast<int>(axis));
+    }
+    std::size_t outer = 1, inner_rest = static_cast<std::size_t>(PyArray_ITEMSIZE(first));
+    for (int i = 0; i < nd; ++i) {
+        shape[i] = i == axis ? along : PyArray_DIM(first, i);
+        if (i < axis) outer *= static_cast<std::size_t>(shape[i]);
+        else if (i > axis) inner_rest *= static_cast<std::size_t>(shape[i]);
+    }
+    if (a.out && !usable_out(reinterpret_cast<PyArrayObject*>(a.out), descr, nd, shape, arrays)) return nullptr;
+    const std::size_t row = static_cast<std::size_t>(along) * inner_rest;  // bytes of one output row
+    return join_into(a, held, descr, nd, shape, [&](char* base, Batch& batch) {
+        if (outer == 0 || row == 0) return;
+        std::size_t off = 0;
+        for (PyArrayObject* arr : arrays) {
+            const std::size_t run = static_cast<std::size_t>(PyArray_DIM(arr, static_cast<int>(axis))) * inner_rest;
+            if (run == 0) continue;
+            batch.blocks.push_back({base + off, static_cast<const char*>(PyArray_DATA(arr)), run, outer,
+                                    static_cast<std::ptrdiff_t>(row), static_cast<std::ptrdiff_t>(run)});
+            off += run;
+            batch.total += run * outer;
+        }
+    });
+}
+
+PyObject* py_stack(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    JoinArgs a;
+    if (parse_join(args, nargs, kwnames, a)) {
+        PyObject* r = stack_fast(a);
+        if (r) ++g_stats.stack_fast;
+        if (r || PyErr_Occurred()) return r;
+    }
+    ++g_stats.stack_numpy;
+    return PyObject_Vectorcall(g_np_stack, args, static_cast<size_t>(nargs), kwnames);
+}
+
+PyObject* py_concatenate(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    JoinArgs a;
+    if (parse_join(args, nargs, kwnames, a)) {
+        PyObject* r = concatenate_fast(a);
+        if (r) ++g_stats.concatenate_fast;
+        if (r || PyErr_Occurred()) return r;
+    }
+    ++g_stats.concatenate_numpy;
+    return PyObject_Vectorcall(g_np_concatenate, args, static_cast<size_t>(nargs), kwnames);
+}
+
+// ---- copy_many ------------------------------------------------------------------------------
+
+// One side of a pair, resolved with copy()'s rules. Arrays are held by reference, other
+// buffers by their export.
+struct Side {
+    PyArrayObject* arr = nullptr;
+    bool has_view = false;
+    Py_buffer view;
+    char* ptr = nullptr;
+    std::size_t nbytes = 0;
+    bool contiguous = false;
+    std::uintptr_t lo = 0, hi = 0;  // extent (nbytes > 0)
+
+    Side() = default;
+    Side(const Side&) = delete;
+    Side& operator=(const Side&) = delete;
+    ~Side() {
+        if (has_view) PyBuffer_Release(&view);
+    }
+};
+
+bool format_has_objects(const char* fmt) {
+    if (!fmt) return false;
+    bool in_name = false;
+    for (const char* c = fmt; *c; ++c) {
+        if (*c == ':') in_name = !in_name;
+        else if (!in_name && *c == 'O') return true;
+    }
+    return false;
+}
+
+std::string describe(PyObject* o) {
+    PyObject* s = PyObject_Str(o);
+    if (!s) {
+        PyErr_Clear();
+        return "?";
+    }
+    const char* c = PyUnicode_AsUTF8(s);
+    std::string out = c ? c : "?";
+    if (!c) PyErr_Clear();
+    Py_DECREF(s);
+    return out;
+}
+
+std::string shape_text(int nd, const npy_intp* shape) {
+    std::string s = "(";
+    for (int i = 0; i < nd; ++i) {
+        if (i) s += ", ";
+        s += std::to_string(static_cast<long long>(shape[i]));
+    }
+    if (nd == 1) s += ",";
+    return s + ")";
+}
+
+// Fills `side` from `obj` (copy()'s rules). Returns false with an exception set.
+bool resolve_side(Py_ssize_t pair, PyObject* obj, bool writable, Side& side) {
+    const char* which = writable ? "dst" : "src";
+    if (PyArray_Check(obj)) {
+        PyArrayObject* a = reinterpret_cast<PyArrayObject*>(obj);
+        if (writable && !PyArray_ISWRITEABLE(a)) {
+            PyErr_Format(PyExc_ValueError,
+                         "fastcopy.copy_many: pair %zd: dst is a read-only array (flags.writeable is False); "
+                         "nothing was copied",
+                         pair);
+            return false;
+        }
+        if (PyDataType_REFCHK(PyArray_DESCR(a))) {
+            std::string d = describe(reinterpret_cast<PyObject*>(PyArray_DESCR(a)));
+            PyErr_Format(PyExc_TypeError,
+                         "fastcopy.copy_many: pair %zd: %s has dtype %s, which holds Python object references and "
+                         "cannot be copied as bytes; nothing was copied",
+                         pair, which, d.c_str());
+            return false;
+        }
+        side.arr = a;
+        side.ptr = static_cast<char*>(PyArray_DATA(a));
+        side.nbytes = nbytes_of(a);
+        side.contiguous = (PyArray_FLAGS(a) & NPY_ARRAY_C_CONTIGUOUS) != 0;
+        if (side.nbytes) array_extent(a, side.lo, side.hi);
+        return true;
+    }
+    if (obj == Py_None || PyUnicode_Check(obj) || !PyObject_CheckBuffer(obj)) {
+        PyErr_Format(PyExc_TypeError,
+                     "fastcopy.copy_many: pair %zd: %s must be an object exporting the buffer protocol (numpy "
+                     "array, bytearray, memoryview, array.array, mmap, SharedMemory.buf%s), got %s; nothing was "
+                     "copied",
+                     pair, which, writable ? "" : ", bytes", Py_TYPE(obj)->tp_name);
+        return false;
+    }
+    if (PyObject_GetBuffer(obj, &side.view, writable ? PyBUF_RECORDS : PyBUF_RECORDS_RO) != 0) {
+        PyObject *t, *v, *tb;
+        PyErr_Fetch(&t, &v, &tb);
+        PyErr_NormalizeException(&t, &v, &tb);
+        if (writable) {
+            Py_buffer probe;
+            if (PyObject_GetBuffer(obj, &probe, PyBUF_RECORDS_RO) == 0) {
+                PyBuffer_Release(&probe);
+                Py_XDECREF(t);
+                Py_XDECREF(v);
+                Py_XDECREF(tb);
+                PyErr_Format(PyExc_ValueError, "fastcopy.copy_many: pair %zd: dst (%s) is read-only; nothing was copied",
+                             pair, Py_TYPE(obj)->tp_name);
+                return false;
+            }
+            PyErr_Clear();
+        }
+        std::string msg = v ? describe(v) : std::string("error");
+        PyErr_Format(t ? t : PyExc_TypeError, "fastcopy.copy_many: pair %zd: %s: %s; nothing was copied", pair, which,
+                     msg.c_str());
+        Py_XDECREF(t);
+        Py_XDECREF(v);
+        Py_XDECREF(tb);
+        return false;
+    }
+    side.has_view = true;
+    if (format_has_objects(side.view.format)) {
+        PyErr_Format(PyExc_TypeError,
+                     "fastcopy.copy_many: pair %zd: %s holds Python object references (buffer format '%s') and "
+                     "cannot be copied as bytes; nothing was copied",
+                     pair, which, side.view.format);
+        return false;
+    }
+    if (side.view.ndim > 64) {
+        PyErr_Format(PyExc_ValueError, "fastcopy.copy_many: pair %zd: %s has %d dimensions; at most 64 are supported",
+                     pair, which, side.view.ndim);
+        return false;
+    }
+    side.ptr = static_cast<char*>(side.view.buf);
+    side.nbytes = static_cast<std::size_t>(side.view.len);
+    side.contiguous = side.view.strides == nullptr || PyBuffer_IsContiguous(&side.view, 'C');
+    if (side.nbytes) {
+        if (side.contiguous) {
+            side.lo = reinterpret_cast<std::uintptr_t>(side.ptr);
+            side.hi = side.lo + side.nbytes;
+        } else {
+            std::intptr_t below = 0, above = 0;
+            for (int i = 0; i < side.view.ndim; ++i) {
+                const std::intptr_t span = static_cast<std::intptr_t>(side.view.shape[i] - 1) * side.view.strides[i];
+                if (span < 0) below += span;
+                else above += span;
+            }
+            side.lo = reinterpret_cast<std::uintptr_t>(side.ptr) + below;
+            side.hi = reinterpret_cast<std::uintptr_t>(side.ptr) + above +
+                      static_cast<std::uintptr_t>(side.view.itemsize > 0 ? side.view.itemsize : 1);
+        }
+    }
+    return true;
+}
+
+// copy()'s pair rules: two arrays need equal shapes (ValueError) and dtypes (TypeError),
+// anything else equal byte counts (ValueError).
+bool check_pair(Py_ssize_t pair, PyObject* dst, PyObject* src, const Side& d, const Side& s) {
+    if (d.arr && s.arr) {
+        const int nd = PyArray_NDIM(d.arr);
+        bool same = nd == PyArray_NDIM(s.arr);
+        for (int i = 0; same && i < nd; ++i) same = PyArray_DIM(d.arr, i) == PyArray_DIM(s.arr, i);
+        if (!same) {
+            std::string ds = shape_text(nd, PyArray_DIMS(d.arr));
+            std::string ss = shape_text(PyArray_NDIM(s.arr), PyArray_DIMS(s.arr));
+            PyErr_Format(PyExc_ValueError,
+                         "fastcopy.copy_many: pair %zd: shape mismatch: dst has shape %s but src has shape %s; "
+                         "nothing was copied",
+                         pair, ds.c_str(), ss.c_str());
+            return false;
+        }
+        PyArray_Descr* dd = PyArray_DESCR(d.arr);
+        PyArray_Descr* sd = PyArray_DESCR(s.arr);
+        if (dd != sd && !PyArray_EquivTypes(dd, sd)) {
+            std::string a = describe(reinterpret_cast<PyObject*>(dd)), b = describe(reinterpret_cast<PyObject*>(sd));
+            PyErr_Format(PyExc_TypeError,
+                         "fastcopy.copy_many: pair %zd: dtype mismatch: dst has dtype %s but src has dtype %s; "
+                         "nothing was copied",
+                         pair, a.c_str(), b.c_str());
+            return false;
+        }
+        return true;
+    }
+    if (d.nbytes != s.nbytes) {
+        PyErr_Format(PyExc_ValueError,
+                     "fastcopy.copy_many: pair %zd: size mismatch: dst (%s) has %zu bytes but src (%s) has %zu bytes; "
+                     "nothing was copied",
+                     pair, Py_TYPE(dst)->tp_name, d.nbytes, Py_TYPE(src)->tp_name, s.nbytes);
+        return false;
+    }
+    return true;
+}
+
+// True when a destination shares a byte with another destination or with any source
+// (its own included): the pairs must then be copied one after another, in order.
+bool pairs_interfere(const std::vector<std::unique_ptr<Side>>& dsts, const std::vector<std::unique_ptr<Side>>& srcs) {
+    struct Span {
+        std::uintptr_t lo, hi;
+        bool is_dst;
+    };
+    std::vector<Span> spans;
+    spans.reserve(dsts.size() * 2);
+    for (std::size_t i = 0; i < dsts.size(); ++i) {
+        if (dsts[i]->nbytes == 0) continue;
+        spans.push_back({dsts[i]->lo, dsts[i]->hi, true});
+        spans.push_back({srcs[i]->lo, srcs[i]->hi, false});
+    }
+    std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.lo < b.lo; });
+    std::uintptr_t max_hi_any = 0, max_hi_dst = 0;
+    for (const Span& s : spans) {
+        if (s.is_dst ? s.lo < max_hi_any : s.lo < max_hi_dst) return true;
+        max_hi_any = std::max(max_hi_any, s.hi);
+        if (s.is_dst) max_hi_dst = std::max(max_hi_dst, s.hi);
+    }
+    return false;
+}
+
+PyObject* call_copy(PyObject* dst, PyObject* src) {
+    PyObject* args[2] = {dst, src};
+    return PyObject_Vectorcall(g_copy, args, 2, nullptr);
+}
+
+PyObject* py_copy_many(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    PyObject* dsts_arg = nargs >= 1 ? args[0] : nullptr;
+    PyObject* srcs_arg = nargs >= 2 ? args[1] : nullptr;
+    if (nargs > 2) {
+        PyErr_Format(PyExc_TypeError, "fastcopy.copy_many() takes 2 positional arguments but %zd were given", nargs);
+        return nullptr;
+    }
+    if (kwnames) {
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(kwnames); ++k) {
+            PyObject* key = PyTuple_GET_ITEM(kwnames, k);
+            PyObject** slot = PyUnicode_CompareWithASCIIString(key, "dsts") == 0   ? &dsts_arg
+                              : PyUnicode_CompareWithASCIIString(key, "srcs") == 0 ? &srcs_arg
+                                                                                   : nullptr;
+            if (!slot) {
+                PyErr_Format(PyExc_TypeError, "fastcopy.copy_many() got an unexpected keyword argument '%U'", key);
+                return nullptr;
+            }
+            if (*slot) {
+                PyErr_Format(PyExc_TypeError, "fastcopy.copy_many() got multiple values for argument '%U'", key);
+                return nullptr;
+            }
+            *slot = args[nargs + k];
+        }
+    }
+    if (!dsts_arg || !srcs_arg) {
+        PyErr_Format(PyExc_TypeError, "fastcopy.copy_many() missing required argument '%s'",
+                     dsts_arg ? "srcs" : "dsts");
+        return nullptr;
+    }
+    // Tuples of our own: another thread cannot change them under us.
+    py::object dsts = py::reinterpret_steal<py::object>(PySequence_Tuple(dsts_arg));
+    if (!dsts) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {  // not iterable; other errors pass through
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "fastcopy.copy_many: dsts must be a sequence of buffers, got %s",
+                         Py_TYPE(dsts_arg)->tp_name);
+        }
+        return nullptr;
+    }
+    py::object srcs = py::reinterpret_steal<py::object>(PySequence_Tuple(srcs_arg));
+    if (!srcs) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {  // not iterable; other errors pass through
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "fastcopy.copy_many: srcs must be a sequence of buffers, got %s",
+                         Py_TYPE(srcs_arg)->tp_name);
+        }
+        return nullptr;
+    }
+    const Py_ssize_t n = PyTuple_GET_SIZE(dsts.ptr());
+    if (PyTuple_GET_SIZE(srcs.ptr()) != n) {
+        PyErr_Format(PyExc_ValueError,
+                     "fastcopy.copy_many: dsts has %zd buffers but srcs has %zd; nothing was copied", n,
+                     PyTuple_GET_SIZE(srcs.ptr()));
+        return nullptr;
+    }
+    std::vector<std::unique_ptr<Side>> d, s;
+    Held held;
+    Batch batch;
+    try {
+        d.reserve(static_cast<std::size_t>(n));
+        s.reserve(static_cast<std::size_t>(n));
+        held.refs.reserve(static_cast<std::size_t>(2 * n));
+        // Every pair is checked (and its buffers held) before any byte moves.
+        for (Py_ssize_t i = 0; i < n; ++i) {
+            PyObject* dst = PyTuple_GET_ITEM(dsts.ptr(), i);
+            PyObject* src = PyTuple_GET_ITEM(srcs.ptr(), i);
+            d.emplace_back(new Side);
+            s.emplace_back(new Side);
+            if (!resolve_side(i, dst, true, *d.back()) || !resolve_side(i, src, false, *s.back()) ||
+                !check_pair(i, dst, src, *d.back(), *s.back()))
+                return nullptr;
+            if (d.back()->arr) held.hold(dst);
+            if (s.back()->arr) held.hold(src);
+        }
+    } catch (const std::bad_alloc&) {
+        return PyErr_NoMemory();
+    }
+    if (pairs_interfere(d, s)) {
+        // Some pairs share bytes: copy pair after pair, in order, as a loop of copy() would.
+        for (Py_ssize_t i = 0; i < n; ++i) {
+            PyObject* r = call_copy(PyTuple_GET_ITEM(dsts.ptr(), i), PyTuple_GET_ITEM(srcs.ptr(), i));
+            if (!r) return nullptr;
+            Py_DECREF(r);
+        }
+        Py_RETURN_NONE;
+    }
+    // Independent pairs: the contiguous ones in one batch (one GIL release), then the
+    // strided ones through copy().
+    try {
+        for (Py_ssize_t i = 0; i < n; ++i) {
+            const Side& ds = *d[static_cast<std::size_t>(i)];
+            const Side& ss = *s[static_cast<std::size_t>(i)];
+            if (ds.nbytes == 0 || !ds.contiguous || !ss.contiguous) continue;
+            batch.blocks.push_back({ds.ptr, ss.ptr, ds.nbytes, 1, 0, 0});
+            batch.total += ds.nbytes;
+        }
+    } catch (const std::bad_alloc&) {
+        return PyErr_NoMemory();
+    }
+    run_batch_gil(batch);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        const Side& ds = *d[static_cast<std::size_t>(i)];
+        const Side& ss = *s[static_cast<std::size_t>(i)];
+        if (ds.nbytes == 0 || (ds.contiguous && ss.contiguous)) continue;
+        PyObject* r = call_copy(PyTuple_GET_ITEM(dsts.ptr(), i), PyTuple_GET_ITEM(srcs.ptr(), i));
+        if (!r) return nullptr;
+        Py_DECREF(r);
+    }
+    Py_RETURN_NONE;
+}
+
+// ---- registration ---------------------------------------------------------------------------
+
+PyMethodDef g_copyto_def = {
+    "copyto", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_copyto)), METH_FASTCALL | METH_KEYWORDS,
+    "copyto(dst, src, casting='same_kind', where=True)\n--\n\n"
+    "Drop-in for np.copyto: numpy's signature, results and exceptions.\n\n"
+    "Two exact numpy arrays of equal shape and dtype, with where=True and any valid casting,\n"
+    "are copied by fastcopy (its kernels; the GIL is released from 64 KiB). Every other call\n"
+    "(broadcasting, casting, masks, scalars, lists, subclasses, object dtypes) goes to numpy's\n"
+    "own copyto, captured at import, so `np.copyto = fastcopy.copyto` is safe."};
+
+PyMethodDef g_stack_def = {
+    "stack", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_stack)), METH_FASTCALL | METH_KEYWORDS,
+    "stack(arrays, axis=0, out=None, *, dtype=None, casting='same_kind')\n--\n\n"
+    "Drop-in for np.stack: numpy's results and exceptions.\n\n"
+    "A list or tuple of exact, C-contiguous numpy arrays of one shape and one native numeric\n"
+    "dtype, with dtype=None and out None or a C-contiguous array of the result's shape and\n"
+    "dtype that shares no memory with the inputs, is copied block by block with one GIL\n"
+    "release, over the thread pool when large. numpy's np.stack serves every other call."};
+
+PyMethodDef g_concatenate_def = {
+    "concatenate", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_concatenate)),
+    METH_FASTCALL | METH_KEYWORDS,
+    "concatenate(arrays, axis=0, out=None, *, dtype=None, casting='same_kind')\n--\n\n"
+    "Drop-in for np.concatenate: numpy's results and exceptions.\n\n"
+    "Same fast path as stack() (axis=None flattens); numpy's np.concatenate serves every other call."};
+
+PyMethodDef g_copy_many_def = {
+    "copy_many", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_copy_many)),
+    METH_FASTCALL | METH_KEYWORDS,
+    "copy_many(dsts, srcs)\n--\n\n"
+    "copy(dsts[i], srcs[i]) for every i, in one call (returns None).\n\n"
+    "Every pair is checked with copy()'s rules before any byte moves: a bad pair raises and\n"
+    "nothing is copied. Contiguous pairs are copied as one batch (one GIL release, spread over\n"
+    "the thread pool when large); strided pairs go through copy(). When a destination shares\n"
+    "memory with another pair (or its own source), the pairs are copied one after another, in\n"
+    "order, so the result is always that of the loop."};
+
+PyObject* attr_path(const char* module, const char* name) {
+    PyObject* m = PyImport_ImportModule(module);
+    if (!m) {
+        PyErr_Clear();
+        return nullptr;
+    }
+    PyObject* f = PyObject_GetAttrString(m, name);
+    Py_DECREF(m);
+    if (!f) PyErr_Clear();
+    return f;
+}
+
+// numpy's own function: from its defining module first (assigning np.copyto = ... leaves
+// that alone), the numpy namespace as the last resort.
+PyObject* numpy_function(const char* const* modules, const char* name) {
+    for (const char* const* m = modules; *m; ++m)
+        if (PyObject* f = attr_path(*m, name)) return f;
+    PyObject* f = attr_path("numpy", name);
+    if (!f) PyErr_Format(PyExc_ImportError, "fastcopy: numpy.%s not found", name);
+    return f;
+}
+
+}  // namespace
+
+void bind_batch(py::module_& m) {
+    if (_import_array() < 0) throw py::error_already_set();
+    static const char* const multiarray[] = {"numpy._core.multiarray", "numpy.core.multiarray", nullptr};
+    static const char* const shape_base[] = {"numpy._core.shape_base", "numpy.core.shape_base", nullptr};
+    g_np_copyto = numpy_function(multiarray, "copyto");
+    g_np_concatenate = g_np_copyto ? numpy_function(multiarray, "concatenate") : nullptr;
+    g_np_stack = g_np_concatenate ? numpy_function(shape_base, "stack") : nullptr;
+    if (!g_np_stack) throw py::error_already_set();
+    g_copy = m.attr("copy").ptr();
+    Py_INCREF(g_copy);
+    const char* castings[5] = {"no", "equiv", "safe", "same_kind", "unsafe"};
+    for (int i = 0; i < 5; ++i) g_casting[i] = PyUnicode_InternFromString(castings[i]);
+    g_name_casting = PyUnicode_InternFromString("casting");
+    g_name_where = PyUnicode_InternFromString("where");
+    g_name_axis = PyUnicode_InternFromString("axis");
+    g_name_out = PyUnicode_InternFromString("out");
+    g_name_dtype = PyUnicode_InternFromString("dtype");
+    for (int t = 0; t <= NPY_HALF; ++t) {
+        if (t > NPY_CLONGDOUBLE && t != NPY_HALF) continue;
+        g_builtin[t] = PyArray_DescrFromType(t);  // kept: the builtin singletons
+        if (!g_builtin[t]) throw py::error_already_set();
+    }
+    m.def(
+        "_drop_in_stats",
+        [] {
+            py::dict d;
+            d["copyto_fast"] = g_stats.copyto_fast;
+            d["copyto_numpy"] = g_stats.copyto_numpy;
+            d["stack_fast"] = g_stats.stack_fast;
+            d["stack_numpy"] = g_stats.stack_numpy;
+            d["concatenate_fast"] = g_stats.concatenate_fast;
+            d["concatenate_numpy"] = g_stats.concatenate_numpy;
+            return d;
+        },
+        "Calls of copyto/stack/concatenate served by the fast path and handed to numpy (for tests).");
+    py::object modname = m.attr("__name__");
+    for (PyMethodDef* def : {&g_copyto_def, &g_stack_def, &g_concatenate_def, &g_copy_many_def}) {
+        PyObject* f = PyCFunction_NewEx(def, nullptr, modname.ptr());
+        if (!f) throw py::error_already_set();
+        m.add_object(def->ml_name, py::reinterpret_steal<py::object>(f));
+    }
+}
+
+}  // namespace fastcopy
