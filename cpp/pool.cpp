@@ -618,6 +618,7 @@ void chunked_on(void* dst, const void* src, std::size_t n, CopyFn kernel, std::s
     }
     run_job(job, t, [&] { kernel(dst, src, n); });
 }
+}  // namespace
 
 void parallel_for(std::size_t n, void (*item)(void* ctx, std::size_t index), void* ctx) {
     if (n == 0) return;
@@ -635,7 +636,6 @@ void parallel_for(std::size_t n, void (*item)(void* ctx, std::size_t index), voi
     job.nchunks = n;
     run_job(job, t, alone);
 }
-}  // namespace
 
 void set_adaptive(bool on) { g_adaptive.store(on, std::memory_order_relaxed); }
 

@@ -383,8 +383,10 @@ for k in range(50):
 # 4. Fuzz: random bytes at random places of the header and the first messages. Each call
 # ends in one of the documented outcomes: send returns None or raises TimeoutError (ring
 # full), ChannelClosed (a closed flag was hit), PeerDied or ChannelError "already has a"
-# (a pid field now names a dead or another live process: the role cannot be claimed) or
-# ChannelCorrupted; recv the same, or returns an array. Once an end raised ChannelCorrupted,
+# (a pid field now names a dead or another live process: the role cannot be claimed),
+# ChannelError "gave up a message" (only after the other end raised ChannelCorrupted in the
+# middle of a message and marked it abandoned, or when the random bytes hit that mark, the
+# header word at offset 1280) or ChannelCorrupted; recv the same, or returns an array. Once an end raised ChannelCorrupted,
 # every later call on it raises ChannelCorrupted. A recv that returns gives the next message
 # sent, byte for byte, unless the random bytes landed in that message's record (there is no
 # payload checksum: a changed payload or an equally sized dtype is delivered as written).
@@ -440,9 +442,12 @@ for k in range(400):
             assert not corrupt[side], f"fuzz {k}: {side} raised {type(e).__name__} after ChannelCorrupted"
             kind = type(e).__name__
         except ChannelError as e:
-            assert type(e) is ChannelError and "already has a" in str(e), f"fuzz {k}: {side}: {e}"
+            other = "rx" if side == "tx" else "tx"
+            abandon_mark_hit = any(1280 <= i < 1288 for i in touched)
+            abandoned = "gave up a message" in str(e) and (corrupt[other] or abandon_mark_hit)
+            assert type(e) is ChannelError and ("already has a" in str(e) or abandoned), f"fuzz {k}: {side}: {e}"
             assert not corrupt[side], f"fuzz {k}: {side} raised {e} after ChannelCorrupted"
-            kind = "role taken"
+            kind = "peer gave up" if abandoned else "role taken"
         except BaseException as e:
             raise AssertionError(f"fuzz {k}: {side}: undocumented outcome {type(e).__name__}: {e}")
         if kind == "ok":
