@@ -3,8 +3,10 @@
 ``fastcopy.copy(dst, src)`` copies any buffer (numpy arrays, bytearray, memoryview, mmap,
 shared memory) into another, like ``np.copyto`` for equal shapes and dtypes, with a kernel
 chosen for this CPU, size and addresses. ``fastcopy.info()`` says what was detected and
-chosen; ``FASTCOPY_KERNEL``, ``FASTCOPY_REP_MOVSB``, ``FASTCOPY_NT_THRESHOLD`` and
-``FASTCOPY_THREADS`` override the policy (see docs/dispatch.md).
+chosen. The choice follows a dispatch profile: the built-in one for this CPU family, or one
+measured on this machine by ``python -m fastcopy tune`` (``FASTCOPY_PROFILE=path|off``);
+``FASTCOPY_KERNEL``, ``FASTCOPY_REP_MOVSB``, ``FASTCOPY_NT_THRESHOLD`` and ``FASTCOPY_THREADS``
+override it (see docs/dispatch.md).
 """
 
 from __future__ import annotations
@@ -21,6 +23,10 @@ try:
     _core.init_policy()
 except ValueError as _error:  # a bad FASTCOPY_* value: refuse to start with a clear message
     raise ImportError(f"fastcopy: {_error}") from None
+
+from . import _profile  # noqa: E402  (after init_policy: the overrides apply on top of the profile)
+
+_profile.load_at_import()
 
 copy = _core.copy
 
@@ -45,7 +51,10 @@ def info() -> Dict[str, Any]:
     Keys: ``version``; ``cpu`` (detected facts: arch, vendor, family/model, flags, cache
     sizes, SVE vector length, kernel version; ``brand`` from py-cpuinfo when installed);
     ``kernels`` (every compiled kernel with description and whether it is supported);
-    ``policy`` (for each region and size band: kernel and reason); ``notes``;
+    ``profile`` (the active dispatch profile as it runs: per region and address class the size
+    bands with kernel and reason, NT and parallel rules, provenance, overrides applied);
+    ``profile_source`` (built-in and why it matched, or the tuned file; ignored cached files);
+    ``policy`` (the same bands as flat rows: region, class, min/max bytes, kernel, reason); ``notes``;
     ``thresholds`` (non-temporal and parallel, with reasons); ``threads``; ``overrides``.
     """
     from ._report import collect_info
