@@ -1,4 +1,4 @@
-"""Command line: ``python -m fastcopy info [--json]``, ``bench [...]``, ``compare BASE.json NEW.json``.
+"""Command line: ``python -m fastcopy info [--json | --profile]``, ``bench [...]``, ``compare BASE.json NEW.json``.
 
 See docs/benchmarks.md for the benchmark and comparison.
 """
@@ -63,6 +63,9 @@ def _build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p_info = sub.add_parser("info", help="what was detected and which kernel each copy gets")
     p_info.add_argument("--json", action="store_true", help="print as JSON")
+    p_info.add_argument("--profile", action="store_true",
+                        help="print only the active dispatch profile, in the profile file format (to share it, "
+                             "or to load it elsewhere with FASTCOPY_PROFILE=FILE)")
 
     p = sub.add_parser(
         "bench", help="measure copy bandwidth against numpy (and torch)",
@@ -303,7 +306,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.command == "info":
         from ._report import print_info
 
-        print_info(as_json=args.json)
+        if args.profile:
+            from . import _core
+
+            print(_core.active_profile_json(), end="")
+        else:
+            print_info(as_json=args.json)
         return 0
     if args.command == "bench":
         return _bench(parser, args, argv)
