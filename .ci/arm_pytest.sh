@@ -76,6 +76,7 @@ STAGE=$B/arm64-site
 rm -rf "$STAGE" && mkdir -p "$STAGE/fastcopy"
 # Everything the wheel ships (modules, type stubs, py.typed), minus any host-built extension.
 cp "$ROOT"/src/fastcopy/*.py "$ROOT"/src/fastcopy/*.pyi "$ROOT"/src/fastcopy/py.typed "$STAGE/fastcopy/"
+mkdir -p "$STAGE/fastcopy/measure" && cp "$ROOT"/src/fastcopy/measure/*.py "$STAGE/fastcopy/measure/"
 cp "$SO" "$STAGE/fastcopy/"
 
 failed=0

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "dispatch.h"
+#include "pool.h"
 
 namespace py = pybind11;
 
@@ -377,13 +378,27 @@ struct RunIter {
     }
 };
 
+// True when [d, d+n) and [s, s+n) share a byte.
+inline bool runs_overlap(const void* d, const void* s, std::size_t n) {
+    std::uintptr_t a = reinterpret_cast<std::uintptr_t>(d), b = reinterpret_cast<std::uintptr_t>(s);
+    return (a > b ? a - b : b - a) < n;
+}
+
 struct CopyCtx {
     CopyFn forced;
     Region region;
+    unsigned forced_threads = 1;  // fastcopy.kernel(name, threads=N): N > 1 splits over the pool
     void operator()(void* d, const void* s, std::size_t n) const {
-        if (forced) copy_bytes_with(forced, d, s, n);
-        else copy_bytes(d, s, n, region);
+        if (!forced) copy_bytes(d, s, n, region);
+        else if (forced_threads > 1 && !runs_overlap(d, s, n)) pool::parallel_copy_threads(d, s, n, forced, forced_threads);
+        else copy_bytes_with(forced, d, s, n);
     }
+};
+
+// What a fastcopy.kernel(name, threads=N) callable holds (in its capsule).
+struct ForcedKernel {
+    CopyFn fn;
+    unsigned threads;
 };
 
 // Copies the byte sequence of s into the byte sequence of d (equal lengths `total`).
@@ -554,7 +569,8 @@ bool same_dtype(PyArrayObject* a, PyArrayObject* b) {
 }
 
 // The general path. Returns nullptr with an exception set, or None.
-PyObject* do_copy(const char* fn, PyObject* dst, PyObject* src, CopyFn forced, Region region) {
+PyObject* do_copy(const char* fn, PyObject* dst, PyObject* src, CopyFn forced, Region region,
+                  unsigned forced_threads = 1) {
     Operand d, s;
     if (!resolve(fn, dst, "dst", true, d)) return nullptr;
     if (!resolve(fn, src, "src", false, s)) return nullptr;
@@ -603,7 +619,7 @@ PyObject* do_copy(const char* fn, PyObject* dst, PyObject* src, CopyFn forced, R
         else if (sl.nd == 1) reshape_contiguous_like(sl, dl);
         else joint = false;
     }
-    CopyCtx cp{forced, region};
+    CopyCtx cp{forced, region, forced_threads};
     CopyStatus st;
     if (d.nbytes >= kReleaseGilBytes) {
         Py_BEGIN_ALLOW_THREADS
@@ -623,7 +639,7 @@ PyObject* do_copy(const char* fn, PyObject* dst, PyObject* src, CopyFn forced, R
 // Fast path: two exact, C-contiguous ndarrays with identical shapes and the same dtype
 // object. Returns 1 when it copied, 0 to fall back to the general path (which also
 // produces every error message).
-inline int try_fast(PyObject* dst, PyObject* src, CopyFn forced, Region region) {
+inline int try_fast(PyObject* dst, PyObject* src, CopyFn forced, Region region, unsigned forced_threads = 1) {
     if (Py_TYPE(dst) != g_ndarray_type || Py_TYPE(src) != g_ndarray_type) return 0;
     PyArrayObject* d = reinterpret_cast<PyArrayObject*>(dst);
     PyArrayObject* s = reinterpret_cast<PyArrayObject*>(src);
@@ -643,11 +659,12 @@ inline int try_fast(PyObject* dst, PyObject* src, CopyFn forced, Region region) 
     void* dp = PyArray_DATA(d);
     const void* sp = PyArray_DATA(s);
     if (n < kReleaseGilBytes) {
-        if (forced) copy_bytes_with(forced, dp, sp, n);
+        if (forced && forced_threads > 1) CopyCtx{forced, region, forced_threads}(dp, sp, n);
+        else if (forced) copy_bytes_with(forced, dp, sp, n);
         else copy_bytes(dp, sp, n, region);
         return 1;
     }
-    CopyCtx cp{forced, region};
+    CopyCtx cp{forced, region, forced_threads};
     Layout dl, sl;
     dl.ptr = static_cast<char*>(dp);
     sl.ptr = const_cast<char*>(static_cast<const char*>(sp));
@@ -734,8 +751,9 @@ PyObject* py_copy_region(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyO
 
 // `self` is a capsule holding the CopyFn of the kernel.
 PyObject* py_kernel_copy(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-    CopyFn fn = reinterpret_cast<CopyFn>(PyCapsule_GetPointer(self, "fastcopy.kernel"));
-    if (!fn) return nullptr;
+    const ForcedKernel* fk = static_cast<const ForcedKernel*>(PyCapsule_GetPointer(self, "fastcopy.kernel"));
+    if (!fk) return nullptr;
+    CopyFn fn = fk->fn;
     PyObject* a[2];
     if (nargs == 2 && !kwnames) {
         a[0] = args[0];
@@ -743,10 +761,10 @@ PyObject* py_kernel_copy(PyObject* self, PyObject* const* args, Py_ssize_t nargs
     } else if (!parse_args("kernel", args, nargs, kwnames, 2, a)) {
         return nullptr;
     }
-    int r = try_fast(a[0], a[1], fn, Region::Private);
+    int r = try_fast(a[0], a[1], fn, Region::Private, fk->threads);
     if (r > 0) Py_RETURN_NONE;
     if (r < 0) return nullptr;
-    return do_copy("kernel", a[0], a[1], fn, Region::Private);
+    return do_copy("kernel", a[0], a[1], fn, Region::Private, fk->threads);
 }
 
 PyMethodDef g_copy_def = {
@@ -768,7 +786,8 @@ PyMethodDef g_kernel_copy_def = {
     "kernel_copy", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_kernel_copy)),
     METH_FASTCALL | METH_KEYWORDS,
     "kernel_copy(dst, src)\n--\n\n"
-    "copy() that always uses one kernel (from fastcopy.kernel(name)); no thread pool."};
+    "copy() that always uses one kernel (from fastcopy.kernel(name, threads)); threads > 1 splits\n"
+    "non-overlapping copies over the thread pool."};
 
 std::string valid_kernels() {
     std::string out;
@@ -799,23 +818,33 @@ PYBIND11_MODULE(_core, m) {
 
     m.def(
         "kernel_callable",
-        [](const std::string& name) -> py::object {
+        [](const std::string& name, long threads) -> py::object {
+            if (threads < 1 || threads > static_cast<long>(pool::kMaxThreads))
+                throw py::value_error("fastcopy.kernel: threads must be 1 to " + std::to_string(pool::kMaxThreads) +
+                                      ", got " + std::to_string(threads));
             const KernelInfo* k = find_kernel(name);
             if (!k || !k->supported) {
                 std::string why = !k ? "is not a kernel of this build" : "is not usable on this CPU (" + k->why_not + ")";
                 throw py::value_error("fastcopy.kernel: '" + name + "' " + why + "; valid kernels: " +
                                       valid_kernels());
             }
-            PyObject* cap = PyCapsule_New(reinterpret_cast<void*>(k->fn), "fastcopy.kernel", nullptr);
-            if (!cap) throw py::error_already_set();
+            auto* held = new ForcedKernel{k->fn, static_cast<unsigned>(threads)};
+            PyObject* cap = PyCapsule_New(held, "fastcopy.kernel", [](PyObject* c) {
+                delete static_cast<ForcedKernel*>(PyCapsule_GetPointer(c, "fastcopy.kernel"));
+            });
+            if (!cap) {
+                delete held;
+                throw py::error_already_set();
+            }
             py::object capsule = py::reinterpret_steal<py::object>(cap);
             PyObject* f = PyCFunction_NewEx(&g_kernel_copy_def, capsule.ptr(), nullptr);
             if (!f) throw py::error_already_set();
             return py::reinterpret_steal<py::object>(f);
         },
-        py::arg("name"),
+        py::arg("name"), py::arg("threads") = 1,
         "A callable f(dst, src) with the contract of copy() that always uses kernel `name` "
-        "(ValueError naming the valid kernels when it is not usable).");
+        "(ValueError naming the valid kernels when it is not usable); threads > 1 splits non-overlapping "
+        "copies over the thread pool with that many threads (the caller included).");
 
     bind_info(m);
     bind_shm(m);

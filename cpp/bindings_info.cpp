@@ -66,14 +66,9 @@ py::list kernels_list() {
         d["description"] = k.description;
         d["supported"] = k.supported;
         d["why_not"] = k.why_not;
-        // From the registry: which kernels stream (non-temporal stores) and each one's twin.
-        d["streaming"] = false;
-        d["twin"] = py::none();
-        for (const auto& e : kernel_registry()) {
-            if (k.name != e.name) continue;
-            d["streaming"] = e.streaming;
-            if (e.twin) d["twin"] = e.twin;
-        }
+        const KernelEntry* e = find_registry_entry(k.name);
+        d["streaming"] = e && e->streaming;  // non-temporal stores, for copies larger than the caches
+        d["twin"] = e && e->twin ? py::object(py::str(e->twin)) : py::object(py::none());
         out.append(d);
     }
     return out;
@@ -247,7 +242,7 @@ void bind_info(py::module_& m) {
     }, "The kernel this thread last ran (None after reset_last_kernel()): proves which kernel a copy used.");
     m.def("reset_last_kernel", &reset_last_kernel, "Forget the kernel this thread last ran.");
     m.def("cpu_facts", &facts_dict, "The CPU facts detected at import, as a dict.");
-    m.def("kernel_table", &kernels_list, "Every kernel compiled in: name, description, supported, why_not.");
+    m.def("kernel_table", &kernels_list, "Every kernel compiled in: name, description, supported, why_not, streaming, twin.");
     m.def("policy_table", &policy_list, "The policy: size bands per region with the chosen kernel and the reason.");
     m.def("policy_notes", &policy_notes, "Decisions that are not size bands, in words.");
     m.def("overrides", &overrides_dict, "The FASTCOPY_* overrides in force (None when not set).");

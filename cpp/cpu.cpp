@@ -133,8 +133,10 @@ void detect_x86(CpuFacts& f) {
     f.hypervisor = (r1.c >> 31) & 1;
     bool osxsave = (r1.c >> 27) & 1, avx_cpu = (r1.c >> 28) & 1;
     unsigned long long xcr0 = osxsave ? xgetbv0() : 0;
-    bool ymm_state = (xcr0 & 0x6) == 0x6;              // SSE and AVX state saved by the OS
-    bool zmm_state = (xcr0 & 0xe6) == 0xe6;            // plus opmask and ZMM state
+    // XCR0: which register state the OS saves on a context switch. Using a register file the
+    // OS does not save corrupts it (or faults), whatever CPUID says.
+    bool ymm_state = (xcr0 & 0x6) == 0x6;              // bits 1, 2: SSE and AVX (upper YMM) state
+    bool zmm_state = (xcr0 & 0xe6) == 0xe6;            // plus 5 opmask, 6 ZMM0-15 upper, 7 ZMM16-31
     f.avx = avx_cpu && ymm_state;
     if (max_leaf >= 7) {
         Regs r7 = cpuid(7, 0);

@@ -526,10 +526,28 @@ std::string threads_reason() {
     return o.str();
 }
 
+namespace {
+// parallel_copy_chunked on `t` threads (caller included).
+void chunked_on(void* dst, const void* src, std::size_t n, CopyFn kernel, std::size_t chunk_bytes, unsigned t);
+std::size_t chunk_for(std::size_t n, unsigned t) {
+    std::size_t chunk = n / (std::size_t(t) * kChunksPerThread);
+    return std::min(std::max(chunk, kMinChunkBytes), kMaxChunkBytes);
+}
+}  // namespace
+
 void parallel_copy_chunked(void* dst, const void* src, std::size_t n, CopyFn kernel,
                            std::size_t chunk_bytes) {
+    chunked_on(dst, src, n, kernel, chunk_bytes, threads());
+}
+
+void parallel_copy_threads(void* dst, const void* src, std::size_t n, CopyFn kernel, unsigned threads_wanted) {
+    const unsigned t = std::max(1u, std::min(threads_wanted, kMaxThreads));
+    chunked_on(dst, src, n, kernel, chunk_for(n, t), t);
+}
+
+namespace {
+void chunked_on(void* dst, const void* src, std::size_t n, CopyFn kernel, std::size_t chunk_bytes, unsigned t) {
     if (n == 0) return;
-    const unsigned t = threads();
     chunk_bytes = std::max<std::size_t>(kLine, (chunk_bytes + kLine - 1) & ~(kLine - 1));
     Job job;
     job.dst = static_cast<unsigned char*>(dst);
@@ -584,14 +602,13 @@ void parallel_copy_chunked(void* dst, const void* src, std::size_t n, CopyFn ker
     g_parallel_copies.fetch_add(1, std::memory_order_relaxed);
     g_busy.store(false, std::memory_order_release);
 }
+}  // namespace
 
 void set_adaptive(bool on) { g_adaptive.store(on, std::memory_order_relaxed); }
 
 void parallel_copy(void* dst, const void* src, std::size_t n, CopyFn kernel) {
     const unsigned t = std::max(1u, threads());
-    std::size_t chunk = n / (std::size_t(t) * kChunksPerThread);
-    chunk = std::min(std::max(chunk, kMinChunkBytes), kMaxChunkBytes);
-    parallel_copy_chunked(dst, src, n, kernel, chunk);
+    parallel_copy_chunked(dst, src, n, kernel, chunk_for(n, t));
 }
 
 bool ping() {

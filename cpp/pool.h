@@ -27,6 +27,11 @@ void set_threads(unsigned n);
 // is busy with another caller's copy, or threads() == 1, the caller copies alone.
 void parallel_copy(void* dst, const void* src, std::size_t n, CopyFn kernel);
 
+// parallel_copy on `threads_wanted` threads (caller included; 1..kMaxThreads) instead of
+// threads(): for fastcopy.kernel(name, threads=N), which tune uses to measure each thread
+// count. The pool is resized to that count when it differs (costly: keep one count per run).
+void parallel_copy_threads(void* dst, const void* src, std::size_t n, CopyFn kernel, unsigned threads_wanted);
+
 // ---- Extensions (pool helper) ----------------------------------------------------------
 
 // The FASTCOPY_THREADS layer, kept apart from set_threads() so that set_threads(0) goes

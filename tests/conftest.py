@@ -23,6 +23,21 @@ DTYPES = [
 
 SHAPES = [(), (0,), (1,), (7,), (3, 4), (2, 3, 5), (2, 0, 3), (1, 1, 6)]
 
+@pytest.fixture(params=fastcopy.kernels(), ids=str)
+def kernel(request) -> str:
+    """The name of each kernel usable on this CPU (fastcopy.kernels(), the registry's order).
+
+    A test that takes ``kernel`` runs once per kernel, and its id names the kernel, e.g.
+    ``test_each_kernel[avx2_nt]``: a failure says which kernel broke.
+    """
+    return request.param
+
+
+def streaming_kernels() -> set:
+    """Names of the usable kernels with non-temporal stores (the registry's streaming flag)."""
+    return {k["name"] for k in fastcopy._core.kernel_table() if k["supported"] and k["streaming"]}
+
+
 no_subprocess = pytest.mark.skipif(
     os.environ.get("FASTCOPY_NO_SUBPROCESS") == "1",
     reason="FASTCOPY_NO_SUBPROCESS=1: tests that start processes are skipped (e.g. under qemu)",

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import fastcopy
+from conftest import streaming_kernels
 from fastcopy import _core
 
 X86 = platform.machine() in ("x86_64", "AMD64")
@@ -78,6 +79,21 @@ def test_x86_facts_agree_with_proc_cpuinfo():
 
 
 @pytest.mark.skipif(not X86, reason="x86 only")
+def test_x86_vector_kernels_follow_the_flags():
+    # The registry's needs: avx2 kernels with AVX2, avx512 kernels with AVX-512 F+BW+VL (and
+    # AVX2); the flags already include the OS state check (XCR0), which /proc/cpuinfo mirrors.
+    flags = fastcopy.info()["cpu"]["flags"]
+    table = {k["name"]: k for k in _core.kernel_table()}
+    avx512 = flags["avx512f"] and flags["avx512bw"] and flags["avx512vl"] and flags["avx2"]
+    for name, usable in (("avx2", flags["avx2"]), ("avx2_nt", flags["avx2"]),
+                         ("avx512", avx512), ("avx512_nt", avx512)):
+        assert table[name]["supported"] == usable, name
+        assert (table[name]["why_not"] == "") == usable, name
+    if flags["avx2"] and not avx512:
+        assert "lacks AVX-512" in table["avx512"]["why_not"]
+
+
+@pytest.mark.skipif(not X86, reason="x86 only")
 def test_x86_flags_agree_with_py_cpuinfo():
     cpuinfo = pytest.importorskip("cpuinfo")
     flags = set(cpuinfo.get_cpu_info().get("flags", []))
@@ -130,15 +146,29 @@ def test_chosen_kernel_rules():
             assert _core.chosen_kernel(base + (2 << 20) + 128, base, n) != "erms"
 
 
-def test_every_usable_kernel_copies_correctly():
+def test_every_usable_kernel_copies_correctly(kernel):
     rng = np.random.default_rng(1)
-    for name in fastcopy.kernels():
-        k = fastcopy.kernel(name)
-        for n in (0, 1, 31, 33, 255, 4097, 100_003):
-            src = rng.integers(0, 256, n, dtype=np.uint8)
-            dst = np.zeros(n, dtype=np.uint8)
-            k(dst, src)
-            assert np.array_equal(dst, src), (name, n)
+    k = fastcopy.kernel(kernel)
+    for n in (0, 1, 31, 33, 255, 4097, 100_003):
+        src = rng.integers(0, 256, n, dtype=np.uint8)
+        dst = np.zeros(n, dtype=np.uint8)
+        k(dst, src)
+        assert np.array_equal(dst, src), n
+
+
+def test_kernel_table_streaming_and_twins():
+    # The registry (cpp/kernels/registry.cpp) as Python sees it: a twin is a kernel with the
+    # same needs and the other streaming flag that names this one back.
+    table = {k["name"]: k for k in _core.kernel_table()}
+    assert list(table) == [k["name"] for k in _core.kernel_table()]  # names are unique
+    for k in table.values():
+        assert isinstance(k["streaming"], bool)
+        if k["twin"] is None:
+            continue
+        twin = table[k["twin"]]
+        assert twin["twin"] == k["name"] and twin["streaming"] != k["streaming"], k
+        assert twin["supported"] == k["supported"] and twin["why_not"] == k["why_not"], k
+    assert streaming_kernels() <= set(fastcopy.kernels())
 
 
 @needs_subprocess
@@ -201,12 +231,11 @@ def probe(**env) -> dict:
 
 
 @needs_subprocess
-@pytest.mark.parametrize("name", fastcopy.kernels())
-def test_forced_kernel(name):
-    out = probe(FASTCOPY_KERNEL=name)
-    assert set(out["chosen"].values()) == {name}
-    assert out["info"]["overrides"]["FASTCOPY_KERNEL"] == name
-    assert all(r["kernel"] == name for r in out["info"]["policy"])
+def test_forced_kernel(kernel):
+    out = probe(FASTCOPY_KERNEL=kernel)
+    assert set(out["chosen"].values()) == {kernel}
+    assert out["info"]["overrides"]["FASTCOPY_KERNEL"] == kernel
+    assert all(r["kernel"] == kernel for r in out["info"]["policy"])
 
 
 @needs_subprocess
@@ -227,23 +256,23 @@ def test_rep_movsb_on_and_off():
 def test_nt_threshold_override(text, value):
     out = probe(FASTCOPY_NT_THRESHOLD=text)
     assert out["info"]["overrides"]["FASTCOPY_NT_THRESHOLD"] == value
-    nt_kernels = [k for k in ("avx2_nt",) if k in fastcopy.kernels()]
-    if nt_kernels:
+    streaming = streaming_kernels()
+    if streaming:
         assert out["info"]["thresholds"]["non_temporal_bytes"] == value
         if value <= 65536:
-            assert out["chosen"]["65536"] == "avx2_nt" and out["chosen"]["1048576"] == "avx2_nt"
+            assert out["chosen"]["65536"] in streaming and out["chosen"]["1048576"] in streaming
         if value >= 8 << 20:
-            assert "avx2_nt" not in out["chosen"].values()
+            assert not streaming & set(out["chosen"].values())
 
 
 @needs_subprocess
 def test_nt_threshold_off():
     out = probe(FASTCOPY_NT_THRESHOLD="off")
     assert out["info"]["thresholds"]["non_temporal_bytes"] is None
-    assert all(not r["kernel"].endswith("_nt") for r in out["info"]["policy"])
+    assert all(r["kernel"] not in streaming_kernels() for r in out["info"]["policy"])
     for region in out["info"]["profile"]["regions"].values():
         assert region["nt"]["threshold"] is None and region["nt"]["kernel"] is None
-    assert not any(k.endswith("_nt") for k in out["chosen"].values())
+    assert not any(k in streaming_kernels() for k in out["chosen"].values())
 
 
 @needs_subprocess
@@ -291,13 +320,12 @@ class policy_env:
         _core.init_policy()
 
 
-@pytest.mark.parametrize("name", fastcopy.kernels())
-def test_forced_kernel_in_process(name):
+def test_forced_kernel_in_process(kernel):
     buf = np.zeros(2 << 20, dtype=np.uint8)
     base = (addr(buf) + 4095) // 4096 * 4096
-    with policy_env(FASTCOPY_KERNEL=name):
+    with policy_env(FASTCOPY_KERNEL=kernel):
         for n in (0, 64, 4096, 1 << 20):
-            assert _core.chosen_kernel(base + (1 << 20), base, n) == name
+            assert _core.chosen_kernel(base + (1 << 20), base, n) == kernel
         src = np.arange(100_003, dtype=np.uint8)
         dst = np.zeros_like(src)
         fastcopy.copy(dst, src)
@@ -332,7 +360,7 @@ def test_unsupported_kernel_in_process():
 def test_nt_threshold_in_process():
     with policy_env(FASTCOPY_NT_THRESHOLD="64K"):
         nt = _core.nt_threshold()
-        if any(k.endswith("_nt") for k in fastcopy.kernels()):
+        if streaming_kernels():
             assert nt == 64 << 10
         else:
             assert nt is None  # no non-temporal kernel on this CPU: the override has nothing to move

@@ -3,9 +3,9 @@
 // In one run, with the variants interleaved round by round (the order rotates each round),
 // it measures GB/s (bytes copied / time, each byte counted once) for:
 //   memcpy       glibc memcpy, one thread
-//   avx2_nt      fastcopy::copy_avx2_nt (AVX2 non-temporal stores), one thread
+//   K            each streaming kernel K of the registry this CPU supports (avx2_nt, ...), one thread
 //   pool:memcpy  the pool, each chunk by memcpy       (threads: --threads, default 2)
-//   pool:avx2_nt the pool, each chunk by copy_avx2_nt
+//   pool:K       the pool, each chunk by streaming kernel K
 //   copy_bytes   fastcopy::copy_bytes, the full policy
 // at 1, 4, 16, 64, 256 MiB, and prints median, min and max per variant and the best
 // variant per size (by median). Then the pool hand-off cost (ping(): an empty job round
@@ -20,12 +20,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "dispatch.h"
 #include "kernels/kernels.h"
+#include "kernels/registry.h"
 #include "pool.h"
 
 #if defined(__unix__) || defined(__APPLE__)
@@ -53,15 +55,16 @@ unsigned char* alloc_pages(std::size_t n) {
 
 void libc_memcpy(void* d, const void* s, std::size_t n) { std::memcpy(d, s, n); }
 void pool_memcpy(void* d, const void* s, std::size_t n) { pool::parallel_copy(d, s, n, libc_memcpy); }
-#if defined(FASTCOPY_X86)
-void pool_avx2_nt(void* d, const void* s, std::size_t n) { pool::parallel_copy(d, s, n, copy_avx2_nt); }
-#endif
 void policy(void* d, const void* s, std::size_t n) { copy_bytes(d, s, n); }
 
 struct Variant {
-    const char* name;
-    CopyFn fn;
+    std::string name;
+    std::function<void(void*, const void*, std::size_t)> fn;
 };
+
+Variant pooled(const std::string& name, CopyFn fn) {
+    return {"pool:" + name, [fn](void* d, const void* s, std::size_t n) { pool::parallel_copy(d, s, n, fn); }};
+}
 
 struct Stat {
     double median = 0, min = 0, max = 0;
@@ -78,7 +81,7 @@ Stat summarize(std::vector<double> v) {
 }
 
 // Copies needed per sample so that one sample lasts about `target_s`.
-int reps_for(CopyFn fn, unsigned char* d, const unsigned char* s, std::size_t n, double target_s) {
+int reps_for(const std::function<void(void*, const void*, std::size_t)>& fn, unsigned char* d, const unsigned char* s, std::size_t n, double target_s) {
     fn(d, s, n);
     const double t0 = now_s();
     fn(d, s, n);
@@ -175,15 +178,20 @@ int main(int argc, char** argv) {
     }
     pool::set_threads(threads);
 
+    // The registry's streaming kernels this CPU supports, and the cache-friendly twin of the
+    // first one (for the threshold sweep).
+    std::vector<const KernelInfo*> streaming;
+    const KernelInfo* cached = nullptr;
+    for (const KernelEntry& e : kernel_registry()) {
+        const KernelInfo* k = find_kernel(e.name);
+        if (!e.streaming || !k || !k->supported) continue;
+        streaming.push_back(k);
+        if (!cached && e.twin) cached = find_kernel(e.twin);
+    }
     std::vector<Variant> vs = {{"memcpy", libc_memcpy}};
-#if defined(FASTCOPY_X86)
-    const bool avx2 = __builtin_cpu_supports("avx2");
-    if (avx2) vs.push_back({"avx2_nt", copy_avx2_nt});
+    for (const KernelInfo* k : streaming) vs.push_back({k->name, k->fn});
     vs.push_back({"pool:memcpy", pool_memcpy});
-    if (avx2) vs.push_back({"pool:avx2_nt", pool_avx2_nt});
-#else
-    vs.push_back({"pool:memcpy", pool_memcpy});
-#endif
+    for (const KernelInfo* k : streaming) vs.push_back(pooled(k->name, k->fn));
     vs.push_back({"copy_bytes", policy});
 
     const std::size_t max_n = *std::max_element(sizes_mib.begin(), sizes_mib.end()) << 20;
@@ -206,13 +214,13 @@ int main(int argc, char** argv) {
         std::size_t best = 0;
         for (std::size_t i = 0; i < st.size(); ++i) {
             std::printf("%-8s %-13s %8.2f %8.2f %8.2f %6.2fx\n", i == 0 ? size_str(n).c_str() : "",
-                        vs[i].name, st[i].median, st[i].min, st[i].max,
+                        vs[i].name.c_str(), st[i].median, st[i].min, st[i].max,
                         st[i].median / st[0].median);
             // Best single technique: copy_bytes is the policy, not a technique.
-            if (std::strcmp(vs[i].name, "copy_bytes") != 0 && st[i].median > st[best].median) best = i;
+            if (vs[i].name != "copy_bytes" && st[i].median > st[best].median) best = i;
         }
         std::printf("%-8s best technique: %s (%.2f GB/s); copy_bytes chose %s%s\n", "",
-                    vs[best].name, st[best].median,
+                    vs[best].name.c_str(), st[best].median,
                     n >= parallel_threshold() ? "parallel " : "",
                     kernel_name(choose_kernel(dst, src, n, Region::Private)));
     }
@@ -222,14 +230,10 @@ int main(int argc, char** argv) {
     if (sweep) {
         // Where 2+ threads start paying off: memcpy alone vs the pool, same buffers.
         std::vector<Variant> tv = {{"memcpy", libc_memcpy}, {"pool:memcpy", pool_memcpy}};
-#if defined(FASTCOPY_X86)
-        if (avx2) {
-            tv.push_back({"avx2", copy_avx2});
-            tv.push_back({"pool:avx2", [](void* d, const void* s, std::size_t n) {
-                               pool::parallel_copy(d, s, n, copy_avx2);
-                           }});
+        if (cached) {
+            tv.push_back({cached->name, cached->fn});
+            tv.push_back(pooled(cached->name, cached->fn));
         }
-#endif
         // Many short samples; the ratio is taken per round (pool and alone measured next to
         // each other), so load from other processes that drifts over the run cancels out.
         const int sr = std::max(31, rounds * 4 + 1);
@@ -237,7 +241,8 @@ int main(int argc, char** argv) {
                     "rounds; ratio = median over rounds of pool / same kernel alone, with its "
                     "quartiles):\n", sr);
         std::printf("%-8s %8s %11s %17s", "size", "memcpy", "pool:memcpy", "ratio [q1 q3]");
-        if (tv.size() > 2) std::printf(" %8s %9s %17s", "avx2", "pool:avx2", "ratio [q1 q3]");
+        if (tv.size() > 2)
+            std::printf(" %8s %9s %17s", tv[2].name.c_str(), tv[3].name.c_str(), "ratio [q1 q3]");
         std::printf("\n");
         auto quartiles = [](std::vector<double> v, double& q1, double& q2, double& q3) {
             std::sort(v.begin(), v.end());

@@ -1,11 +1,15 @@
 // Single-thread copy-kernel micro-benchmark (not a test; built with -DFASTCOPY_BUILD_BENCH=ON).
 // For each size and each (dst - src) page offset, runs every kernel interleaved (kernel A,
-// B, C, ... then again), many rounds, and prints the median bandwidth in GB/s (1e9 B/s,
-// bytes copied per second) and the ratio to memcpy. Interleaving keeps the comparison fair
-// on a noisy, shared machine: compare ratios within one run, not absolute figures.
+// B, C, ... then again, the order rotating each round), many rounds, and prints the median
+// bandwidth in GB/s (1e9 B/s, bytes copied per second) and, per kernel, the median over
+// rounds of its ratio to the first kernel in the same round. Paired ratios keep the
+// comparison fair on a noisy, shared machine (load that drifts over the run cancels out):
+// compare ratios within one run, not absolute figures.
 //
 //   kernel_bench [--sizes 4K,64K,1M,16M,256M] [--offsets 0,16,64] [--rounds N]
-//                [--kernels memcpy,avx2,avx2_nt,erms] [--min-ms MS]
+//                [--kernels memcpy,NAME,...] [--min-ms MS]
+// By default: memcpy, then every kernel of the registry this CPU supports (the first one
+// named is the reference of the ratios).
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -37,7 +41,9 @@ struct K {
 int main(int argc, char** argv) {
     std::vector<std::size_t> sizes = {4u << 10, 64u << 10, 1u << 20, 16u << 20, 256u << 20};
     std::vector<std::size_t> offsets = {0, 16, 64};
-    std::vector<std::string> names = {"memcpy", "avx2", "avx2_nt", "erms"};
+    std::vector<std::string> names = {"memcpy"};
+    for (const KernelInfo& k : all_kernels())
+        if (k.supported) names.push_back(k.name);
     int rounds = 15;
     double min_ms = 2.0;
     for (int i = 1; i < argc; ++i) {
@@ -73,7 +79,7 @@ int main(int argc, char** argv) {
     std::printf("%-10s %-6s", "size", "offset");
     for (auto& k : ks) std::printf(" %9s", k.name.c_str());
     for (std::size_t j = 1; j < ks.size(); ++j) std::printf(" %9s", (ks[j].name + "/" + ks[0].name).substr(0, 9).c_str());
-    std::printf("   (GB/s medians of %d interleaved rounds; ratios vs %s)\n", rounds, ks[0].name.c_str());
+    std::printf("   (GB/s medians of %d interleaved rounds; medians of per-round ratios vs %s)\n", rounds, ks[0].name.c_str());
     using clk = std::chrono::steady_clock;
     for (std::size_t n : sizes) {
         for (std::size_t off : offsets) {
@@ -90,24 +96,31 @@ int main(int argc, char** argv) {
             }
             std::vector<std::vector<double>> gbs(ks.size());
             for (int r = 0; r < rounds; ++r)
-                for (std::size_t j = 0; j < ks.size(); ++j) {
+                for (std::size_t k = 0; k < ks.size(); ++k) {
+                    const std::size_t j = (k + static_cast<std::size_t>(r)) % ks.size();
                     ks[j].fn(d, s, n);  // warm
                     auto t0 = clk::now();
                     for (std::size_t q = 0; q < reps; ++q) ks[j].fn(d, s, n);
                     double sec = std::chrono::duration<double>(clk::now() - t0).count();
                     gbs[j].push_back(double(n) * double(reps) / sec / 1e9);
                 }
-            std::vector<double> med;
-            for (auto& v : gbs) {
+            auto median = [](std::vector<double> v) {
                 std::sort(v.begin(), v.end());
-                med.push_back(v[v.size() / 2]);
+                return v[v.size() / 2];
+            };
+            std::vector<double> med, ratio;
+            for (std::size_t j = 0; j < ks.size(); ++j) {
+                med.push_back(median(gbs[j]));
+                std::vector<double> per_round;
+                for (int r = 0; r < rounds; ++r) per_round.push_back(gbs[j][r] / gbs[0][r]);
+                ratio.push_back(median(per_round));
             }
             std::string sz = n >= (1u << 20) && n % (1u << 20) == 0 ? std::to_string(n >> 20) + "M"
                              : n >= 1024 && n % 1024 == 0         ? std::to_string(n >> 10) + "K"
                                                                   : std::to_string(n);
             std::printf("%-10s %-6zu", sz.c_str(), off);
             for (double m : med) std::printf(" %9.2f", m);
-            for (std::size_t j = 1; j < med.size(); ++j) std::printf(" %9.2f", med[j] / med[0]);
+            for (std::size_t j = 1; j < ratio.size(); ++j) std::printf(" %9.2f", ratio[j]);
             std::printf("\n");
             std::fflush(stdout);
         }

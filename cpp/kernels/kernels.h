@@ -16,12 +16,18 @@ void copy_generic(void* dst, const void* src, std::size_t n);
 
 #if defined(__x86_64__) || defined(_M_X64)
 #define FASTCOPY_X86 1
+// The AVX2, AVX-512 and NEON kernels are instances of the blocks in ops.h (vec_*.h traits).
 // x86_avx2.cpp: 32-byte AVX2 loads/stores; overlapping head/tail moves for small sizes,
 // aligned-store main loop. Needs AVX2.
 void copy_avx2(void* dst, const void* src, std::size_t n);
 // x86_avx2.cpp: same, main loop with non-temporal (streaming) stores and a final sfence.
 // For large copies that would evict the caches. Needs AVX2.
 void copy_avx2_nt(void* dst, const void* src, std::size_t n);
+// x86_avx512.cpp: 64-byte AVX-512 loads/stores, same shape as copy_avx2 (head/tail moves
+// below 512 B, aligned-store main loop, backward loop for overlap). Needs AVX-512 F+BW+VL.
+void copy_avx512(void* dst, const void* src, std::size_t n);
+// x86_avx512.cpp: same, disjoint copies from 1 KiB with non-temporal 64-byte stores and sfence.
+void copy_avx512_nt(void* dst, const void* src, std::size_t n);
 // x86_erms.cpp: `rep movsb`. Forward copies; falls back to memmove for dst inside
 // (src, src+n). Needs ERMS to be fast (works on any x86_64).
 void copy_erms(void* dst, const void* src, std::size_t n);

@@ -30,6 +30,8 @@ struct KernelEntry {
 
 // Every kernel compiled into this build, in priority order (the order kernels() lists them).
 const std::vector<KernelEntry>& kernel_registry();
+// The registry entry named `name`; nullptr when no such kernel is compiled in.
+const KernelEntry* find_registry_entry(const std::string& name);
 // The KernelFeature bits these CPU facts provide.
 unsigned cpu_features(const CpuFacts& facts);
 // Plain words for the first feature in `missing` (for "why not" in info()).

@@ -1,5 +1,7 @@
-// kernel_tests: one test body, run against every kernel in fastcopy::all_kernels() that the
-// CPU supports (Highway style). Checks memmove semantics against a byte-by-byte reference,
+// kernel_tests: one test body, run against every kernel of the registry (all_kernels()) that
+// the CPU supports (Highway style), and on x86 also against the ops.h blocks at width 64 on
+// two AVX2 halves (ops_width64.cpp: the AVX-512 kernels' logic, on CPUs without AVX-512).
+// A kernel the CPU cannot run is reported as "NAME: not tested natively: <why>". Checks memmove semantics against a byte-by-byte reference,
 // every size 0..4096 plus large and odd sizes, src/dst misalignments, overlaps in both
 // directions, and out-of-range accesses: each buffer sits flush against PROT_NONE guard
 // pages on both sides, so a read or write past either end faults.
@@ -39,7 +41,11 @@
 #include "cpu.h"
 #include "dispatch.h"
 #include "kernels/kernels.h"
+#include "kernels/registry.h"
 #include "split_list.h"
+#if defined(__x86_64__)
+#include "ops_width64.h"
+#endif
 
 using namespace fastcopy;
 using u8 = unsigned char;
@@ -347,7 +353,7 @@ int main(int argc, char** argv) {
 
     std::printf("== Kernels compiled in\n");
     for (const auto& k : all_kernels())
-        std::printf("  %-8s %s%s%s\n", k.name.c_str(), k.supported ? "supported" : "NOT supported",
+        std::printf("  %-9s %s%s%s\n", k.name.c_str(), k.supported ? "supported" : "NOT supported",
                     k.supported ? "" : ": ", k.why_not.c_str());
 
     // choose_kernel for a few sizes, page-aligned disjoint buffers (no memory is touched).
@@ -370,6 +376,32 @@ int main(int argc, char** argv) {
                     kernel_name(choose_kernel(cd, cs, n, Region::FromShared)));
     }
 
+    std::printf("== Registry\n");
+    {
+        // The registry is the only list of kernels: dispatch's table must follow it, names are
+        // unique, and every twin is a kernel with the other streaming flag and the same needs
+        // that names this one back.
+        const auto& reg = kernel_registry();
+        std::string bad;
+        bool same = reg.size() == all_kernels().size();
+        for (std::size_t i = 0; i < reg.size(); ++i) {
+            const KernelEntry& e = reg[i];
+            std::printf("  %-9s streaming=%d twin=%s\n", e.name, e.streaming, e.twin ? e.twin : "-");
+            if (same && all_kernels()[i].name != e.name) same = false;
+            for (std::size_t j = 0; j < i; ++j)
+                if (std::string(reg[j].name) == e.name) bad += std::string(" duplicate ") + e.name + ";";
+            if (!e.fn) bad += std::string(" ") + e.name + " has no function;";
+            if (!e.twin) continue;
+            const KernelEntry* t = nullptr;
+            for (const auto& x : reg)
+                if (std::string(x.name) == e.twin) t = &x;
+            if (!t) bad += std::string(" ") + e.name + "'s twin " + e.twin + " is not registered;";
+            else if (t->streaming == e.streaming || t->needs != e.needs || !t->twin || std::string(t->twin) != e.name)
+                bad += std::string(" ") + e.name + " and " + e.twin + " are not twins;";
+        }
+        check(same, "dispatch's kernel table lists the registry's kernels in its order");
+        check(bad.empty(), "registry names unique, functions set, twins consistent" + (bad.empty() ? "" : ":" + bad));
+    }
     std::printf("== Environment expectations\n");
     for (auto& e : o.expect_kernel) {
         const char* got = kernel_name(choose_kernel(cd, cs, e.second, Region::Private));
@@ -433,22 +465,45 @@ int main(int argc, char** argv) {
         return false;
     };
     int ran = 0;
-    for (const auto& k : all_kernels()) {
-        if (!want(k.name)) continue;
-        if (!k.supported) {
-            std::printf("  %-8s skipped (not supported: %s)\n", k.name.c_str(), k.why_not.c_str());
-            continue;
-        }
+    auto run_one = [&](const KernelInfo& k, const std::string& what) {
         Ctx c;
         c.k = &k;
         auto t0 = std::chrono::steady_clock::now();
         run_kernel(c, o, gs, gd, go);
         double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        check(c.failures == 0, k.name + ": " + std::to_string(c.checks) + " copies (sizes 0..4096 and large, "
+        check(c.failures == 0, k.name + what + ": " + std::to_string(c.checks) + " copies (sizes 0..4096 and large, "
                                    "misalignments 0..63, overlaps both ways, guard pages), " +
                                    std::to_string(c.failures) + " wrong, " + std::to_string(sec).substr(0, 5) + " s");
         ++ran;
+    };
+    for (const auto& k : all_kernels()) {
+        if (!want(k.name)) continue;
+        if (!k.supported) {
+            std::printf("  %s: not tested natively: %s\n", k.name.c_str(), k.why_not.c_str());
+            continue;
+        }
+        run_one(k, "");
     }
+#if defined(__x86_64__)
+    // The AVX-512 kernels' blocks at width 64 on two AVX2 halves (--only avx512 / avx512_nt
+    // selects them too). Natively-run AVX-512 kernels above cover the intrinsics as well.
+    {
+        const bool avx2 = (cpu_features(f) & kNeedsAvx2) != 0;
+        const std::pair<const char*, KernelInfo> width64[] = {
+            {"avx512", KernelInfo{"avx512@2xavx2", "ops.h width 64 on two AVX2 halves", fastcopy_test::copy_width64, avx2, ""}},
+            {"avx512_nt", KernelInfo{"avx512_nt@2xavx2", "ops.h streaming width 64 on two AVX2 halves",
+                                     fastcopy_test::copy_width64_nt, avx2, ""}},
+        };
+        for (const auto& w : width64) {
+            if (!want(w.first) && !want(w.second.name)) continue;
+            if (!avx2) {
+                std::printf("  %s: skipped: needs AVX2 for its two 32-byte halves\n", w.second.name.c_str());
+                continue;
+            }
+            run_one(w.second, " (the " + std::string(w.first) + " blocks at width 64, emulated with two AVX2 halves)");
+        }
+    }
+#endif
 #if defined(__aarch64__)
     if (o.sve_sweep) {
         const KernelInfo* k = find_kernel("sve");

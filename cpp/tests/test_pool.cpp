@@ -14,7 +14,9 @@
 #include <thread>
 #include <vector>
 
+#include "cpu.h"
 #include "kernels/kernels.h"
+#include "kernels/registry.h"
 #include "pool.h"
 
 #if defined(__unix__) || defined(__APPLE__)
@@ -78,14 +80,6 @@ void checking_kernel(void* dst, const void* src, std::size_t n) {
     if (!start_ok || !end_ok || n == 0) g_bad_bounds.fetch_add(1);
     g_kernel_calls.fetch_add(1);
     std::memcpy(dst, src, n);
-}
-
-bool have_avx2() {
-#if defined(FASTCOPY_X86) && (defined(__GNUC__) || defined(__clang__))
-    return __builtin_cpu_supports("avx2");
-#else
-    return false;
-#endif
 }
 
 // Copies with the pool and checks the bytes and the guard zones around dst.
@@ -153,14 +147,10 @@ void test_boundaries() {
                 ++cases;
             }
     // The default chunking, large sizes, odd sizes, every kernel this CPU runs.
-    std::vector<std::pair<CopyFn, const char*>> kernels = {{copy_generic, "generic"}};
-#if defined(FASTCOPY_X86)
-    kernels.push_back({copy_erms, "erms"});
-    if (have_avx2()) {
-        kernels.push_back({copy_avx2, "avx2"});
-        kernels.push_back({copy_avx2_nt, "avx2_nt"});
-    }
-#endif
+    std::vector<std::pair<CopyFn, const char*>> kernels;
+    const unsigned have = cpu_features(cpu_facts());
+    for (const KernelEntry& e : kernel_registry())
+        if ((e.needs & ~have) == 0) kernels.push_back({e.fn, e.name});
     const std::size_t big[] = {(1u << 20) - 1, (1u << 20) + 17, (3u << 20) + 4093, 8u << 20};
     for (auto& k : kernels)
         for (std::size_t n : big)

@@ -17,7 +17,7 @@ from . import _core
 
 __version__ = "0.1.0"
 
-__all__ = ["copy", "kernels", "kernel", "info", "set_threads", "get_threads", "shm", "__version__"]
+__all__ = ["copy", "kernels", "kernel", "info", "set_threads", "get_threads", "tune", "shm", "__version__"]
 
 try:
     _core.init_policy()
@@ -32,17 +32,20 @@ copy = _core.copy
 
 
 def kernels() -> List[str]:
-    """Names of the kernels usable on this CPU, e.g. ``['generic', 'avx2', 'avx2_nt', 'erms']``."""
+    """Names of the kernels usable on this CPU, in the registry's order, e.g. ``['generic', 'avx2', 'avx2_nt', 'erms']``."""
     return [k["name"] for k in _core.kernel_table() if k["supported"]]
 
 
-def kernel(name: str) -> Callable[[Any, Any], None]:
+def kernel(name: str, threads: int = 1) -> Callable[[Any, Any], None]:
     """A callable ``f(dst, src)`` with the contract of :func:`copy` that always uses kernel ``name``.
 
-    For benchmarks and tests. Raises ValueError naming the valid kernels when ``name`` is not
-    usable on this CPU.
+    For benchmarks, tests and ``tune``. With ``threads`` > 1 every non-overlapping copy is split
+    over the thread pool on that many threads (the caller included; the pool cuts chunks of at
+    least 16 KiB, so small copies stay on the caller); 1, the default, never uses the pool.
+    Raises ValueError naming the valid kernels when ``name`` is not usable on this CPU, or when
+    ``threads`` is not 1 to 1024.
     """
-    return _core.kernel_callable(name)
+    return _core.kernel_callable(name, threads)
 
 
 def info() -> Dict[str, Any]:
@@ -50,7 +53,8 @@ def info() -> Dict[str, Any]:
 
     Keys: ``version``; ``cpu`` (detected facts: arch, vendor, family/model, flags, cache
     sizes, SVE vector length, kernel version; ``brand`` from py-cpuinfo when installed);
-    ``kernels`` (every compiled kernel with description and whether it is supported);
+    ``kernels`` (every compiled kernel: name, description, supported, why_not, streaming,
+    twin);
     ``profile`` (the active dispatch profile as it runs: per region and address class the size
     bands with kernel and reason, NT and parallel rules, provenance, overrides applied);
     ``profile_source`` (built-in and why it matched, or the tuned file; ignored cached files);
@@ -70,6 +74,19 @@ def set_threads(n: int) -> None:
 def get_threads() -> int:
     """Threads a large copy uses now (the calling thread included)."""
     return _core.threads()
+
+
+def tune(*args: Any, **kwargs: Any) -> Dict[str, Any]:
+    """Measure this machine and write a dispatch profile (``python -m fastcopy tune``).
+
+    Keywords as ``fastcopy.measure.tune.tune``: ``quick``, ``output`` (a path; default the user
+    cache, see ``fastcopy.measure.tune.default_output``), ``grid``, ``progress``, ``write``.
+    Returns the profile as a dict (docs/profile-format.md). The measurement code is imported
+    only when this is called.
+    """
+    from .measure.tune import tune as _tune
+
+    return _tune(*args, **kwargs)
 
 
 def __getattr__(name: str) -> Any:

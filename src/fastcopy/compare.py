@@ -11,7 +11,8 @@ import json
 import math
 from typing import Any, Dict, List, Tuple
 
-from .bench import SCHEMA, human_size
+from .measure.system import SCHEMA
+from .measure.units import human_size
 
 
 def load(path: str) -> Dict[str, Any]:

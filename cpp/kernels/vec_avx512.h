@@ -1,0 +1,37 @@
+// 64-byte AVX-512 vector trait for ops.h. Only AVX-512F instructions (vmovdqu64, vmovdqa64,
+// vmovntdq on zmm); the half step below it is the 32-byte AVX2 trait. The kernels built on
+// it need AVX-512 F+BW+VL with the OS saving opmask and ZMM state (registry: kNeedsAvx512).
+//
+// vzeroupper: functions compiled with an AVX target get a vzeroupper before they return or
+// call non-AVX code (GCC and clang insert it), so the dirty upper halves of the zmm
+// registers never reach SSE code in the caller. The 512-bit instructions stay inside these
+// kernels; nothing here changes what the rest of the program runs.
+#pragma once
+#include <immintrin.h>
+
+#include "vec_avx2.h"
+
+namespace fastcopy {
+namespace vec {
+
+#define FASTCOPY_VEC_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl"), always_inline)) static inline
+
+struct Avx512 {
+    using type = __m512i;
+    using Half = Avx2;
+    static constexpr std::size_t kWidth = 64;
+    FASTCOPY_VEC_AVX512 type load(const unsigned char* p) { return _mm512_loadu_si512(p); }
+    FASTCOPY_VEC_AVX512 void store(unsigned char* p, type v) { _mm512_storeu_si512(p, v); }
+    // p must be 64-byte aligned (vmovdqa64 faults otherwise; ops.h aligns the destination).
+    FASTCOPY_VEC_AVX512 void store_aligned(unsigned char* p, type v) { _mm512_store_si512(p, v); }
+    // Non-temporal store of one whole cache line, p 64-byte aligned; ordered by fence().
+    FASTCOPY_VEC_AVX512 void stream(unsigned char* p, type v) {
+        _mm512_stream_si512(reinterpret_cast<__m512i*>(p), v);
+    }
+    FASTCOPY_VEC_AVX512 void fence() { _mm_sfence(); }
+};
+
+#undef FASTCOPY_VEC_AVX512
+
+}  // namespace vec
+}  // namespace fastcopy

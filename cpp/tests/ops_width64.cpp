@@ -1,0 +1,64 @@
+// The ops.h blocks at width 64 without AVX-512: a vector of two 32-byte AVX2 halves stands in
+// for a zmm register. Same block code, same sizes, same alignment rules as x86_avx512.cpp, so
+// the test body in test_kernels.cpp (every size 0..4096, misalignments, both overlap
+// directions, guard pages, ASan/UBSan) covers all of the AVX-512 kernels except the thin
+// intrinsics in vec_avx512.h.
+#include "ops_width64.h"
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+#include "kernels/vec_avx2.h"
+
+namespace {
+
+using u8 = unsigned char;
+
+[[noreturn]] void misaligned(const char* what, const void* p) {
+    std::fprintf(stderr, "ops_width64: %s at %p is not 64-byte aligned (a zmm store would fault)\n", what, p);
+    std::abort();
+}
+
+#define WIDTH64_OP __attribute__((target("avx2"), always_inline)) static inline
+
+struct Width64 {
+    struct type {
+        __m256i lo, hi;
+    };
+    using Half = fastcopy::vec::Avx2;  // as vec::Avx512
+    static constexpr std::size_t kWidth = 64;
+    WIDTH64_OP type load(const u8* p) { return {Half::load(p), Half::load(p + 32)}; }
+    WIDTH64_OP void store(u8* p, type v) {
+        Half::store(p, v.lo);
+        Half::store(p + 32, v.hi);
+    }
+    WIDTH64_OP void store_aligned(u8* p, type v) {
+        if (reinterpret_cast<std::uintptr_t>(p) & 63) misaligned("aligned store", p);
+        Half::store_aligned(p, v.lo);
+        Half::store_aligned(p + 32, v.hi);
+    }
+    WIDTH64_OP void stream(u8* p, type v) {
+        if (reinterpret_cast<std::uintptr_t>(p) & 63) misaligned("streaming store", p);
+        Half::stream(p, v.lo);
+        Half::stream(p + 32, v.hi);
+    }
+    WIDTH64_OP void fence() { Half::fence(); }
+};
+
+}  // namespace
+
+#define FASTCOPY_OPS_TARGET __attribute__((target("avx2")))
+#include "kernels/ops.h"
+
+namespace fastcopy_test {
+
+FASTCOPY_OPS_TARGET void copy_width64(void* dst, const void* src, std::size_t n) {
+    fastcopy::ops::memmove_cached<Width64>(dst, src, n);
+}
+
+FASTCOPY_OPS_TARGET void copy_width64_nt(void* dst, const void* src, std::size_t n) {
+    fastcopy::ops::memmove_streaming<Width64, copy_width64>(dst, src, n);
+}
+
+}  // namespace fastcopy_test

@@ -1,0 +1,271 @@
+"""``python -m fastcopy bench``: its arguments and the run (the measurement is in engine.py,
+the formatting in report.py; see docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, Callable, List
+
+from . import engine, report, system, units
+
+def typed(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """Wrap a parser so its ValueError becomes an argparse error naming the argument."""
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    convert.__name__ = getattr(parse, "__name__", "value")
+    return convert
+
+
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """A parser for whole numbers >= minimum (1 for counts, 0 where 0 means "the default")."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"cannot parse '{text}' (expected a whole number)") from None
+        if value < minimum:
+            raise ValueError(f"must be at least {minimum}, got {value}")
+        return value
+    parse.__name__ = "int"
+    return parse
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"cannot parse '{text}' (expected seconds, e.g. 0.02)") from None
+    if not value > 0:
+        raise ValueError(f"must be positive, got {text}")
+    return value
+
+
+def offset_value(text: str) -> int:
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise ValueError(f"cannot parse '{text}' (expected 0-4095)") from None
+    if not 0 <= value < 4096:
+        raise ValueError(f"{value} is not in 0..4095")
+    return value
+
+
+
+def add_bench_parser(sub: Any) -> argparse.ArgumentParser:
+    """Adds the ``bench`` subcommand to ``sub`` (argparse subparsers) and returns its parser."""
+    p = sub.add_parser(
+        "bench", help="measure copy bandwidth against numpy (and torch)",
+        description="Copy bandwidth of fastcopy's automatic choice, each usable kernel, np.copyto, "
+                    "dst[...] = src and torch's copy_ (when importable). GB/s count each byte once per copy "
+                    "(STREAM counts it twice). See docs/benchmarks.md.")
+    p.add_argument("--sizes", type=typed(units.parse_sizes), metavar="LIST",
+                   help=f"sizes and ranges, e.g. '4K,1M' or '64:256M:x2' (default {units.DEFAULT_SIZES}; "
+                        f"K/M/G are powers of 1024)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"a short run (sizes {units.QUICK_SIZES}, 3 repeats, 10 ms loops): under 30 s")
+    p.add_argument("--repeats", type=typed(int_at_least(1)), metavar="N", help="timed repeats per size (default 5)")
+    p.add_argument("--min-time", type=typed(positive_float), metavar="SECONDS", dest="min_time",
+                   help="shortest timed loop per repeat (default 0.02)")
+    p.add_argument("--variants", metavar="LIST",
+                   help="comma list of variants: fastcopy, a kernel name (avx2 ...), kernels, np.copyto (copyto), "
+                        "dst[...]=src (slice), torch.copy_ (torch), all (default: all); with --ipc: transports (channel, queue, pipe ...)")
+    place = p.add_mutually_exclusive_group()
+    place.add_argument("--offset", type=typed(offset_value), metavar="N",
+                       help="place the destination so (dst - src) mod 4096 = N (default 0: both page-aligned)")
+    place.add_argument("--offsets", type=typed(units.parse_offsets), metavar="mixed|LIST",
+                       help=f"cycle (dst - src) mod 4096 per repeat: 'mixed' = {','.join(map(str, units.MIXED_OFFSETS))} "
+                            "(includes 4K-aliasing cases) or a comma list")
+    p.add_argument("--threads", type=typed(int_at_least(0)), metavar="N",
+                   help="fastcopy thread pool size (fastcopy.set_threads; 0 = default)")
+    p.add_argument("--cpus", type=typed(units.parse_cpus), metavar="LIST",
+                   help="pin this process to these CPUs, e.g. '0,2-3' (os.sched_setaffinity)")
+    p.add_argument("--torch-threads", type=typed(int_at_least(0)), metavar="N", dest="torch_threads",
+                   help="torch.set_num_threads(N) for the torch variant (default: fastcopy's thread count, "
+                        "the same budget; 0 = torch's own default)")
+    p.add_argument("--json", metavar="FILE", help="save every sample with metadata as JSON")
+    p.add_argument("--plot", metavar="FILE.png", help="plot bandwidth vs size (needs matplotlib: fastcopy[plot])")
+    p.add_argument("--format", choices=["table", "ucx"], default="table",
+                   help="stdout format: the table (default) or ucx_info's '# Memcpy bandwidth:' block "
+                        "for the automatic choice (then default sizes 4K:256M:x2)")
+    p.add_argument("--ipc", action="store_true",
+                   help="measure copies between two processes through fastcopy.shm.Channel instead "
+                        "(against multiprocessing Queue and Pipe; sizes, repeats, min-time, variants apply)")
+    p.add_argument("--cache", choices=list(engine.CACHE_MODES), default="hot",
+                   help="hot: the same buffers every iteration (default); cold: each copy reads a different source "
+                        "from a rotation of buffers holding at least twice the L3, so the source is not cached")
+    return p
+
+
+def need_matplotlib(p: argparse.ArgumentParser) -> None:
+    from ..bench_plot import have_matplotlib
+
+    if not have_matplotlib():
+        p.error("argument --plot: needs matplotlib, which is not installed "
+                "(pip install 'fastcopy[plot]' or pip install matplotlib)")
+
+
+def check_outputs(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Fail before a long run, not after it, when an output file cannot be written."""
+    for option in ("json", "plot"):
+        path = getattr(args, option, None)
+        if path:
+            folder = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(folder):
+                p.error(f"argument --{option}: folder {folder} does not exist")
+            if not os.access(folder, os.W_OK):
+                p.error(f"argument --{option}: folder {folder} is not writable")
+
+
+def subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices[name]
+    raise KeyError(name)
+
+
+def run(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: List[str]) -> int:
+    """Runs ``bench`` with parsed ``args`` (``parser``: the whole command line's, for errors)."""
+    p = subparser(parser, "bench")
+    check_outputs(p, args)
+    if args.plot:
+        need_matplotlib(p)
+    if args.cpus is not None:
+        usable = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        present = os.cpu_count() or 0
+        bad = [c for c in args.cpus if c >= present]
+        if bad or not hasattr(os, "sched_setaffinity"):
+            p.error(f"argument --cpus: CPU {bad[0] if bad else args.cpus[0]} is not available "
+                    f"(this process may use {units.format_cpus(usable)})")
+        try:
+            os.sched_setaffinity(0, args.cpus)
+        except OSError as e:
+            p.error(f"argument --cpus: cannot pin to {units.format_cpus(args.cpus)}: {e.strerror}")
+    import fastcopy
+
+    if args.threads is not None:
+        try:
+            fastcopy.set_threads(args.threads)
+        except (ValueError, RuntimeError) as e:
+            p.error(f"argument --threads: {e}")
+
+    quick = args.quick
+    default_sizes = units.UCX_SIZES if args.format == "ucx" else (units.QUICK_SIZES if quick else units.DEFAULT_SIZES)
+    sizes = args.sizes or units.parse_sizes(default_sizes)
+    repeats = args.repeats or (3 if quick else 5)
+    min_time = args.min_time or (0.01 if quick else 0.02)
+    offsets = [args.offset] if args.offset is not None else (args.offsets or [0])
+
+    if args.ipc:
+        return _ipc(p, args, argv)
+
+    if args.variants is None:
+        want_torch = args.format != "ucx"
+    else:
+        want_torch = any(w.strip() in ("torch", "torch.copy_", "all") for w in args.variants.split(","))
+    all_variants, notes = engine.available_variants(with_torch=want_torch, torch_threads=args.torch_threads)
+    if args.format == "ucx" and args.variants is None:
+        variants = engine.select_variants(all_variants, "fastcopy")
+    else:
+        try:
+            variants = engine.select_variants(all_variants, args.variants)
+        except ValueError as e:
+            p.error(f"argument --variants: {e}")
+
+    energy = system.Rapl()
+    meta = system.metadata([sys.executable, "-m", "fastcopy"] + argv)
+    l2_bytes, l3_bytes = engine.cache_sizes()
+    config = {"sizes": sizes, "repeats": repeats, "min_time": min_time, "offsets": offsets,
+              "cache": args.cache, "l3_bytes": l3_bytes, "cold_l3_factor": engine.COLD_L3_FACTOR,
+              "cold_max_buffers": engine.COLD_MAX_BUFFERS,
+              "offset_mode": "mixed" if args.offsets == units.MIXED_OFFSETS else ("fixed" if len(offsets) == 1 else "list"),
+              "variants": [v.name for v in variants],
+              "variant_descriptions": {v.name: v.description for v in variants},
+              "bytes_counted": "once per copy (STREAM counts twice)", "format": args.format}
+    numa = system.numa_report()
+    if args.format == "table":
+        for line in report.header_lines(meta, config, energy.describe(), numa, notes):
+            print(line)
+        print(flush=True)
+    progress = engine.Progress(len(sizes) * repeats)
+    try:
+        results = engine.run_bench(sizes, variants, repeats=repeats, min_time=min_time, offsets=offsets,
+                                     energy=energy, progress=progress, cache=args.cache)
+    except KeyboardInterrupt:
+        progress.close()
+        print("interrupted", file=sys.stderr)
+        return 130
+    except MemoryError:
+        progress.close()
+        what = "a cold rotation" if args.cache == "cold" else "two buffers"
+        print(f"python -m fastcopy bench: not enough memory for {what} of {units.human_size(max(sizes))}",
+              file=sys.stderr)
+        return 1
+    progress.close()
+    if args.format == "ucx":
+        print(report.format_ucx(results))
+    else:
+        print(report.format_table(results, with_energy=energy.available))
+    if args.json:
+        doc = dict(meta)
+        doc["load_average_after"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+        doc.update({"kind": "bench", "config": config, "repeats": repeats, "offsets": offsets,
+                    "energy": energy.describe(), "numa": numa, "variant_notes": notes, "results": results})
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1)
+        print(f"\nsaved {len(results)} results with every sample to {args.json}")
+    if args.plot:
+        from ..bench_plot import plot_bench
+
+        plot_bench(results, args.plot, title=f"fastcopy {meta['fastcopy_version']} on {meta.get('cpu_brand') or '?'}")
+        print(f"plot written to {args.plot}")
+    return 0
+
+
+def _ipc(p: argparse.ArgumentParser, args: argparse.Namespace, argv: List[str]) -> int:
+    """``bench --ipc``: fastcopy.shm.Channel against multiprocessing.Queue and Pipe (fastcopy.ipc_bench)."""
+    for option, given in (("--offset", args.offset is not None), ("--offsets", args.offsets is not None),
+                          ("--plot", bool(args.plot)), ("--format ucx", args.format == "ucx"),
+                          ("--torch-threads", args.torch_threads is not None),
+                          ("--cache cold", args.cache == "cold")):
+        if given:
+            p.error(f"argument --ipc: {option} does not apply to the inter-process benchmark")
+    try:
+        from ..ipc_bench import format_ipc_table, run_ipc_bench  # written alongside fastcopy.shm
+    except ImportError as e:
+        p.error(f"argument --ipc: fastcopy.ipc_bench is not available in this build ({e})")
+    import inspect
+
+    try:
+        params = set(inspect.signature(run_ipc_bench).parameters)
+    except (TypeError, ValueError):
+        params = set()
+    kwargs: dict = {}
+    if args.sizes:
+        kwargs["sizes"] = args.sizes
+    if args.repeats or args.quick:
+        kwargs["repeats"] = args.repeats or 3
+    if (args.min_time or args.quick) and "min_time" in params:
+        kwargs["min_time"] = args.min_time or 0.05
+    if args.variants and "transports" in params:
+        kwargs["transports"] = [w.strip() for w in args.variants.split(",") if w.strip()]
+    try:
+        results = run_ipc_bench(**kwargs)
+    except ValueError as e:
+        p.error(f"argument --{'variants' if 'transport' in str(e) else 'ipc'}: {e}")
+    print(format_ipc_table(results))
+    if args.json:
+        doc = system.metadata([sys.executable, "-m", "fastcopy"] + argv)
+        doc.update({"kind": "ipc", "config": {k: v for k, v in kwargs.items()}, "ipc": results,
+                    "results": results.get("rows", []) if isinstance(results, dict) else list(results)})
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1, default=str)
+        print(f"\nsaved {len(doc['results'])} results to {args.json}")
+    return 0
+
+

@@ -1,0 +1,477 @@
+"""The measurement engine shared by ``python -m fastcopy bench`` and ``tune``.
+
+Buffers (page-aligned, at chosen ``(dst - src) mod 4096`` offsets, in private memory or in a
+real POSIX shared-memory mapping), the two cache modes, the variants that copy, calibrated
+timing loops, interleaved repeats, medians and spreads.
+
+Cache modes:
+
+- ``hot``: the same source and destination every iteration, so after the first copy both sit
+  in the caches that hold them. What a loop that copies one buffer over and over sees, and
+  what users of small copies see.
+- ``cold``: each iteration copies a different source into a different destination, walking a
+  rotation of buffers whose sources together hold at least twice the L3 size, so every source
+  has been evicted from the caches by the time it is read again. What a copy of data that was
+  not touched recently sees. For small sizes the rotation is capped at
+  ``COLD_MAX_BUFFERS`` buffers; results say when the rotation was smaller than the L3
+  (the source may then still be cached in L3).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import random
+import statistics
+import sys
+import time
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .system import Rapl, numa_report
+from .units import PAGE, human_size
+
+BASELINE = "np.copyto"
+CACHE_MODES = ("hot", "cold")
+# A cold rotation's sources hold at least this many times the L3 size.
+COLD_L3_FACTOR = 2
+# At most this many buffers in one cold rotation (small sizes: a million numpy views would take
+# seconds to build; the rotation then holds less than the L3 and says so).
+COLD_MAX_BUFFERS = 16384
+# When the L3 size is unknown: a typical server L3 slice.
+DEFAULT_L3_BYTES = 32 << 20
+
+Timer = Callable[[int], float]
+
+
+# ----------------------------------------------------------------------------- caches
+
+def cache_sizes() -> Tuple[int, int]:
+    """(L2, L3) sizes in bytes from fastcopy's CPU detection; defaults when unknown."""
+    from .. import _core
+
+    facts = _core.cpu_facts()
+    l2 = int(facts.get("l2_bytes") or 0) or 512 << 10
+    l3 = int(facts.get("l3_bytes") or 0) or DEFAULT_L3_BYTES
+    return l2, l3
+
+
+def cold_rotation_count(size: int, l3: Optional[int] = None) -> int:
+    """Buffers in a cold rotation for copies of ``size`` bytes: sources of >= 2x the L3, capped."""
+    l3 = l3 or cache_sizes()[1]
+    return max(1, min(COLD_MAX_BUFFERS, math.ceil(COLD_L3_FACTOR * l3 / max(size, 1))))
+
+
+# ----------------------------------------------------------------------------- buffers
+
+def aligned_buffer(nbytes: int, align: int = PAGE) -> np.ndarray:
+    """A uint8 array of ``nbytes`` whose first byte is ``align``-aligned (numpy over-allocation)."""
+    raw = np.empty(nbytes + align, dtype=np.uint8)
+    skip = (-raw.ctypes.data) % align
+    return raw[skip:skip + nbytes]
+
+
+def _fill_pattern(a: np.ndarray) -> None:
+    if a.size <= 1 << 16:
+        a[:] = (np.arange(a.size, dtype=np.uint32) * 2654435761 >> 24).astype(np.uint8)
+    else:
+        a[:] = np.resize(np.arange(251, dtype=np.uint8), a.size)
+
+
+class SharedBuffer:
+    """``nbytes`` of a real POSIX shared-memory mapping (``multiprocessing.shared_memory``, i.e.
+    shm_open + mmap: the memory fastcopy.shm rings live in), page-aligned, as a uint8 array.
+
+    ``close()`` unmaps and unlinks it; views handed out must be dropped first.
+    """
+
+    def __init__(self, nbytes: int):
+        from multiprocessing import shared_memory
+
+        self._shm: Any = shared_memory.SharedMemory(create=True, size=max(nbytes, 1))
+        self.name = self._shm.name
+        buf = self._shm.buf
+        assert buf is not None
+        self.array: Optional[np.ndarray] = np.frombuffer(buf, dtype=np.uint8, count=nbytes)
+
+    def close(self) -> None:
+        if self._shm is None:
+            return
+        self.array = None
+        shm, self._shm = self._shm, None
+        try:
+            shm.close()
+        except BufferError:  # a view is still alive somewhere: the mapping goes with the process
+            pass
+        try:
+            shm.unlink()
+        except FileNotFoundError:
+            pass
+
+    def __enter__(self) -> "SharedBuffer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class Buffers:
+    """A page-aligned source and a destination placed at each requested (dst - src) mod 4096.
+
+    ``cache='hot'``: one source ``src`` and one destination per offset in ``dst``.
+    ``cache='cold'``: a rotation of ``count`` sources ``srcs`` and destinations ``dsts[offset]``
+    (``src``/``dst`` are the first of each) cut from two arenas at the same stride, so every pair
+    keeps the offset. ``rotation_bytes``: bytes of source the rotation walks through.
+    """
+
+    def __init__(self, size: int, offsets: Sequence[int], cache: str = "hot", l3: Optional[int] = None):
+        if cache not in CACHE_MODES:
+            raise ValueError(f"cache must be one of {', '.join(CACHE_MODES)}, got '{cache}'")
+        self.size, self.cache = size, cache
+        self.count = cold_rotation_count(size, l3) if cache == "cold" else 1
+        stride = -(-size // 64) * 64 if self.count > 1 else size
+        self.stride = stride
+        self._src_raw = aligned_buffer(stride * (self.count - 1) + size)
+        _fill_pattern(self._src_raw)
+        self._dst_raw = aligned_buffer(stride * (self.count - 1) + size + PAGE)
+        self._dst_raw.fill(0)  # fault the pages in before timing
+        self.srcs = [self._src_raw[i * stride:i * stride + size] for i in range(self.count)]
+        self.src = self.srcs[0]
+        self.dsts = {off: [self._dst_raw[off + i * stride:off + i * stride + size] for i in range(self.count)]
+                     for off in sorted(set(offsets))}
+        self.dst = {off: d[0] for off, d in self.dsts.items()}
+        self.rotation_bytes = self.count * size
+
+    def pairs(self, offset: int) -> List[Tuple[np.ndarray, np.ndarray]]:
+        return list(zip(self.dsts[offset], self.srcs))
+
+
+# ----------------------------------------------------------------------------- variants
+
+class Variant:
+    """A named way to copy. ``make(dst, src)`` returns a timer ``run(n) -> seconds`` for n copies
+    of the same buffers (hot); ``make_rotating(pairs)`` one whose n copies walk the (dst, src)
+    pairs in turn (cold)."""
+
+    def __init__(self, name: str, make: Callable[[np.ndarray, np.ndarray], Timer], description: str,
+                 make_rotating: Optional[Callable[[List[Tuple[np.ndarray, np.ndarray]]], Timer]] = None):
+        self.name, self.make, self.description = name, make, description
+        self.make_rotating = make_rotating
+
+    def timer(self, bufs: "Buffers", offset: int) -> Timer:
+        """The timer for these buffers at this offset, in their cache mode."""
+        if bufs.count == 1:
+            return self.make(bufs.dst[offset], bufs.src)
+        if self.make_rotating is None:
+            raise ValueError(f"variant {self.name} cannot run with a cold cache")
+        return self.make_rotating(bufs.pairs(offset))
+
+
+def _rotating(copy_one: Callable[[Any, Any], Any]) -> Callable[[List[Tuple[Any, Any]]], Timer]:
+    def make(pairs: List[Tuple[Any, Any]]) -> Timer:
+        pc = time.perf_counter
+        cycle, islice = itertools.cycle, itertools.islice
+
+        def run(n: int) -> float:
+            it = islice(cycle(pairs), n)
+            t0 = pc()
+            for d, s in it:
+                copy_one(d, s)
+            return pc() - t0
+        return run
+    return make
+
+
+def _slice_assign(d: np.ndarray, s: np.ndarray) -> None:
+    d[...] = s
+
+
+def _callable_timer(f: Callable[[Any, Any], Any]) -> Callable[[np.ndarray, np.ndarray], Callable[[int], float]]:
+    def make(dst: np.ndarray, src: np.ndarray) -> Callable[[int], float]:
+        pc = time.perf_counter
+
+        def run(n: int) -> float:
+            r = range(n)
+            t0 = pc()
+            for _ in r:
+                f(dst, src)
+            return pc() - t0
+        return run
+    return make
+
+
+def _slice_timer(dst: np.ndarray, src: np.ndarray) -> Callable[[int], float]:
+    pc = time.perf_counter
+
+    def run(n: int) -> float:
+        r = range(n)
+        t0 = pc()
+        for _ in r:
+            dst[...] = src
+        return pc() - t0
+    return run
+
+
+def _torch_module() -> Optional[Any]:
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return None
+    # Idle OpenMP workers of torch spin for a while after each parallel copy; interleaved with the
+    # other variants that spinning steals their CPU time. Passive waiting keeps the comparison fair
+    # (an explicit OMP_WAIT_POLICY is respected). Only effective before torch's OpenMP starts.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    try:
+        import torch  # type: ignore[import-not-found]
+
+        return torch
+    except Exception:  # a broken torch install must not break the benchmark
+        return None
+
+
+def _torch_timer(torch: Any) -> Callable[[np.ndarray, np.ndarray], Callable[[int], float]]:
+    def make(dst: np.ndarray, src: np.ndarray) -> Callable[[int], float]:
+        tdst, tsrc = torch.from_numpy(dst), torch.from_numpy(src)
+        pc = time.perf_counter
+
+        def run(n: int) -> float:
+            r = range(n)
+            t0 = pc()
+            for _ in r:
+                tdst.copy_(tsrc)
+            return pc() - t0
+        return run
+    return make
+
+
+def _torch_rotating(torch: Any) -> Callable[[List[Tuple[np.ndarray, np.ndarray]]], Timer]:
+    def make(pairs: List[Tuple[np.ndarray, np.ndarray]]) -> Timer:
+        tpairs = [(torch.from_numpy(d), torch.from_numpy(s)) for d, s in pairs]
+        return _rotating(lambda d, s: d.copy_(s))(tpairs)
+    return make
+
+
+def callable_variant(name: str, f: Callable[[Any, Any], Any], description: str) -> Variant:
+    """A variant that copies with ``f(dst, src)``, hot or cold."""
+    return Variant(name, _callable_timer(f), description, _rotating(f))
+
+
+def available_variants(with_torch: bool = True, torch_threads: Optional[int] = None
+                       ) -> Tuple[List[Variant], Dict[str, Any]]:
+    """All variants usable here, and notes about them (torch version or why it is absent)."""
+    import fastcopy
+
+    out = [callable_variant("fastcopy", fastcopy.copy, "fastcopy.copy: the automatic choice")]
+    for name in fastcopy.kernels():
+        out.append(callable_variant(f"fastcopy[{name}]", fastcopy.kernel(name), f"fastcopy.kernel('{name}') forced"))
+    out.append(callable_variant(BASELINE, np.copyto, "numpy's np.copyto(dst, src)"))
+    out.append(Variant("dst[...]=src", _slice_timer, "numpy slice assignment dst[...] = src", _rotating(_slice_assign)))
+    notes: Dict[str, Any] = {"torch_version": None, "torch_threads": None}
+    torch = _torch_module() if with_torch else None
+    if torch is not None:
+        out.append(Variant("torch.copy_", _torch_timer(torch), "torch.from_numpy(dst).copy_(torch.from_numpy(src))",
+                           _torch_rotating(torch)))
+        notes["torch_version"] = torch.__version__
+        notes["torch_default_threads"] = torch.get_num_threads()
+        notes["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY")
+        if torch_threads is None:  # the same parallelism budget as fastcopy's pool
+            torch_threads = fastcopy.get_threads()
+        if torch_threads:
+            torch.set_num_threads(torch_threads)
+        notes["torch_threads"] = torch.get_num_threads()
+    else:
+        notes["torch_missing"] = "not requested" if not with_torch else "torch is not importable"
+    return out, notes
+
+
+def select_variants(all_variants: List[Variant], spec: Optional[str]) -> List[Variant]:
+    """``spec`` is a comma list of names; ``kernels`` selects every fastcopy[...] kernel, ``all`` everything."""
+    if not spec:
+        return all_variants
+    by_name = {v.name: v for v in all_variants}
+    aliases = {"copyto": BASELINE, "slice": "dst[...]=src", "torch": "torch.copy_", "auto": "fastcopy"}
+    chosen: List[Variant] = []
+    for word in (w.strip() for w in spec.split(",")):
+        if not word:
+            continue
+        if word == "all":
+            names = [v.name for v in all_variants]
+        elif word == "kernels":
+            names = [v.name for v in all_variants if v.name.startswith("fastcopy[")]
+        else:
+            name = aliases.get(word, word)
+            if name not in by_name and f"fastcopy[{name}]" in by_name:
+                name = f"fastcopy[{name}]"
+            if name not in by_name:
+                raise ValueError(f"unknown variant '{word}' (usable here: {', '.join(by_name)})")
+            names = [name]
+        for n in names:
+            if by_name[n] not in chosen:
+                chosen.append(by_name[n])
+    if not chosen:
+        raise ValueError(f"no variant selected by '{spec}'")
+    return chosen
+
+# ----------------------------------------------------------------------------- measurement
+
+class Progress:
+    """A one-line bar on stderr, shown only on a terminal and only once a run has taken ~2 s."""
+
+    def __init__(self, total: int, enabled: Optional[bool] = None, delay: float = 2.0):
+        self.total, self.done = max(total, 1), 0
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self.start, self.delay, self.shown = time.monotonic(), delay, False
+
+    def step(self, label: str, n: int = 1) -> None:
+        self.done += n
+        if not self.enabled or time.monotonic() - self.start < self.delay:
+            return
+        width = 30
+        fill = int(width * self.done / self.total)
+        sys.stderr.write(f"\r[{'#' * fill}{'.' * (width - fill)}] {100 * self.done // self.total:3d}% {label:<24}")
+        sys.stderr.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r" + " " * 64 + "\r")
+            sys.stderr.flush()
+
+
+def _calibrate(run: Callable[[int], float], min_time: float) -> int:
+    """Loop length n with run(n) >= min_time (the first call doubles as the warm-up)."""
+    run(1)
+    n = 1
+    while True:
+        t = run(n)
+        if t >= min_time:
+            return n
+        n = max(n * 2, int(math.ceil(n * min_time * 1.2 / max(t, 1e-9))))
+        n = min(n, 1 << 30)
+
+
+def _verify(dst: np.ndarray, src: np.ndarray) -> bool:
+    if dst.size <= 1 << 22:
+        return bool(np.array_equal(dst, src))
+    step = 4099
+    return bool(np.array_equal(dst[:1 << 16], src[:1 << 16]) and np.array_equal(dst[-(1 << 16):], src[-(1 << 16):])
+                and np.array_equal(dst[::step], src[::step]))
+
+
+def run_bench(sizes: Sequence[int], variants: Sequence[Variant], repeats: int = 5, min_time: float = 0.02,
+              offsets: Sequence[int] = (0,), energy: Optional[Rapl] = None,
+              progress: Optional[Progress] = None, cache: str = "hot") -> List[Dict[str, Any]]:
+    """Measure every (size, variant); return one result dict per pair with all samples."""
+    from .. import _core
+
+    import fastcopy
+
+    results: List[Dict[str, Any]] = []
+    threads = fastcopy.get_threads()
+    parallel_from = _core.parallel_threshold()
+    use_energy = energy is not None and energy.available
+    shuffle = random.Random(12345)
+    l3 = cache_sizes()[1]
+    for size in sizes:
+        if progress is not None:
+            progress.step(f"{human_size(size)} (warm-up)", 0)
+        bufs = Buffers(size, offsets, cache=cache, l3=l3)
+        src = bufs.src
+        runs: Dict[Tuple[str, int], Timer] = {}
+        iters: Dict[str, int] = {}
+        verified: Dict[str, bool] = {}
+        for v in variants:
+            ok = True
+            for off, dst in bufs.dst.items():
+                for d in bufs.dsts[off]:
+                    d.fill(0)
+                runs[(v.name, off)] = v.timer(bufs, off)
+                runs[(v.name, off)](bufs.count)  # one pass over the rotation (hot: one copy)
+                ok = ok and _verify(dst, src) and _verify(bufs.dsts[off][-1], bufs.srcs[-1])
+            verified[v.name] = ok
+            iters[v.name] = _calibrate(runs[(v.name, offsets[0])], min_time)
+        chosen: Dict[int, Optional[str]] = {}
+        for off, dst in bufs.dst.items():
+            try:
+                chosen[off] = _core.chosen_kernel(dst.ctypes.data, src.ctypes.data, size)
+            except Exception:
+                chosen[off] = None
+        samples: Dict[str, List[Dict[str, Any]]] = {v.name: [] for v in variants}
+        for r in range(repeats):
+            off = offsets[r % len(offsets)]
+            order = list(variants)
+            shuffle.shuffle(order)  # a new order every repeat: no variant always goes first or after another
+            for v in order:
+                n = iters[v.name]
+                e0 = energy.read() if use_energy else None  # type: ignore[union-attr]
+                t = runs[(v.name, off)](n)
+                joules = energy.joules(e0, energy.read()) if use_energy else None  # type: ignore[union-attr,arg-type]
+                samples[v.name].append({"repeat": r, "offset": off, "iterations": n, "seconds": t,
+                                        "gbps": size * n / t / 1e9, "joules": joules})
+            if progress is not None:
+                progress.step(f"{human_size(size)} ({r + 1}/{repeats})")
+        base = None
+        if any(v.name == BASELINE for v in variants):
+            base = statistics.median(s["gbps"] for s in samples[BASELINE])
+        numa = numa_report(bufs) if size >= 1 << 20 else None
+        for v in variants:
+            g = [s["gbps"] for s in samples[v.name]]
+            med = statistics.median(g)
+            res: Dict[str, Any] = {
+                "size": size, "variant": v.name, "iterations": iters[v.name], "verified": verified[v.name],
+                "offsets": [s["offset"] for s in samples[v.name]],
+                "median_gbps": med, "min_gbps": min(g), "max_gbps": max(g),
+                "ratio_to_copyto": (med / base) if base else None,
+                "cache": cache,
+                "samples": samples[v.name],
+            }
+            if cache == "cold":
+                res["rotation_buffers"] = bufs.count
+                res["rotation_bytes"] = bufs.rotation_bytes
+                res["rotation_exceeds_l3"] = bufs.rotation_bytes > l3
+            if v.name == "fastcopy":
+                res["chosen_kernel"] = {str(o): c for o, c in chosen.items()}
+                res["threads_used"] = threads if (threads > 1 and parallel_from is not None
+                                                  and size >= parallel_from) else 1
+            if use_energy:
+                j = sum(s["joules"] for s in samples[v.name])
+                nbytes = size * sum(s["iterations"] for s in samples[v.name])
+                res["joules"] = j
+                res["gb_per_joule"] = nbytes / 1e9 / j if j > 0 else None
+            if numa is not None:
+                res["numa"] = numa
+            results.append(res)
+        del bufs, runs
+    return results
+
+
+# ----------------------------------------------------------------------------- interleaved timing
+
+def spread(samples: Sequence[float]) -> float:
+    """Relative spread of samples around their median: the interquartile range over the median
+    with 4 or more samples, else half the range over the median (0 for one sample)."""
+    if len(samples) < 2:
+        return 0.0
+    med = statistics.median(samples)
+    if med <= 0:
+        return 0.0
+    if len(samples) >= 4:
+        q = statistics.quantiles(samples, n=4, method="inclusive")
+        return (q[2] - q[0]) / med
+    return (max(samples) - min(samples)) / 2 / med
+
+
+def time_interleaved(timers: Dict[str, Timer], iterations: int, repeats: int,
+                     rng: Optional[random.Random] = None) -> Dict[str, List[float]]:
+    """Seconds per copy of each timer, ``repeats`` samples each: every repeat runs each timer once
+    for ``iterations`` copies, in a new random order, so drift and neighbours hit all alike."""
+    rng = rng or random.Random(12345)
+    names = list(timers)
+    out: Dict[str, List[float]] = {k: [] for k in names}
+    for _ in range(repeats):
+        rng.shuffle(names)
+        for k in names:
+            out[k].append(timers[k](iterations) / iterations)
+    return out

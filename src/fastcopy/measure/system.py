@@ -1,0 +1,172 @@
+"""System facts for benchmark reports: NUMA placement, RAPL energy counters, C library, CPU
+model and the run's metadata (shared by ``bench`` and ``tune``)."""
+
+from __future__ import annotations
+
+import datetime
+import glob
+import os
+import platform
+import re
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+SCHEMA = "fastcopy-bench/1"
+
+
+def numa_nodes() -> List[int]:
+    nodes = []
+    for path in glob.glob("/sys/devices/system/node/node[0-9]*"):
+        m = re.search(r"node(\d+)$", path)
+        if m:
+            nodes.append(int(m.group(1)))
+    return sorted(nodes)
+
+
+def buffer_numa_pages(address: int) -> Optional[Dict[str, int]]:
+    """Pages per NUMA node of the mapping holding ``address``, from /proc/self/numa_maps ({'N0': pages})."""
+    try:
+        with open("/proc/self/maps") as f:
+            start = None
+            for line in f:
+                lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+                if lo <= address < hi:
+                    start = lo
+                    break
+        if start is None:
+            return None
+        with open("/proc/self/numa_maps") as f:
+            for line in f:
+                fields = line.split()
+                if fields and int(fields[0], 16) == start:
+                    return {k: int(v) for k, v in (x.split("=", 1) for x in fields[2:] if re.fullmatch(r"N\d+=\d+", x))}
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def numa_report(buffers: Optional[Any] = None) -> Dict[str, Any]:
+    """NUMA nodes, and with ``buffers`` (an engine.Buffers) the pages per node of its source and destination."""
+    nodes = numa_nodes()
+    rep: Dict[str, Any] = {"nodes": nodes, "multi_node": len(nodes) > 1}
+    if buffers is not None:
+        rep["src_pages"] = buffer_numa_pages(buffers.src.ctypes.data)
+        rep["dst_pages"] = buffer_numa_pages(buffers._dst_raw.ctypes.data)
+    return rep
+
+
+def _rapl_root() -> str:
+    return os.environ.get("FASTCOPY_RAPL_ROOT", "/sys/class/powercap")
+
+
+class Rapl:
+    """Package energy from the RAPL powercap counters (top-level intel-rapl:N domains), when readable."""
+
+    def __init__(self) -> None:
+        self.domains: List[Tuple[str, str, int]] = []  # (name, energy_uj path, wrap range)
+        self.reason: Optional[str] = None
+        root = _rapl_root()
+        if not os.path.isdir(root):
+            self.reason = f"RAPL counters unavailable ({root} absent)"
+            return
+        paths = sorted(glob.glob(os.path.join(root, "intel-rapl:[0-9]*")))
+        paths = [p for p in paths if re.fullmatch(r"intel-rapl:\d+", os.path.basename(p))]
+        for p in paths:
+            try:
+                with open(os.path.join(p, "energy_uj")) as f:
+                    int(f.read())
+                try:
+                    with open(os.path.join(p, "max_energy_range_uj")) as f:
+                        wrap = int(f.read())
+                except OSError:
+                    wrap = 0
+                try:
+                    with open(os.path.join(p, "name")) as f:
+                        name = f.read().strip()
+                except OSError:
+                    name = os.path.basename(p)
+                self.domains.append((name, os.path.join(p, "energy_uj"), wrap))
+            except (OSError, ValueError) as e:
+                self.reason = f"RAPL counters unavailable ({p}/energy_uj: {getattr(e, 'strerror', None) or e})"
+        if not self.domains:
+            self.reason = self.reason or f"RAPL counters unavailable (no intel-rapl domains under {root})"
+        else:
+            self.reason = None
+
+    @property
+    def available(self) -> bool:
+        return bool(self.domains)
+
+    def read(self) -> List[int]:
+        out = []
+        for _, path, _ in self.domains:
+            with open(path) as f:
+                out.append(int(f.read()))
+        return out
+
+    def joules(self, before: List[int], after: List[int]) -> float:
+        total = 0
+        for (_, _, wrap), b, a in zip(self.domains, before, after):
+            d = a - b
+            if d < 0 and wrap:
+                d += wrap
+            total += d
+        return total / 1e6
+
+    def describe(self) -> Dict[str, Any]:
+        if self.available:
+            return {"available": True, "domains": [d[0] for d in self.domains],
+                    "note": "package energy of the whole socket(s), idle and other processes included"}
+        return {"available": False, "reason": self.reason}
+
+
+# ----------------------------------------------------------------------------- metadata
+
+def libc_info() -> Dict[str, Optional[str]]:
+    name, version = platform.libc_ver()
+    try:
+        conf = os.confstr("CS_GNU_LIBC_VERSION")
+    except (ValueError, OSError, AttributeError):
+        conf = None
+    return {"name": name or None, "version": version or None, "confstr": conf}
+
+
+def cpu_model_name() -> Optional[str]:
+    """The CPU model string of /proc/cpuinfo (x86 "model name", arm "Model" or "cpu model"), or None."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("model name", "Model", "cpu model")):
+                    return line.split(":", 1)[1].strip() or None
+    except OSError:
+        pass
+    return None
+
+
+def metadata(argv: Sequence[str]) -> Dict[str, Any]:
+    import fastcopy
+
+    info = fastcopy.info()
+    return {
+        "schema": SCHEMA,
+        "fastcopy_version": fastcopy.__version__,
+        "date": datetime.datetime.now(datetime.timezone.utc).astimezone().isoformat(timespec="seconds"),
+        "command_line": list(argv),
+        "host": platform.node(),
+        "python": platform.python_version(),
+        "numpy_version": np.__version__,
+        "libc": libc_info(),
+        "cpu": info["cpu"],
+        "cpu_brand": info["cpu"].get("brand") or cpu_model_name(),
+        "cpu_model_name": cpu_model_name(),
+        "kernels": info["usable_kernels"],
+        "policy": info["policy"],
+        "thresholds": info["thresholds"],
+        "overrides": info["overrides"],
+        "threads": fastcopy.get_threads(),
+        "threads_info": info["threads"],
+        "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "online_cpus": os.cpu_count(),
+        "load_average_before": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    }

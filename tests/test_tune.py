@@ -1,0 +1,362 @@
+"""python -m fastcopy tune, its profile validator and decisions, the measurement engine's cache
+modes and shared buffers, and fastcopy.kernel(name, threads=N)."""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import fastcopy
+from fastcopy import _core, _profile
+from fastcopy.measure import engine, tune
+
+from _cli import SRC_DIR, cli
+
+# A small grid keeps the end-to-end runs at a second or two (the whole grid is docs' business).
+TEST_GRID = "256,4K,64K"
+
+
+@pytest.fixture(scope="module")
+def quick_profile():
+    """One measured profile for the checks that need one (no file written)."""
+    return tune.tune(quick=True, grid=[256, 4096, 65536], write=False, progress=False)
+
+
+def _kernels():
+    return {k["name"]: k for k in _core.kernel_table() if k["supported"]}
+
+
+# ------------------------------------------------------------------ the validator
+
+def test_measured_profile_passes_the_validator(quick_profile):
+    tune.validate_profile(quick_profile)
+    p = quick_profile
+    assert p["format"] == "fastcopy-profile" and p["version"] == 1 and p["name"] == "tuned"
+    assert set(p["provenance"]) >= {"machine", "date", "libc", "method"}
+    assert p["signature"] == _profile.signature()
+    for region in ("private", "to_shared", "from_shared"):
+        r = p["regions"][region]
+        for cls in ("page_aligned", "near", "far", "backward"):
+            froms = [b["from"] for b in r[cls]]
+            assert froms[0] == 0 and froms == sorted(set(froms))
+            assert all(b["kernel"] in fastcopy.kernels() for b in r[cls])
+            # adjacent equal bands are merged
+            assert all(a["kernel"] != b["kernel"] for a, b in zip(r[cls], r[cls][1:]))
+        assert set(r["nt"]) == {"threshold", "kernel", "why"}
+    assert set(p["parallel"]) == {"threshold", "threads", "why"}
+
+
+def _break(profile, path, value):
+    p = copy.deepcopy(profile)
+    node = p
+    for key in path[:-1]:
+        node = node[key]
+    if value is KeyError:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return p
+
+
+@pytest.mark.parametrize("path,value,words", [
+    (("format",), "other", "format"),
+    (("version",), 2, "version"),
+    (("regions", "to_shared"), KeyError, "regions.to_shared"),
+    (("regions", "private", "near"), KeyError, "regions.private.near"),
+    (("regions", "private", "far"), [], "regions.private.far"),
+    (("regions", "private", "far"), [{"from": 64, "kernel": "generic", "why": ""}], "start at 0"),
+    (("regions", "private", "far"), [{"from": 0, "kernel": "generic", "why": ""},
+                                     {"from": 0, "kernel": "generic", "why": ""}], "unsorted or overlapping"),
+    (("regions", "private", "far"), [{"from": 0, "kernel": "no_such", "why": ""}], "not a usable kernel"),
+    (("regions", "private", "far"), [{"from": 0, "kernel": "generic", "why": "x" * 501}], "500"),
+    (("regions", "private", "far"), [{"from": i, "kernel": "generic", "why": ""} for i in range(65)], "at most 64"),
+    (("regions", "private", "nt", "threshold"), 100, "at least 4096"),
+    (("regions", "private", "nt"), {"threshold": None, "kernel": "generic", "why": ""}, "must be null"),
+    (("parallel", "threshold"), 1000, "at least 65536"),
+    (("parallel", "threads"), 2000, "1 to 1024"),
+    (("parallel", "threads"), True, "parallel.threads"),
+    (("provenance", "date"), KeyError, "provenance.date"),
+])
+def test_validator_rejects(quick_profile, path, value, words):
+    bad = _break(quick_profile, path, value)
+    with pytest.raises(ValueError, match="profile: .*") as e:
+        tune.validate_profile(bad)
+    assert words in str(e.value)
+
+
+def test_validator_rejects_streaming_kernels_in_bands(quick_profile):
+    streaming = [k for k, v in _kernels().items() if v.get("streaming")]
+    if not streaming:
+        pytest.skip("no streaming kernel on this CPU")
+    bad = _break(quick_profile, ("regions", "private", "near"), [{"from": 0, "kernel": streaming[0], "why": ""}])
+    with pytest.raises(ValueError, match="streams"):
+        tune.validate_profile(bad)
+    bad = _break(quick_profile, ("regions", "private", "nt"), {"threshold": 1 << 20, "kernel": "generic", "why": ""})
+    with pytest.raises(ValueError, match="streaming kernel"):
+        tune.validate_profile(bad)
+
+
+def test_validator_rejects_huge_profiles(quick_profile):
+    bad = _break(quick_profile, ("provenance", "method"), "x" * (1 << 20))
+    with pytest.raises(ValueError, match="over"):
+        tune.validate_profile(bad)
+
+
+# ------------------------------------------------------------------ decisions on synthetic measurements
+
+class FakeBuiltin:
+    nt_threshold = 16 << 20
+    parallel_threshold = 1 << 20
+    threads = 2
+
+    def kernel(self, region, cls, size):
+        return "generic" if size < 2048 else "avx2"
+
+    def uses_nt(self, size):
+        return size >= self.nt_threshold
+
+    def uses_pool(self, size):
+        return size >= self.parallel_threshold
+
+
+def _fake_measurements(stats_at):
+    sizes = sorted(stats_at)
+    cells = {r: {c: {str(s): stats_at[s] for s in sizes} for c in tune.CLASSES} for r in tune.REGIONS}
+    return {"sizes": sizes, "cells": cells, "cache": {str(s): "hot" for s in sizes}, "wide": {},
+            "threads": [2], "streaming": ["avx2_nt"], "l3": 32 << 20}
+
+
+def test_a_band_changes_only_beyond_the_spread():
+    st = lambda g, sp=0.01: {"gbps": g, "spread": sp}  # noqa: E731
+    m = _fake_measurements({
+        1024: {"generic": st(10), "avx2": st(15)},                 # 1.5x: changes
+        4096: {"generic": st(10), "avx2": st(10.5)},               # incumbent avx2, fastest: kept
+        8192: {"generic": st(11, 0.2), "avx2": st(10, 0.2)},       # 1.1x but 20 % spread: kept
+        16384: {"generic": st(10.2), "avx2": st(10)},              # 2 %: below MIN_GAIN, kept
+        32768: {"generic": st(20), "avx2": st(10)},                # 2x: changes
+    })
+    bands = tune.decide_bands(m, FakeBuiltin())
+    got = {p["size"]: p["kernel"] for p in bands["private"]["near"]}
+    assert got == {1024: "avx2", 4096: "avx2", 8192: "avx2", 16384: "avx2", 32768: "generic"}
+    assert "2.00x avx2" in bands["private"]["near"][-1]["why"]
+    assert "within the spread" in bands["private"]["near"][2]["why"]
+    merged = tune._bands_from_points(bands["private"]["near"], "generic")
+    assert [(b["from"], b["kernel"]) for b in merged] == [(0, "generic"), (1024, "avx2"), (32768, "generic")]
+
+
+def test_a_gap_between_two_equal_changes_is_filled_only_by_the_fastest():
+    st = lambda g, sp=0.01: {"gbps": g, "spread": sp}  # noqa: E731
+    sizes = {256: (15, 10), 384: (10.5, 10), 512: (15, 10)}  # avx2, generic; 384 B: avx2 within the spread
+    m = _fake_measurements({s: {"avx2": st(a), "generic": st(g, 0.1)} for s, (a, g) in sizes.items()})
+    got = [p["kernel"] for p in tune.decide_bands(m, FakeBuiltin())["private"]["far"]]
+    assert got == ["avx2", "avx2", "avx2"]
+    sizes[384] = (9.8, 10)  # generic fastest at the gap: it stays
+    m = _fake_measurements({s: {"avx2": st(a), "generic": st(g, 0.1)} for s, (a, g) in sizes.items()})
+    got = [p["kernel"] for p in tune.decide_bands(m, FakeBuiltin())["private"]["far"]]
+    assert got == ["avx2", "generic", "avx2"]
+
+
+def test_thresholds_need_every_larger_size():
+    assert tune._threshold_from([(1, False), (2, True), (3, True)]) == 2
+    assert tune._threshold_from([(1, True), (2, False), (3, True)]) == 3
+    assert tune._threshold_from([(1, True), (2, True), (3, False)]) is None
+
+
+def test_non_temporal_threshold_follows_cold_measurements():
+    st = lambda g: {"gbps": g, "spread": 0.01}  # noqa: E731
+    sizes = [32 << 20, 64 << 20, 128 << 20]
+    m = _fake_measurements({s: {"generic": st(5), "avx2": st(6)} for s in sizes})
+    m["cache"] = {str(s): "cold" for s in sizes}
+    # NT loses at 32 MiB, wins beyond the spread from 64 MiB
+    m["wide"] = {r: {f"{sizes[0]}:avx2": st(6), f"{sizes[0]}:avx2_nt": st(5),
+                     f"{sizes[1]}:avx2": st(6), f"{sizes[1]}:avx2_nt": st(8),
+                     f"{sizes[2]}:avx2": st(6), f"{sizes[2]}:avx2_nt": st(8)} for r in tune.REGIONS}
+    bands = tune.decide_bands(m, FakeBuiltin())
+    nt = tune.decide_nt(m, bands, {"threshold": None, "threads": 0}, FakeBuiltin())
+    assert nt["private"]["threshold"] == 64 << 20 and nt["private"]["kernel"] == "avx2_nt"
+    assert nt["private"]["changed"]
+
+
+# ------------------------------------------------------------------ the command line
+
+def _env(tmp_path):
+    return {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+
+def _expected_cache_path(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return _profile.cache_path()
+
+
+def test_tune_quick_end_to_end_writes_the_user_cache(tmp_path, monkeypatch):
+    path = _expected_cache_path(tmp_path, monkeypatch)
+    assert path.startswith(str(tmp_path / "cache" / "fastcopy" / "profile-")) and path.endswith(".json")
+    r = cli("tune", "--quick", "--grid", TEST_GRID, env=_env(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "changes against the built-in profile" in r.stdout and f"profile written to {path}" in r.stdout
+    assert "private:" in r.stdout and "page_aligned" in r.stdout and "parallel:" in r.stdout
+    with open(path) as f:
+        profile = json.load(f)
+    tune.validate_profile(profile)
+    assert "--quick" in profile["provenance"]["method"]
+    assert not [n for n in os.listdir(os.path.dirname(path)) if ".tmp" in n]  # no half-written file left
+
+
+def test_tune_output_show_and_reset(tmp_path, monkeypatch):
+    cached = _expected_cache_path(tmp_path, monkeypatch)
+    out = tmp_path / "mine.json"
+    r = cli("tune", "--quick", "--grid", "4K", "--output", str(out), env=_env(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert out.exists() and not os.path.exists(cached)
+    tune.validate_profile(json.loads(out.read_text()))
+
+    r = cli("tune", "--show", "--output", str(out), env=_env(tmp_path))
+    assert r.returncode == 0 and f"tuned profile {out}" in r.stdout and "page_aligned" in r.stdout
+    assert "policy in force" in r.stdout or "active profile" in r.stdout
+
+    r = cli("tune", "--show", env=_env(tmp_path))
+    assert r.returncode == 0 and f"no tuned profile at {cached}" in r.stdout
+
+    r = cli("tune", "--reset", "--output", str(out), env=_env(tmp_path))
+    assert r.returncode == 0 and f"removed {out}" in r.stdout and not out.exists()
+    r = cli("tune", "--reset", "--output", str(out), env=_env(tmp_path))
+    assert r.returncode == 0 and "nothing to remove" in r.stdout
+
+
+def test_tune_show_reports_a_corrupt_file(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    r = cli("tune", "--show", "--output", str(bad), env=_env(tmp_path))
+    assert r.returncode == 0 and "unusable profile" in r.stdout
+
+
+def test_tune_rejects_bad_arguments(tmp_path):
+    r = cli("tune", "--output", str(tmp_path / "missing" / "p.json"), env=_env(tmp_path))
+    assert r.returncode == 2 and "does not exist" in r.stderr
+    r = cli("tune", "--grid", "abc", env=_env(tmp_path))
+    assert r.returncode == 2 and "--grid" in r.stderr
+    r = cli("tune", "--show", "--reset", env=_env(tmp_path))
+    assert r.returncode == 2
+
+
+def test_tune_dry_run_writes_nothing(tmp_path, monkeypatch):
+    cached = _expected_cache_path(tmp_path, monkeypatch)
+    r = cli("tune", "--quick", "--grid", "4K", "--dry-run", env=_env(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "changes against the built-in profile" in r.stdout and not os.path.exists(cached)
+
+
+def test_fastcopy_tune_writes_and_returns_the_profile(tmp_path):
+    out = tmp_path / "p.json"
+    profile = fastcopy.tune(quick=True, grid=[4096], output=str(out), progress=False)
+    tune.validate_profile(profile)
+    assert json.loads(out.read_text()) == profile
+    assert "fastcopy.tune()" in profile["provenance"]["method"]
+
+
+def test_import_does_not_load_the_measurement_code():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTCOPY_")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC_DIR, os.environ.get("PYTHONPATH")) if p)
+    code = ("import sys, fastcopy; print(sorted(m for m in sys.modules if m.startswith('fastcopy.measure') "
+            "or m == 'fastcopy.bench')); print(callable(fastcopy.tune))")
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split("\n")[:2] == ["[]", "True"]
+
+
+@pytest.mark.skipif(not hasattr(_core, "load_profile"),
+                    reason="_core.load_profile is not in this build: loading profiles at import belongs to the "
+                           "policy branch (cpp/policy/); this checks that a tuned profile is accepted by it")
+def test_the_loader_accepts_a_tuned_profile(quick_profile):
+    _core.load_profile(json.dumps(quick_profile), "test")
+
+
+# ------------------------------------------------------------------ engine: cache modes and shared memory
+
+def test_cold_buffers_rotate_through_more_than_the_l3():
+    l3 = 1 << 20  # a small pretend L3 keeps the test light
+    bufs = engine.Buffers(64 << 10, [0, 16], cache="cold", l3=l3)
+    assert bufs.count == 2 * l3 // (64 << 10) and bufs.rotation_bytes >= 2 * l3
+    addresses = {s.ctypes.data for s in bufs.srcs}
+    assert len(addresses) == bufs.count
+    for off in (0, 16):
+        for d, s in bufs.pairs(off):
+            assert (d.ctypes.data - s.ctypes.data) % 4096 == off and d.size == s.size == 64 << 10
+    ranges = sorted((a.ctypes.data, a.ctypes.data + a.size) for a in bufs.srcs + bufs.dsts[16])
+    assert all(hi <= lo2 for (_, hi), (lo2, _) in zip(ranges, ranges[1:]))  # nothing overlaps
+
+
+def test_cold_rotation_is_capped_for_tiny_sizes():
+    assert engine.cold_rotation_count(64, 32 << 20) == engine.COLD_MAX_BUFFERS
+    assert engine.cold_rotation_count(256 << 20, 32 << 20) == 1
+    with pytest.raises(ValueError, match="cache"):
+        engine.Buffers(64, [0], cache="lukewarm")
+
+
+def test_shared_buffer_is_a_posix_shared_memory_mapping():
+    sb = engine.SharedBuffer(1 << 16)
+    try:
+        assert sb.array is not None and sb.array.ctypes.data % 4096 == 0 and sb.array.flags.writeable
+        if os.path.isdir("/dev/shm"):
+            assert os.path.exists(os.path.join("/dev/shm", sb.name.lstrip("/")))
+        src = np.arange(1 << 16, dtype=np.uint8)
+        fastcopy.kernel("generic")(sb.array, src)
+        assert np.array_equal(sb.array, src)
+    finally:
+        sb.close()
+    if os.path.isdir("/dev/shm"):
+        assert not os.path.exists(os.path.join("/dev/shm", sb.name.lstrip("/")))
+
+
+def test_bench_cold_cache_runs(tmp_path):
+    out = tmp_path / "cold.json"
+    r = cli("bench", "--cache", "cold", "--sizes", "64K", "--variants", "fastcopy,copyto", "--repeats", "2",
+            "--min-time", "0.002", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "caches are cold" in r.stdout and "WRONG RESULT" not in r.stdout
+    doc = json.loads(out.read_text())
+    assert doc["config"]["cache"] == "cold"
+    for res in doc["results"]:
+        assert res["cache"] == "cold" and res["verified"] and res["rotation_buffers"] > 1
+        assert res["rotation_bytes"] == res["rotation_buffers"] * 65536
+
+
+def test_bench_cold_cache_refused_with_ipc():
+    r = cli("bench", "--ipc", "--cache", "cold")
+    assert r.returncode == 2 and "--cache cold" in r.stderr
+
+
+# ------------------------------------------------------------------ fastcopy.kernel(name, threads=N)
+
+@pytest.mark.parametrize("name", fastcopy.kernels())
+def test_forced_kernel_on_the_pool_copies_right(name):
+    src = np.random.default_rng(1).integers(0, 256, (4 << 20) + 77, dtype=np.uint8)
+    dst = np.zeros_like(src)
+    fastcopy.kernel(name, threads=2)(dst, src)
+    assert np.array_equal(dst, src)
+    # overlapping ranges never go to the pool: memmove's result
+    buf = np.arange(1 << 20, dtype=np.uint8)
+    expect = buf[:-4160].copy()
+    fastcopy.kernel(name, threads=2)(buf[4160:], buf[:-4160])
+    assert np.array_equal(buf[4160:], expect)
+
+
+def test_forced_kernel_threads_must_be_in_range():
+    for bad in (0, -1, 1025):
+        with pytest.raises(ValueError, match="threads must be 1 to 1024"):
+            fastcopy.kernel("generic", threads=bad)
+
+
+def test_kernel_table_says_which_kernels_stream():
+    rows = _core.kernel_table()
+    assert all(isinstance(k["streaming"], bool) for k in rows)
+    for k in rows:
+        if k["twin"] is not None:
+            twin = next(t for t in rows if t["name"] == k["twin"])
+            assert twin["streaming"] != k["streaming"] and twin["twin"] == k["name"]
+    assert not next(k for k in rows if k["name"] == "generic")["streaming"]
