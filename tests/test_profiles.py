@@ -424,3 +424,29 @@ def test_fastcopy_kernel_env_runs_that_kernel_at_import(name, tmp_path):
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == name
+
+
+# ---- tune end to end: write to the cache, the next import runs it ---------------------------
+
+@needs_subprocess
+def test_tune_quick_then_import_picks_the_profile_up(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTCOPY_")}
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    r = subprocess.run([sys.executable, "-m", "fastcopy", "tune", "--quick"], env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert os.path.exists(cache_file(tmp_path)), r.stdout
+    out = run_probe(tmp_path)
+    assert out["warnings"] == []
+    assert out["source"]["source"] == "cache" and out["source"]["path"] == cache_file(tmp_path)
+    assert out["profile"]["signature"] == out["signature"]
+    with open(cache_file(tmp_path)) as f:
+        written = json.load(f)
+    assert out["profile"]["name"] == written["name"]
+    for region in REGIONS:  # what runs is the file's bands
+        for cls in CLASSES:
+            assert [(b["from"], b["kernel"]) for b in out["profile"]["regions"][region][cls]] == \
+                [(b["from"], b["kernel"]) for b in written["regions"][region][cls]]
+    r = subprocess.run([sys.executable, "-m", "fastcopy", "info"], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and cache_file(tmp_path) in r.stdout
