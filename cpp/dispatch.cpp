@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "kernels/registry.h"
+#include "policy/select.h"
 #include "pool.h"
 
 namespace fastcopy {
@@ -134,7 +135,7 @@ CopyFn choose_kernel(void* dst, const void* src, std::size_t n, Region region) {
 
 void copy_bytes(void* dst, const void* src, std::size_t n, Region region) {
     const policy::Profile& p = active();
-    CopyFn k = policy::choose(p, dst, src, n, region).fn;
+    CopyFn k = policy::choose_inline(p, dst, src, n, region).fn;
     if (n >= p.parallel.threshold && !p.forced && !policy::ranges_overlap(dst, src, n) && pool::threads() > 1) {
         t_last_kernel = k;
         pool::parallel_copy(dst, src, n, k);
