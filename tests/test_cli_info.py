@@ -41,10 +41,13 @@ def test_info_profile_prints_a_loadable_profile(tmp_path):
     assert set(data["regions"]) == {"private", "to_shared", "from_shared"}
     from fastcopy import _core
 
-    before = _core.active_profile()
     try:
         _core.load_profile(r.stdout, "cli output")  # what it prints is a valid profile here
-        assert _core.active_profile()["regions"] == before["regions"]
+        loaded = _core.active_profile()["regions"]
+        for region, classes in data["regions"].items():
+            for cls in ("page_aligned", "near", "far", "backward"):
+                assert [(b["from"], b["kernel"]) for b in loaded[region][cls]] == \
+                    [(b["from"], b["kernel"]) for b in classes[cls]]
     finally:
         _core.use_builtin_profile()
         from fastcopy import _profile

@@ -450,8 +450,17 @@ Profile parse_profile(const std::string& json_text, const std::string& source, c
         rules.nt.threshold = size_field(need(nt, "threshold", rp + ".nt"), rp + ".nt.threshold", kMinNtThreshold,
                                         kMaxSizeValue, true);
         rules.nt.why = optional_text(nt, "why", rp + ".nt");
-        if (const Json* md = nt.get("min_page_distance"))
+        if (const Json* md = nt.get("min_page_distance")) {
             rules.nt.min_page_distance = size_field(*md, rp + ".nt.min_page_distance", 0, 4096, false);
+        } else if (rules.nt.threshold != SIZE_MAX) {
+            // Not stated: keep the built-in profile's guard for this CPU. On Zen 3 streaming stores
+            // at page distances 16-256 ran 0.17-0.49x plain ones; a profile that did not measure
+            // those distances must not lose that knowledge.
+            rules.nt.min_page_distance = builtin_profile(cpu).region[r].nt.min_page_distance;
+            if (rules.nt.min_page_distance)
+                rules.nt.why += (rules.nt.why.empty() ? "" : "; ") + std::string("only at (dst - src) mod 4096 = 0 or >= ") +
+                                std::to_string(rules.nt.min_page_distance) + " (the built-in profile's guard)";
+        }
         const Json* ntk = nt.get("kernel");
         if (rules.nt.threshold != SIZE_MAX) {
             if (!ntk || ntk->type == Json::Null) bad(rp + ".nt.kernel", "a threshold needs a streaming kernel");
