@@ -6,8 +6,10 @@
 #      max,-avx2,-erms, EPYC-Milan (Zen 3 policy)
 #   4. cross-compiled aarch64 binary under qemu-aarch64-static: NEON-only CPUs, SVE at every
 #      vector length, A64FX, and one prctl sweep of all SVE lengths
-# Each emulated run asserts the supported kernels, the SVE vector length and the kernel the
-# dispatcher picks (kernel_tests --expect-*). Installs g++-aarch64-linux-gnu and
+# Each emulated run asserts the supported kernels and the SVE vector length (kernel_tests
+# --expect-*), and runs policy_tests: the dispatcher's cases (cpp/tests/policy_cases/*.txt, the
+# only place expected choices are written) plus the built-in profile the emulated CPU gets
+# (--expect-profile) with its invariants (never rep movsb in the near class, usable kernels only). Installs g++-aarch64-linux-gnu and
 # qemu-user-static with apt-get only when missing. Exit status non-zero on any failure.
 #
 # Environment: FASTCOPY_CI_BUILD (build root, default build/ci), FASTCOPY_CI_CLEAN=1 (wipe it
@@ -92,7 +94,7 @@ run_jobs() {  # jobfile
     while IFS='|' read -r label _; do
         [[ -z "$label" ]] && continue
         echo "---- $label: $(cat "$logdir/$label.status" 2>/dev/null || echo 'did not run')"
-        grep -E '^  (arm|x86|os):|choose_kernel|^  (ok|FAIL)|not tested natively|FATAL|ERROR|kernel_tests:' "$logdir/$label.log" || true
+        grep -E '^  (arm|x86|os):|choose_kernel|^  (ok|FAIL)|^FAIL|this CPU:|not tested natively|FATAL|ERROR|kernel_tests:|policy_tests:' "$logdir/$label.log" || true
         grep -q '^ok ' "$logdir/$label.status" 2>/dev/null || { failed=1; tail -30 "$logdir/$label.log"; }
     done <"$jobfile"
     return $failed
@@ -103,19 +105,22 @@ section "3. x86 fallbacks under qemu-x86_64-static (static binary)"
 if ! skipped qemu-x86; then
     configure_build "$B/x86-static" -DCMAKE_BUILD_TYPE=Release -DCMAKE_EXE_LINKER_FLAGS=-static
     X=$B/x86-static/cpp/tests/kernel_tests
+    P=$B/x86-static/cpp/tests/policy_tests
     Q=qemu-x86_64-static
-    # Expectations follow cpp/dispatch.cpp: AMD with AVX2 -> avx2 mid band, rep movsb off;
-    # Intel -> the C library unless rep movsb is allowed (ERMS); avx2_nt from half the L3
-    # (capped at 64 MiB) whenever AVX2 is there; no AVX2 -> the C library everywhere.
-    # erms (rep movsb) runs on every x86_64, so dispatch lists it as supported everywhere; what
-    # must hold without ERMS is that the dispatcher never picks it (--expect-kernel-not).
+    # Which built-in profile each emulated CPU matches (cpp/policy/defaults.cpp); what each
+    # profile chooses is tested by policy_tests from its case files, not restated here.
+    # erms (rep movsb) runs on every x86_64, so it is listed as supported everywhere.
     # qemu cannot emulate AVX-512: the avx512 kernels must be detected as unsupported; their
     # blocks run at width 64 on two AVX2 halves wherever AVX2 is there (avx512@2xavx2).
     cat >"$B/x86.jobs" <<JOBS
-nehalem|$Q|Nehalem|$X --quick --expect-unsupported avx2,avx2_nt,avx512,avx512_nt --expect-supported generic,erms --expect-kernel generic@64K --expect-kernel generic@512M
-haswell-noerms|$Q|Haswell,-erms|$X --quick --expect-unsupported avx512,avx512_nt --expect-supported generic,avx2,avx2_nt,erms --expect-kernel-not erms@64K --expect-kernel-not erms@1M --expect-kernel avx2_nt@512M
-amd-noavx2-noerms|$Q|max,-avx2,-erms|$X --quick --expect-unsupported avx2,avx2_nt,avx512,avx512_nt --expect-supported generic,erms --expect-kernel generic@64K --expect-kernel generic@512M
-epyc-milan|$Q|EPYC-Milan|$X --quick --expect-unsupported avx512,avx512_nt --expect-supported generic,avx2,avx2_nt,erms --expect-kernel avx2@64K --expect-kernel avx2@1M --expect-kernel avx2_nt@512M
+nehalem|$Q|Nehalem|$X --quick --expect-unsupported avx2,avx2_nt,avx512,avx512_nt --expect-supported generic,erms
+nehalem-policy|$Q|Nehalem|$P --expect-profile x86-64
+haswell-noerms|$Q|Haswell,-erms|$X --quick --expect-unsupported avx512,avx512_nt --expect-supported generic,avx2,avx2_nt,erms
+haswell-noerms-policy|$Q|Haswell,-erms|$P --expect-profile x86-avx2
+amd-noavx2-noerms|$Q|max,-avx2,-erms|$X --quick --expect-unsupported avx2,avx2_nt,avx512,avx512_nt --expect-supported generic,erms
+amd-noavx2-noerms-policy|$Q|max,-avx2,-erms|$P --expect-profile x86-64
+epyc-milan|$Q|EPYC-Milan|$X --quick --expect-unsupported avx512,avx512_nt --expect-supported generic,avx2,avx2_nt,erms
+epyc-milan-policy|$Q|EPYC-Milan|$P --expect-profile amd-zen3-zen4
 JOBS
     run_jobs "$B/x86.jobs" || die "x86 emulated runs"
 fi
@@ -126,27 +131,27 @@ if ! skipped arm64; then
     configure_build "$B/arm64" -DCMAKE_BUILD_TYPE=Release \
         -DCMAKE_TOOLCHAIN_FILE="$ROOT/cmake/aarch64-linux-gnu.cmake" -DFASTCOPY_STATIC_EXE=ON
     A=$B/arm64/cpp/tests/kernel_tests
+    P=$B/arm64/cpp/tests/policy_tests
     file "$A" | grep -q 'statically linked' || die "aarch64 test binary is not static"
     Q=qemu-aarch64-static
-    # qemu-user reports the host's kernel through uname. cpp/dispatch.cpp: with SVE, copies from
-    # 2 KiB use sve, but only from 256 KiB on Linux 4.15..6.1 (SVE trap after every syscall);
-    # without SVE the C library (generic) keeps every size; neon is only used when forced.
-    IFS=. read -r kmaj kmin _ <<<"$(uname -r)"
-    kmin=${kmin%%[!0-9]*}
-    if (( kmaj * 1000 + kmin >= 4015 && kmaj * 1000 + kmin <= 6001 )); then SVE_MID=generic; else SVE_MID=sve; fi
-    echo "host Linux $kmaj.$kmin: SVE CPUs should get '$SVE_MID' at 64 KiB and 'sve' at 1 MiB"
-    NOSVE="--expect-supported generic,neon --expect-unsupported sve --expect-sve-bytes 0 --expect-kernel generic@64K --expect-kernel generic@64M"
-    sve() { echo "--expect-supported generic,neon,sve --expect-sve-bytes $1 --expect-kernel generic@1K --expect-kernel $SVE_MID@64K --expect-kernel sve@1M"; }
+    # Which built-in profile each emulated CPU matches; the choices (SVE from 2 KiB, from
+    # 256 KiB on Linux 4.15..6.1, the C library without SVE) are policy_tests' case files
+    # (cpp/tests/policy_cases/arm.txt), run here by the aarch64 build.
+    NOSVE="--expect-supported generic,neon --expect-unsupported sve --expect-sve-bytes 0"
+    sve() { echo "--expect-supported generic,neon,sve --expect-sve-bytes $1"; }
     {
         echo "cortex-a72|$Q|cortex-a72|$A --quick $NOSVE"
+        echo "cortex-a72-policy|$Q|cortex-a72|$P --expect-profile aarch64-neon"
         echo "neoverse-n1|$Q|neoverse-n1|$A --quick $NOSVE"
         echo "max-sve-off|$Q|max,sve=off|$A --quick $NOSVE"
+        echo "max-policy|$Q|max|$P --expect-profile aarch64-sve"
         echo "sve-sweep|$Q|max|$A --quick --only sve --sve-sweep $(sve 64)"
         echo "max-sve128|$Q|max,sve128=on|$A --quick $(sve 16)"
         for n in 32 48 64 128 256; do
             echo "max-vl$n|$Q|max,sve-default-vector-length=$n|$A --quick $(sve $n)"
         done
         echo "a64fx|$Q|a64fx|$A --quick $(sve 64)"
+        echo "a64fx-policy|$Q|a64fx|$P --expect-profile aarch64-sve"
     } >"$B/arm64.jobs"
     run_jobs "$B/arm64.jobs" || die "aarch64 emulated runs"
 fi

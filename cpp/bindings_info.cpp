@@ -1,5 +1,6 @@
-// Read-only views of detection and policy for fastcopy.info(), plus the thread-count knob.
-// No policy here: everything comes from cpu.h, dispatch.h and pool.h.
+// Read-only views of detection and policy for fastcopy.info(), the profile entry points
+// (load, inspect, evaluate) and the thread-count knob. No policy here: everything comes from
+// cpu.h, dispatch.h, policy/ and pool.h.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -73,18 +74,88 @@ py::list kernels_list() {
     return out;
 }
 
+py::dict band_dict(const policy::Band& b, std::size_t to) {
+    py::dict d;
+    d["from"] = b.from;
+    d["to"] = size_or_none(to);
+    d["kernel"] = b.kernel;
+    d["why"] = b.why;
+    return d;
+}
+
+// A profile as it is executed, as a dict (docs/profile-format.md, plus where it came from).
+py::dict profile_dict(const policy::Profile& p) {
+    py::dict d;
+    d["name"] = p.name;
+    d["source"] = p.source;
+    d["matched"] = p.matched_why;
+    py::dict prov;
+    prov["machine"] = p.provenance.machine;
+    prov["date"] = p.provenance.date;
+    prov["libc"] = p.provenance.libc;
+    prov["method"] = p.provenance.method;
+    d["provenance"] = prov;
+    d["signature"] = p.signature_json.empty() ? py::object(py::none())
+                                               : py::module_::import("json").attr("loads")(p.signature_json);
+    py::dict regions;
+    for (int r = 0; r < policy::kRegions; ++r) {
+        const policy::RegionRules& rules = p.region[r];
+        py::dict region;
+        for (int c = 0; c < policy::kClasses; ++c) {
+            py::list bands;
+            const auto& bs = rules.cls[c];
+            for (std::size_t i = 0; i < bs.size(); ++i)
+                bands.append(band_dict(bs[i], i + 1 < bs.size() ? bs[i + 1].from : SIZE_MAX));
+            region[policy::class_key(c)] = bands;
+        }
+        py::dict nt;
+        nt["threshold"] = size_or_none(rules.nt.threshold);
+        nt["kernel"] = rules.nt.kernel && rules.nt.threshold != SIZE_MAX ? py::object(py::str(rules.nt.kernel))
+                                                                          : py::object(py::none());
+        nt["min_page_distance"] = rules.nt.min_page_distance;
+        nt["why"] = rules.nt.why;
+        region["nt"] = nt;
+        region["rep_movsb_on"] = size_or_none(rules.erms_on_request);
+        regions[policy::region_key(r)] = region;
+    }
+    d["regions"] = regions;
+    py::dict par;
+    par["threshold"] = size_or_none(p.parallel.threshold);
+    par["threads"] = p.parallel.threads;
+    par["why"] = p.parallel.why;
+    d["parallel"] = par;
+    d["notes"] = p.notes;
+    d["overrides"] = p.overrides;
+    d["forced_kernel"] = p.forced_kernel ? py::object(py::str(p.forced_kernel)) : py::object(py::none());
+    return d;
+}
+
+// Flat view for info()["policy"]: one row per region, address class and band.
 py::list policy_list() {
     py::list out;
-    for (const auto& r : describe_policy()) {
-        py::dict d;
-        d["region"] = r.region;
-        d["min_bytes"] = r.min_bytes;
-        d["max_bytes"] = size_or_none(r.max_bytes);
-        d["kernel"] = r.kernel;
-        d["reason"] = r.reason;
-        out.append(d);
-    }
+    const policy::Profile& p = active_profile();
+    for (int r = 0; r < policy::kRegions; ++r)
+        for (int c = 0; c < policy::kClasses; ++c) {
+            const auto& bs = p.region[r].cls[c];
+            for (std::size_t i = 0; i < bs.size(); ++i) {
+                py::dict d;
+                d["region"] = policy::region_key(r);
+                d["class"] = policy::class_key(c);
+                d["min_bytes"] = bs[i].from;
+                d["max_bytes"] = size_or_none(i + 1 < bs.size() ? bs[i + 1].from : SIZE_MAX);
+                d["kernel"] = p.forced_kernel ? p.forced_kernel : bs[i].kernel;
+                d["reason"] = p.forced_kernel ? std::string("forced by FASTCOPY_KERNEL") : bs[i].why;
+                out.append(d);
+            }
+        }
     return out;
+}
+
+// A profile for choose_for(): JSON text, or the name of a built-in profile.
+policy::Profile profile_from(const std::string& text) {
+    std::size_t i = text.find_first_not_of(" \t\r\n");
+    if (i != std::string::npos && text[i] == '{') return policy::parse_profile(text, "choose_for", cpu_facts());
+    return policy::builtin_profile_named(text, cpu_facts());
 }
 
 py::dict overrides_dict() {
@@ -97,16 +168,79 @@ py::dict overrides_dict() {
     return d;
 }
 
+template <class F>
+auto value_errors(F f) -> decltype(f()) {
+    try {
+        return f();
+    } catch (const std::invalid_argument& e) {
+        throw py::value_error(e.what());
+    }
+}
+
 }  // namespace
 
 void bind_info(py::module_& m) {
-    m.def("init_policy", [] {
-        try {
-            init_policy();
-        } catch (const std::invalid_argument& e) {
-            throw py::value_error(e.what());
+    m.def("init_policy", [] { value_errors([] { init_policy(); }); },
+          "Re-read the FASTCOPY_* environment variables and apply them on top of the current profile (ValueError on "
+          "a bad value; nothing changes then).");
+    m.def("load_profile",
+          [](const std::string& json_text, const std::string& source) {
+              value_errors([&] { load_profile(json_text, source); });
+          },
+          py::arg("json_text"), py::arg("source"),
+          "Validate and activate a dispatch profile (JSON text, docs/profile-format.md); ValueError naming the "
+          "problem leaves the active profile unchanged.");
+    m.def("use_builtin_profile", [](const std::string& name) { value_errors([&] { use_builtin_profile(name); }); },
+          py::arg("name") = "",
+          "Go back to the built-in profile for this CPU; with a name, activate that built-in profile (resolved for "
+          "this CPU: kernels it lacks fall back per band). ValueError for an unknown name.");
+    m.def("active_profile", [] { return profile_dict(active_profile()); },
+          "The profile every copy executes now, overrides included, as a dict.");
+    m.def("active_profile_json", [] { return policy::to_json(active_profile()); },
+          "The active profile as JSON in the profile format (to share, e.g. in a bug report).");
+    m.def("base_profile", [] { return profile_dict(base_profile()); }, "The active profile before the overrides.");
+    m.def("builtin_profiles", [] {
+        py::list out;
+        for (const auto& b : policy::builtin_profiles(cpu_facts())) {
+            py::dict d;
+            d["name"] = b.name;
+            d["match"] = b.match;
+            d["matches"] = b.matches;
+            d["specificity"] = b.specificity;
+            d["profile"] = profile_dict(policy::builtin_profile_named(b.name, cpu_facts()));
+            out.append(d);
         }
-    }, "Re-read the FASTCOPY_* environment variables and rebuild the policy (ValueError on a bad value).");
+        return out;
+    }, "Every built-in profile (resolved against this CPU), its match rule and whether it matches.");
+    m.def("profile_signature",
+          [](const std::string& json_text) {
+              return value_errors([&] {
+                  py::dict d;
+                  for (const auto& kv : policy::signature_fields(json_text)) d[py::str(kv.first)] = kv.second;
+                  return d;
+              });
+          },
+          py::arg("json_text"),
+          "The profile's signature members as {key: compact JSON text of the value} (empty without one).");
+    m.def("choose_for",
+          [](const std::string& profile, std::uintptr_t dst, std::uintptr_t src, std::size_t n, int region) {
+              if (region < 0 || region > 2)
+                  throw py::value_error("region must be 0 (private), 1 (to_shared) or 2 (from_shared)");
+              return value_errors([&] {
+                  policy::Profile p = profile_from(profile);
+                  return std::string(policy::choose(p, reinterpret_cast<const void*>(dst),
+                                                    reinterpret_cast<const void*>(src), n, static_cast<Region>(region))
+                                         .kernel);
+              });
+          },
+          py::arg("profile"), py::arg("dst_address"), py::arg("src_address"), py::arg("nbytes"), py::arg("region") = 0,
+          "The kernel a profile (JSON text or a built-in name) picks for these addresses and size, without the "
+          "overrides; nothing is copied.");
+    m.def("last_kernel", [] {
+        CopyFn k = last_kernel();
+        return k ? py::object(py::str(kernel_name(k))) : py::object(py::none());
+    }, "The kernel this thread last ran (None after reset_last_kernel()): proves which kernel a copy used.");
+    m.def("reset_last_kernel", &reset_last_kernel, "Forget the kernel this thread last ran.");
     m.def("cpu_facts", &facts_dict, "The CPU facts detected at import, as a dict.");
     m.def("kernel_table", &kernels_list, "Every kernel compiled in: name, description, supported, why_not, streaming, twin.");
     m.def("policy_table", &policy_list, "The policy: size bands per region with the chosen kernel and the reason.");
@@ -114,7 +248,8 @@ void bind_info(py::module_& m) {
     m.def("overrides", &overrides_dict, "The FASTCOPY_* overrides in force (None when not set).");
     m.def("nt_threshold", [] { return size_or_none(nt_threshold()); }, "Bytes from which non-temporal stores are used (None: never).");
     m.def("nt_reason", &nt_reason, "Why nt_threshold() is what it is, in words.");
-    m.def("parallel_threshold", &parallel_threshold, "Bytes from which copies are split across the thread pool.");
+    m.def("parallel_threshold", [] { return size_or_none(parallel_threshold()); },
+          "Bytes from which copies are split across the thread pool (None: never).");
     m.def("parallel_reason", &parallel_reason, "The measurement behind parallel_threshold(), in words.");
     m.def("threads", [] { return pool::threads(); }, "Threads a large copy uses now (caller included).");
     m.def("default_threads", [] { return pool::default_threads(); }, "Threads from CPU affinity and cgroup quota.");

@@ -1,6 +1,6 @@
-// The dispatch policy: from CPU facts, size bands and addresses to one kernel.
-// Everything that decides *which* kernel runs lives in dispatch.cpp; bindings only call
-// copy_bytes() / copy_bytes_with().
+// The façade the bindings, the shared-memory ring and the benchmarks call: kernels by name,
+// the active dispatch profile (cpp/policy/), and copy_bytes(). Which kernel runs is decided by
+// policy::choose() on the active profile; nothing here knows about vendors.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -9,12 +9,9 @@
 
 #include "cpu.h"
 #include "kernels/kernels.h"
+#include "policy/profile.h"
 
 namespace fastcopy {
-
-// Where the bytes go. Copies into and out of memory shared between processes have their
-// own policy entries (UCX tunes copy-in and copy-out separately, too).
-enum class Region : int { Private = 0, ToShared = 1, FromShared = 2 };
 
 struct KernelInfo {
     std::string name;          // "generic", "avx2", "avx2_nt", "erms", "neon", "sve"
@@ -24,44 +21,41 @@ struct KernelInfo {
     std::string why_not;       // empty when supported
 };
 
-// One row of the policy table, for info(): which kernel a size band gets and why.
-struct PolicyRule {
-    std::string region;        // "private", "to_shared", "from_shared"
-    std::size_t min_bytes = 0; // inclusive
-    std::size_t max_bytes = SIZE_MAX;  // exclusive; SIZE_MAX = no upper bound
-    std::string kernel;        // kernel name, or "parallel(<kernel>)" for pool copies
-    std::string reason;        // plain words, with the measurement behind it
-};
+using Overrides = policy::Overrides;
+using policy::parse_size;
 
-struct Overrides {
-    std::string kernel;          // FASTCOPY_KERNEL, empty = automatic
-    std::string rep_movsb = "auto";  // FASTCOPY_REP_MOVSB: auto | on | off
-    bool nt_threshold_set = false;   // FASTCOPY_NT_THRESHOLD given ("off" disables NT stores)
-    std::size_t nt_threshold = 0;    // its value in bytes (SIZE_MAX for "off")
-    int threads = -1;                // FASTCOPY_THREADS, -1 = not set
-};
-
-// Reads the FASTCOPY_* environment variables and builds the policy. Throws
-// std::invalid_argument whose message names the variable, the bad value and the valid ones.
-// Called once at import; calling again rebuilds the policy (tests use this).
+// Reads the FASTCOPY_* environment variables and applies them on top of the current base
+// profile (the built-in one for this CPU until load_profile()). Throws std::invalid_argument
+// whose message names the variable, the bad value and the valid ones; nothing changes then.
+// Called once at import; calling again rebuilds the active profile (tests use this).
 void init_policy();
+
+// Parses, validates and activates a profile (JSON text, docs/profile-format.md); the
+// overrides in force are applied on top. Throws std::invalid_argument naming the problem; the
+// active profile is unchanged then.
+void load_profile(const std::string& json_text, const std::string& source);
+// Goes back to the built-in profile for this CPU (overrides still applied); with a name, that
+// built-in profile resolved for this CPU (tests of other CPUs' tables; std::invalid_argument
+// for an unknown name).
+void use_builtin_profile(const std::string& name = "");
+// The profile every copy executes now (overrides included). Valid until the next
+// init_policy/load_profile/use_builtin_profile; replaced profiles are kept alive, so a copy
+// running in another thread never sees freed memory.
+const policy::Profile& active_profile();
+// The base profile (before the overrides).
+const policy::Profile& base_profile();
 
 const std::vector<KernelInfo>& all_kernels();   // every kernel compiled into this build
 const KernelInfo* find_kernel(const std::string& name);  // nullptr when not compiled in
 const Overrides& overrides();
-std::vector<PolicyRule> describe_policy();
-// The policy another CPU would get (for tests of the rules on CPUs we do not have; the
-// kernel functions named may not be supported here). Overrides are taken as given.
-std::vector<PolicyRule> policy_for(const CpuFacts& facts, const Overrides& o);
-// Plain-words notes on decisions that are not size bands (e.g. the SVE kernel-version rule).
 std::vector<std::string> policy_notes();
 
-std::size_t nt_threshold();        // bytes from which non-temporal stores are used
-std::string nt_reason();           // why nt_threshold() is what it is, in words
-std::size_t parallel_threshold();  // bytes from which the pool is used
-std::string parallel_reason();     // the measurement behind parallel_threshold(), in words
+std::size_t nt_threshold();        // private region: bytes from which non-temporal stores are used
+std::string nt_reason();
+std::size_t parallel_threshold();  // bytes from which the pool is used (SIZE_MAX: never)
+std::string parallel_reason();
 
-// The kernel the policy picks for one contiguous copy.
+// The kernel the active profile picks for one contiguous copy.
 CopyFn choose_kernel(void* dst, const void* src, std::size_t n, Region region);
 // Name of a kernel function (for info and tests); "unknown" if not in the table.
 const char* kernel_name(CopyFn fn);
@@ -76,8 +70,9 @@ void copy_bytes_piece(void* dst, const void* src, std::size_t n, std::size_t who
 // Same with one forced kernel for every size (fastcopy.kernel(name)); no thread pool.
 void copy_bytes_with(CopyFn kernel, void* dst, const void* src, std::size_t n);
 
-// Parses sizes like "4096", "64K", "8M", "1G", "512KiB" (binary units). Throws
-// std::invalid_argument on anything else.
-std::size_t parse_size(const std::string& text);
+// Kernel identity hook: the kernel the calling thread last ran through copy_bytes*,
+// (nullptr after reset_last_kernel()). Tests read it to prove a forced kernel really runs.
+CopyFn last_kernel();
+void reset_last_kernel();
 
 }  // namespace fastcopy

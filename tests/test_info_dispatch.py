@@ -55,15 +55,20 @@ def test_info_structure():
     assert fastcopy.kernels() == [k["name"] for k in data["kernels"] if k["supported"]]
     for rule in data["policy"]:
         assert rule["region"] in ("private", "to_shared", "from_shared")
+        assert rule["class"] in ("page_aligned", "near", "far", "backward")
         assert rule["kernel"] in names
         assert rule["reason"], rule
         assert rule["max_bytes"] is None or rule["max_bytes"] > rule["min_bytes"]
-    # Every region's bands tile [0, inf) without gaps.
+    # Every region's bands tile [0, inf) without gaps, in every address class.
     for region in ("private", "to_shared", "from_shared"):
-        bands = [r for r in data["policy"] if r["region"] == region]
-        assert bands[0]["min_bytes"] == 0 and bands[-1]["max_bytes"] is None
-        for a, b in zip(bands, bands[1:]):
-            assert a["max_bytes"] == b["min_bytes"]
+        for cls in ("page_aligned", "near", "far", "backward"):
+            bands = [r for r in data["policy"] if r["region"] == region and r["class"] == cls]
+            assert bands[0]["min_bytes"] == 0 and bands[-1]["max_bytes"] is None
+            for a, b in zip(bands, bands[1:]):
+                assert a["max_bytes"] == b["min_bytes"]
+            # The flat rows are the active profile's bands, not a reconstruction.
+            prof = data["profile"]["regions"][region][cls]
+            assert [(b["from"], b["kernel"]) for b in prof] == [(r["min_bytes"], r["kernel"]) for r in bands]
     json.dumps(data)  # serialisable
 
 
@@ -141,11 +146,11 @@ def test_chosen_kernel_rules():
     buf = np.zeros(4 << 20, dtype=np.uint8)
     base = (addr(buf) + 4095) // 4096 * 4096
     cpu = fastcopy.info()["cpu"]
-    for n in (0, 1, 64, 1024):
+    for n in (0, 1, 64):
         assert _core.chosen_kernel(base + (2 << 20), base, n) == "generic"
     # rep movsb is never chosen for 4K-aliasing distances nor for backward (overlapping) copies.
     for n in (4096, 65536, 512 << 10):
-        for off in list(range(0, 64)) + [4096 + 5, 8192 + 63]:
+        for off in list(range(1, 64)) + [4096 + 5, 8192 + 63]:
             assert _core.chosen_kernel(base + (2 << 20) + off, base, n) != "erms"
         assert _core.chosen_kernel(base + 128, base, n) != "erms"  # dst inside (src, src+n)
     if cpu["vendor"] == "AuthenticAMD":
@@ -221,7 +226,7 @@ import json, numpy as np, fastcopy
 from fastcopy import _core
 buf = np.zeros(8 << 20, dtype=np.uint8)
 base = (buf.__array_interface__['data'][0] + 4095) // 4096 * 4096
-far = base + (4 << 20) + 128
+far = base + (4 << 20) + 1024  # far class, and past the Zen 3 NT distance guard (512)
 out = {n: _core.chosen_kernel(far, base, n) for n in (64, 4096, 65536, 1 << 20, 3 << 20)}
 src = np.arange(3 << 20, dtype=np.uint32).view(np.uint8)[: 3 << 20]
 dst = np.zeros_like(src)
@@ -276,9 +281,10 @@ def test_nt_threshold_override(text, value):
 def test_nt_threshold_off():
     out = probe(FASTCOPY_NT_THRESHOLD="off")
     assert out["info"]["thresholds"]["non_temporal_bytes"] is None
-    # Policy rows name a kernel or "parallel(<kernel>)".
-    assert all(r["kernel"].removeprefix("parallel(").rstrip(")") not in streaming_kernels()
-               for r in out["info"]["policy"])
+    assert all(r["kernel"] not in streaming_kernels() for r in out["info"]["policy"])
+    for region in out["info"]["profile"]["regions"].values():
+        assert region["nt"]["threshold"] is None and region["nt"]["kernel"] is None
+    assert not any(k in streaming_kernels() for k in out["chosen"].values())
 
 
 @needs_subprocess

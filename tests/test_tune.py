@@ -273,7 +273,13 @@ def test_import_does_not_load_the_measurement_code():
                     reason="_core.load_profile is not in this build: loading profiles at import belongs to the "
                            "policy branch (cpp/policy/); this checks that a tuned profile is accepted by it")
 def test_the_loader_accepts_a_tuned_profile(quick_profile):
-    _core.load_profile(json.dumps(quick_profile), "test")
+    from fastcopy import _profile
+
+    try:
+        _core.load_profile(json.dumps(quick_profile), "test")
+    finally:  # back to what the import chose, for the tests that follow
+        _core.use_builtin_profile()
+        _profile.load_at_import()
 
 
 # ------------------------------------------------------------------ engine: cache modes and shared memory

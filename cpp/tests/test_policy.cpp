@@ -1,170 +1,400 @@
-// Policy rules for CPUs we do not have, from synthetic facts: the AMD rep movsb opt-out,
-// the shared-region rules, the non-temporal threshold from the real L3, the SVE rules.
+// policy_tests: the dispatcher (policy::choose) driven by profiles and synthetic CPU facts,
+// with the cases written as data in cpp/tests/policy_cases/*.txt; plus the parsing of bad
+// profiles (each rejection reason). No memory is copied: addresses are synthetic.
+//
+//   policy_tests [--cases DIR] [--expect-profile NAME]
+//
+// Also checks the built-in profile this (real or emulated) CPU gets: the near class never
+// chooses rep movsb, every kernel chosen is usable here; --expect-profile names the profile
+// it must be (CI runs this under qemu with emulated CPUs).
+//
+// Case file syntax, one statement per line (# starts a comment):
+//   case NAME                      starts a scenario (resets cpu, profile and environment)
+//   cpu KEY=VALUE ...              synthetic facts: arch vendor family model features=a,b
+//                                  l3=32M linux=6.8 sve_bytes=64 (features: avx2 avx512 erms
+//                                  fsrm sve asimd)
+//   env VAR=VALUE                  a FASTCOPY_* override, applied on top (read_overrides)
+//   builtin [NAME]                 the profile: the built-in match for the cpu, or one by name
+//   file PATH                      the profile: a JSON file (relative to the cases directory)
+//   expect-profile NAME            the profile's name
+//   choose REGION DIST N KERNEL    REGION private|to_shared|from_shared; DIST the distance
+//                                  (dst - src) mod 4096 of a disjoint copy, or `backward`
+//                                  (dst = src + 16, overlapping) or `forward` (dst = src - 16);
+//                                  N bytes (4096, 64K, 16M, 1M-1); KERNEL may be A|B: A when A
+//                                  is usable on the cpu in this build, else B
+//   never KERNEL CLASS             no size (0 B .. 1 GiB, edges +-1), region or distance of
+//                                  CLASS (page_aligned near far backward) chooses KERNEL
+//   parallel N|never               the parallel threshold
+//   reject PATH TEXT...            parsing PATH fails with a message containing TEXT
+//   accept PATH                    parsing PATH succeeds
+//   arch NAME                      skip the rest of the file unless this build is for NAME
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <dirent.h>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "dispatch.h"
+#include "cpu.h"
+#include "kernels/kernels.h"
+#include "policy/profile.h"
+#include "split_list.h"
 
 using namespace fastcopy;
+using namespace fastcopy::policy;
 
-static int failures = 0, checks = 0;
-#define CHECK(cond, ...)                                              \
-    do {                                                              \
-        ++checks;                                                     \
-        if (!(cond)) {                                                \
-            ++failures;                                               \
-            std::printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            std::printf(__VA_ARGS__);                                 \
-            std::printf("\n");                                        \
-        }                                                             \
-    } while (0)
+#ifndef FASTCOPY_POLICY_CASES
+#define FASTCOPY_POLICY_CASES "policy_cases"
+#endif
 
-static std::string kernel_at(const std::vector<PolicyRule>& rules, const char* region, std::size_t n) {
-    for (const auto& r : rules)
-        if (r.region == region && n >= r.min_bytes && n < r.max_bytes) return r.kernel;
-    return "none";
-}
+namespace {
 
-static bool any_kernel(const std::vector<PolicyRule>& rules, const char* region, const char* kernel) {
-    for (const auto& r : rules)
-        if (r.region == region && r.kernel == kernel) return true;
-    return false;
-}
+int g_checks = 0, g_failures = 0, g_skipped_files = 0;
 
-static void check_tiling(const std::vector<PolicyRule>& rules, const char* what) {
-    for (const char* region : {"private", "to_shared", "from_shared"}) {
-        std::size_t next = 0;
-        for (const auto& r : rules) {
-            if (r.region != region) continue;
-            CHECK(r.min_bytes == next, "%s %s: gap or overlap at %zu", what, region, r.min_bytes);
-            CHECK(!r.reason.empty(), "%s %s: empty reason", what, region);
-            next = r.max_bytes;
-        }
-        CHECK(next == SIZE_MAX, "%s %s: bands do not reach infinity", what, region);
+void check(bool ok, const std::string& where, const std::string& what) {
+    ++g_checks;
+    if (!ok) {
+        ++g_failures;
+        std::printf("FAIL %s: %s\n", where.c_str(), what.c_str());
     }
 }
 
+std::string build_arch() {
 #if defined(FASTCOPY_X86)
-static CpuFacts zen3_vm() {
+    return "x86_64";
+#elif defined(FASTCOPY_ARM64)
+    return "aarch64";
+#else
+    return "unknown";
+#endif
+}
+
+std::size_t size_arg(const std::string& text) {
+    std::size_t minus = text.find('-', 1), plus = text.find('+', 1);
+    if (minus != std::string::npos) return parse_size(text.substr(0, minus)) - std::stoull(text.substr(minus + 1));
+    if (plus != std::string::npos) return parse_size(text.substr(0, plus)) + std::stoull(text.substr(plus + 1));
+    return parse_size(text);
+}
+
+CpuFacts facts_from(const std::vector<std::string>& words) {
     CpuFacts f;
-    f.arch = "x86_64";
-    f.vendor = "AuthenticAMD";
-    f.family = 25;
-    f.model = 1;
-    f.hypervisor = true;
-    f.erms = f.fsrm = f.avx = f.avx2 = true;
-    f.l1d = 32 << 10;
-    f.l2 = 512 << 10;
-    f.l3_sysfs = f.l3 = std::size_t(32) << 20;
-    f.l3_cpuid = std::size_t(256) << 20;  // what CPUID claims under KVM
-    f.cache_source = "sysfs";
-    return f;
-}
-
-static CpuFacts intel_vm() {
-    CpuFacts f = zen3_vm();
-    f.vendor = "GenuineIntel";
-    f.family = 6;
-    f.model = 143;
-    f.l3_sysfs = f.l3 = f.l3_cpuid = std::size_t(480) << 20;
-    return f;
-}
-
-static void test_x86() {
-    Overrides automatic;
-    auto amd = policy_for(zen3_vm(), automatic);
-    check_tiling(amd, "zen3");
-    for (const char* region : {"private", "to_shared", "from_shared"}) {
-        CHECK(!any_kernel(amd, region, "erms"), "AMD opt-out: no rep movsb in %s", region);
-        CHECK(kernel_at(amd, region, 64) == "generic", "small copies use the C library");
-        CHECK(kernel_at(amd, region, 4096) == "avx2", "AMD mid band: avx2, got %s", kernel_at(amd, region, 4096).c_str());
-        CHECK(kernel_at(amd, region, 512 << 10) == "avx2", "AMD 512 KiB: avx2");
+    f.kernel_major = 6;
+    f.kernel_minor = 8;
+    for (std::size_t i = 1; i < words.size(); ++i) {
+        std::size_t eq = words[i].find('=');
+        if (eq == std::string::npos) throw std::runtime_error("cpu: expected KEY=VALUE, got " + words[i]);
+        std::string k = words[i].substr(0, eq), v = words[i].substr(eq + 1);
+        if (k == "arch") f.arch = v;
+        else if (k == "vendor") f.vendor = v;
+        else if (k == "family") f.family = static_cast<unsigned>(std::stoul(v));
+        else if (k == "model") f.model = static_cast<unsigned>(std::stoul(v));
+        else if (k == "l3") {
+            f.l3 = f.l3_sysfs = parse_size(v);
+            f.cache_source = f.l3 ? "sysfs" : "none";
+        } else if (k == "l3_cpuid") f.l3_cpuid = parse_size(v);
+        else if (k == "sve_bytes") f.sve_vector_bytes = parse_size(v);
+        else if (k == "linux") {
+            std::sscanf(v.c_str(), "%d.%d", &f.kernel_major, &f.kernel_minor);
+            int kv = f.kernel_major * 1000 + f.kernel_minor;
+            f.sve_traps_after_syscall = kv >= 4015 && kv <= 6001;
+        } else if (k == "features") {
+            for (const std::string& feat : split_list(v)) {
+                if (feat == "avx2") f.avx = f.avx2 = true;
+                else if (feat == "avx512") f.avx512f = f.avx512bw = f.avx512vl = true;
+                else if (feat == "erms") f.erms = true;
+                else if (feat == "fsrm") f.fsrm = true;
+                else if (feat == "sve") f.sve = true;
+                else if (feat == "asimd") f.asimd = true;
+                else throw std::runtime_error("cpu: unknown feature " + feat);
+            }
+        } else {
+            throw std::runtime_error("cpu: unknown key " + k);
+        }
     }
-    // NT threshold from the sysfs L3 (32 MiB -> 16 MiB), not CPUID's false 256 MiB.
-    CHECK(kernel_at(amd, "private", (16 << 20) - 1) == "avx2", "below 16 MiB: avx2");
-    CHECK(kernel_at(amd, "private", 16 << 20) == "avx2_nt", "from 16 MiB: avx2_nt, got %s",
-          kernel_at(amd, "private", 16 << 20).c_str());
-
-    Overrides on;
-    on.rep_movsb = "on";
-    auto amd_on = policy_for(zen3_vm(), on);
-    check_tiling(amd_on, "zen3 rep_movsb=on");
-    CHECK(kernel_at(amd_on, "private", 65536) == "erms", "FASTCOPY_REP_MOVSB=on forces rep movsb in private copies");
-    CHECK(!any_kernel(amd_on, "to_shared", "erms") && !any_kernel(amd_on, "from_shared", "erms"),
-          "AMD: rep movsb stays off for shared regions even when forced on");
-
-    auto intel = policy_for(intel_vm(), automatic);
-    check_tiling(intel, "intel");
-    CHECK(kernel_at(intel, "private", 65536) == "erms", "Intel with ERMS: rep movsb in the mid band");
-    CHECK(kernel_at(intel, "to_shared", 65536) == "erms", "Intel: rep movsb into shared memory too");
-    CHECK(kernel_at(intel, "private", 1024) == "generic", "Intel small: C library");
-    CHECK(kernel_at(intel, "private", std::size_t(64) << 20) == "avx2_nt", "480 MiB L3 capped: NT from 64 MiB");
-    CHECK(kernel_at(intel, "private", (std::size_t(64) << 20) - 1) == "erms", "below the cap: rep movsb");
-
-    Overrides off;
-    off.rep_movsb = "off";
-    CHECK(!any_kernel(policy_for(intel_vm(), off), "private", "erms"), "FASTCOPY_REP_MOVSB=off");
-
-    Overrides nt;
-    nt.nt_threshold_set = true;
-    nt.nt_threshold = 64 << 10;
-    auto amd_nt = policy_for(zen3_vm(), nt);
-    check_tiling(amd_nt, "zen3 nt=64K");
-    CHECK(kernel_at(amd_nt, "private", 65536) == "avx2_nt", "FASTCOPY_NT_THRESHOLD=64K");
-    CHECK(kernel_at(amd_nt, "private", 65535) == "avx2", "below FASTCOPY_NT_THRESHOLD");
-
-    CpuFacts old = zen3_vm();  // no AVX2 (e.g. qemu -cpu max,-avx2,-erms): the C library everywhere
-    old.avx = old.avx2 = old.erms = old.fsrm = false;
-    auto plain = policy_for(old, automatic);
-    check_tiling(plain, "no avx2");
-    CHECK(kernel_at(plain, "private", 1 << 20) == "generic", "without AVX2 the C library");
-    CHECK(!any_kernel(plain, "private", "avx2_nt"), "no NT without AVX2");
-
-    CpuFacts unknown_l3 = zen3_vm();
-    unknown_l3.l3 = unknown_l3.l3_sysfs = unknown_l3.l3_cpuid = 0;
-    unknown_l3.cache_source = "none";
-    CHECK(kernel_at(policy_for(unknown_l3, automatic), "private", 16 << 20) == "avx2_nt", "unknown L3: 16 MiB default");
+    if (f.sve) f.sve_traps_after_syscall = f.sve_traps_after_syscall && f.arch == "aarch64";
+    else f.sve_traps_after_syscall = false;
+    return f;
 }
-#endif
 
-#if defined(FASTCOPY_ARM64)
-static void test_arm() {
-    Overrides automatic;
-    CpuFacts neon;
-    neon.arch = "aarch64";
-    neon.asimd = true;
-    neon.kernel_major = 6;
-    neon.kernel_minor = 8;
-    auto p = policy_for(neon, automatic);
-    check_tiling(p, "neon");
-    CHECK(!any_kernel(p, "private", "sve"), "no SVE without HWCAP_SVE");
-
-    CpuFacts a64fx = neon;
-    a64fx.vendor = "Fujitsu";
-    a64fx.sve = true;
-    a64fx.sve_vector_bytes = 64;
-    auto q = policy_for(a64fx, automatic);
-    check_tiling(q, "a64fx");
-    CHECK(kernel_at(q, "private", 4096) == "sve", "SVE from 2 KiB on a new kernel");
-
-    a64fx.kernel_major = 5;
-    a64fx.kernel_minor = 10;
-    a64fx.sve_traps_after_syscall = true;
-    auto r = policy_for(a64fx, automatic);
-    check_tiling(r, "a64fx linux 5.10");
-    CHECK(kernel_at(r, "private", 4096) == "generic", "Linux 5.10: no SVE for small copies (trap after syscall)");
-    CHECK(kernel_at(r, "private", 256 << 10) == "sve", "Linux 5.10: SVE from 256 KiB");
+std::string read_text(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw std::runtime_error("cannot read " + path);
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
 }
-#endif
 
-int main() {
-#if defined(FASTCOPY_X86)
-    test_x86();
-#endif
-#if defined(FASTCOPY_ARM64)
-    test_arm();
-#endif
-    std::printf("policy_tests: %d passed, %d failed\n", checks - failures, failures);
-    return failures ? 1 : 0;
+// Synthetic addresses: src on a page boundary far from dst, so disjoint copies up to 1 GiB
+// never overlap; no memory is touched.
+struct Addrs {
+    const void* dst;
+    const void* src;
+};
+Addrs addresses(const std::string& dist) {
+    const std::uintptr_t src = std::uintptr_t(1) << 40;
+    if (dist == "backward") return {reinterpret_cast<const void*>(src + 16), reinterpret_cast<const void*>(src)};
+    if (dist == "forward") return {reinterpret_cast<const void*>(src - 16), reinterpret_cast<const void*>(src)};
+    std::uintptr_t d = std::stoull(dist);
+    return {reinterpret_cast<const void*>(src + (std::uintptr_t(1) << 32) + d), reinterpret_cast<const void*>(src)};
+}
+
+int region_arg(const std::string& r) {
+    for (int i = 0; i < kRegions; ++i)
+        if (r == region_key(i)) return i;
+    throw std::runtime_error("unknown region " + r);
+}
+
+const char* const kOverrideVars[] = {"FASTCOPY_KERNEL", "FASTCOPY_REP_MOVSB", "FASTCOPY_NT_THRESHOLD", "FASTCOPY_THREADS"};
+
+struct Scenario {
+    std::string name;
+    CpuFacts cpu;
+    bool have_cpu = false;
+    bool have_profile = false;
+    Profile base, active;
+    std::vector<std::pair<std::string, std::string>> env;
+
+    void rebuild(const std::string& where) {
+        if (!have_profile) return;
+        for (const char* v : kOverrideVars) unsetenv(v);
+        for (auto& kv : env) setenv(kv.first.c_str(), kv.second.c_str(), 1);
+        active = base;
+        try {
+            apply_overrides(active, read_overrides(cpu), cpu);
+        } catch (const std::exception& e) {
+            check(false, where, std::string("overrides rejected: ") + e.what());
+        }
+        for (const char* v : kOverrideVars) unsetenv(v);
+    }
+};
+
+std::string expected_kernel(const std::string& spec, const CpuFacts& cpu) {
+    std::size_t bar = spec.find('|');
+    if (bar == std::string::npos) return spec;
+    std::string first = spec.substr(0, bar);
+    return kernel_facts(first, cpu).usable ? first : expected_kernel(spec.substr(bar + 1), cpu);
+}
+
+void never(const Scenario& s, const std::string& kernel, const std::string& cls, const std::string& where) {
+    std::vector<std::string> dists;
+    if (cls == "near") dists = {"1", "16", "31", "32", "48", "63"};
+    else if (cls == "far") dists = {"64", "128", "511", "512", "2080", "4032", "4095"};
+    else if (cls == "page_aligned") dists = {"0"};
+    else if (cls == "backward") dists = {"backward"};
+    else throw std::runtime_error("never: unknown class " + cls);
+    std::vector<std::size_t> sizes = {0, 1, 63, 64, 127, 128, 2047, 2048, 2111, 2112};
+    for (std::size_t p = 12; p <= 30; ++p) {
+        sizes.push_back((std::size_t(1) << p) - 1);
+        sizes.push_back(std::size_t(1) << p);
+        sizes.push_back((std::size_t(3) << p) / 2);
+    }
+    int hits = 0, probes = 0;
+    std::string first;
+    for (int r = 0; r < kRegions; ++r)
+        for (const auto& d : dists)
+            for (std::size_t n : sizes) {
+                Addrs a = addresses(d);
+                if (d == "backward" && n <= 16) continue;  // no overlap: not the backward class
+                ++probes;
+                if (kernel == choose(s.active, a.dst, a.src, n, static_cast<Region>(r)).kernel) {
+                    if (!hits++) first = std::string(region_key(r)) + " dist " + d + " n " + std::to_string(n);
+                }
+            }
+    check(hits == 0, where,
+          kernel + " chosen in the " + cls + " class " + std::to_string(hits) + " times of " + std::to_string(probes) +
+              (hits ? " (first: " + first + ")" : ""));
+}
+
+void run_file(const std::string& dir, const std::string& file) {
+    std::ifstream in(dir + "/" + file);
+    std::string line;
+    int lineno = 0;
+    Scenario s;
+    while (std::getline(in, line)) {
+        ++lineno;
+        std::size_t hash = line.find('#');
+        if (hash != std::string::npos) line = line.substr(0, hash);
+        std::istringstream ws(line);
+        std::vector<std::string> w;
+        for (std::string t; ws >> t;) w.push_back(t);
+        if (w.empty()) continue;
+        std::string where = file + ":" + std::to_string(lineno) + (s.name.empty() ? "" : " [" + s.name + "]");
+        try {
+            const std::string& op = w[0];
+            if (op == "arch") {
+                if (w.at(1) != build_arch()) {
+                    std::printf("  %s: skipped from line %d (cases for %s; this build is %s)\n", file.c_str(), lineno,
+                                w[1].c_str(), build_arch().c_str());
+                    ++g_skipped_files;
+                    return;
+                }
+            } else if (op == "case") {
+                s = Scenario();
+                s.name = line.size() > 5 ? line.substr(line.find("case") + 5) : "";
+            } else if (op == "cpu") {
+                s.cpu = facts_from(w);
+                s.have_cpu = true;
+            } else if (op == "env") {
+                std::size_t eq = w.at(1).find('=');
+                s.env.emplace_back(w[1].substr(0, eq), w[1].substr(eq + 1));
+                s.rebuild(where);
+            } else if (op == "builtin") {
+                if (!s.have_cpu) throw std::runtime_error("builtin before cpu");
+                s.base = w.size() > 1 ? builtin_profile_named(w[1], s.cpu) : builtin_profile(s.cpu);
+                s.have_profile = true;
+                s.rebuild(where);
+            } else if (op == "file") {
+                if (!s.have_cpu) throw std::runtime_error("file before cpu");
+                s.base = parse_profile(read_text(dir + "/" + w.at(1)), w[1], s.cpu);
+                s.have_profile = true;
+                s.rebuild(where);
+            } else if (op == "expect-profile") {
+                check(s.active.name == w.at(1), where, "profile " + s.active.name + ", expected " + w[1]);
+            } else if (op == "choose") {
+                int r = region_arg(w.at(1));
+                Addrs a = addresses(w.at(2));
+                std::size_t n = size_arg(w.at(3));
+                std::string want = expected_kernel(w.at(4), s.cpu);
+                std::string got = choose(s.active, a.dst, a.src, n, static_cast<Region>(r)).kernel;
+                check(got == want, where, "choose(" + w[1] + ", " + w[2] + ", " + w[3] + ") = " + got + ", expected " + want);
+            } else if (op == "never") {
+                never(s, w.at(1), w.at(2), where);
+            } else if (op == "parallel") {
+                std::size_t want = w.at(1) == "never" ? SIZE_MAX : size_arg(w[1]);
+                check(s.active.parallel.threshold == want, where,
+                      "parallel threshold " + size_words(s.active.parallel.threshold) + ", expected " + w[1]);
+            } else if (op == "reject" || op == "accept") {
+                CpuFacts cpu = s.have_cpu ? s.cpu : cpu_facts();
+                std::string text = read_text(dir + "/" + w.at(1));
+                std::string want;
+                for (std::size_t i = 2; i < w.size(); ++i) want += (i > 2 ? " " : "") + w[i];
+                std::string error;
+                try {
+                    parse_profile(text, w[1], cpu);
+                } catch (const std::invalid_argument& e) {
+                    error = e.what();
+                }
+                if (op == "accept") check(error.empty(), where, w[1] + " rejected: " + error);
+                else
+                    check(!error.empty() && error.find(want) != std::string::npos, where,
+                          w[1] + (error.empty() ? " was accepted" : " rejected with '" + error + "'") +
+                              ", expected a message containing '" + want + "'");
+            } else {
+                throw std::runtime_error("unknown statement " + op);
+            }
+        } catch (const std::exception& e) {
+            check(false, where, std::string("bad case line: ") + e.what());
+        }
+    }
+}
+
+// Checks that hold for every built-in profile on every synthetic CPU of the case files'
+// kinds: the near class never gets rep movsb (4K aliasing), with and without
+// FASTCOPY_REP_MOVSB=on; every chosen kernel is usable on that CPU.
+void native_checks(const std::string& expect_profile) {
+    const CpuFacts& cpu = cpu_facts();
+    Profile p = builtin_profile(cpu);
+    std::printf("  this CPU: %s %s family %u model %u -> built-in profile %s\n", cpu.arch.c_str(), cpu.vendor.c_str(),
+                cpu.family, cpu.model, p.name.c_str());
+    if (!expect_profile.empty())
+        check(p.name == expect_profile, "this CPU", "built-in profile " + p.name + ", expected " + expect_profile);
+    for (const char* rep : {"auto", "on"}) {
+        Scenario s;
+        s.cpu = cpu;
+        s.base = p;
+        s.have_profile = true;
+        s.env = {{"FASTCOPY_REP_MOVSB", rep}};
+        std::string where = std::string("this CPU, FASTCOPY_REP_MOVSB=") + rep;
+        s.rebuild(where);
+        never(s, "erms", "near", where);
+        for (int r = 0; r < kRegions; ++r)
+            for (const auto& bands : s.active.region[r].cls)
+                for (const auto& band : bands)
+                    check(band.fn != nullptr && kernel_facts(band.kernel, cpu).usable, where,
+                          std::string("band names ") + band.kernel + ", not usable here");
+    }
+}
+
+void invariants() {
+    std::vector<std::vector<std::string>> cpus = {
+        {"cpu", "arch=x86_64", "vendor=AuthenticAMD", "family=25", "model=1", "features=avx2,erms,fsrm", "l3=32M"},
+        {"cpu", "arch=x86_64", "vendor=AuthenticAMD", "family=26", "model=2", "features=avx2,avx512,erms,fsrm", "l3=32M"},
+        {"cpu", "arch=x86_64", "vendor=AuthenticAMD", "family=23", "model=49", "features=avx2", "l3=16M"},
+        {"cpu", "arch=x86_64", "vendor=GenuineIntel", "family=6", "model=143", "features=avx2,avx512,erms,fsrm", "l3=480M"},
+        {"cpu", "arch=x86_64", "vendor=GenuineIntel", "family=6", "model=63", "features=avx2,erms", "l3=30M"},
+        {"cpu", "arch=x86_64", "vendor=GenuineIntel", "family=6", "model=26"},
+        {"cpu", "arch=aarch64", "vendor=ARM", "features=asimd"},
+        {"cpu", "arch=aarch64", "vendor=Fujitsu", "features=asimd,sve", "sve_bytes=64", "linux=5.10"},
+    };
+    std::vector<BuiltinInfo> names = builtin_profiles(cpu_facts());
+    for (const auto& words : cpus) {
+        CpuFacts cpu = facts_from(words);
+        for (const auto& b : names) {
+            for (const char* rep : {"auto", "on", "off"}) {
+                Scenario s;
+                s.cpu = cpu;
+                s.base = builtin_profile_named(b.name, cpu);
+                s.have_profile = true;
+                s.env = {{"FASTCOPY_REP_MOVSB", rep}};
+                std::string where = "invariant " + b.name + " on " + cpu.vendor + " family " +
+                                    std::to_string(cpu.family) + " REP_MOVSB=" + rep;
+                s.rebuild(where);
+                never(s, "erms", "near", where);
+                never(s, "erms", "backward", where);
+                // Every kernel named is usable on that CPU (or is a kernel this build lacks, which
+                // validation of a loaded profile would refuse; built-ins fall back per band).
+                for (int r = 0; r < kRegions; ++r) {
+                    for (const auto& bands : s.active.region[r].cls)
+                        for (const auto& band : bands)
+                            check(kernel_facts(band.kernel, cpu).usable, where,
+                                  std::string("band names ") + band.kernel + ", not usable on this CPU");
+                    if (s.active.region[r].nt.threshold != SIZE_MAX)
+                        check(kernel_facts(s.active.region[r].nt.kernel, cpu).usable, where, "NT kernel not usable");
+                }
+            }
+        }
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::string dir = FASTCOPY_POLICY_CASES;
+    std::string expect_profile;
+    for (int i = 1; i < argc; ++i) {
+        std::string a = argv[i];
+        if (a == "--cases" && i + 1 < argc) dir = argv[++i];
+        else if (a == "--expect-profile" && i + 1 < argc) expect_profile = argv[++i];
+        else {
+            std::printf("usage: policy_tests [--cases DIR] [--expect-profile NAME]\n");
+            return 2;
+        }
+    }
+    std::vector<std::string> files;
+    if (DIR* d = opendir(dir.c_str())) {
+        while (dirent* e = readdir(d)) {
+            std::string n = e->d_name;
+            if (n.size() > 4 && n.compare(n.size() - 4, 4, ".txt") == 0) files.push_back(n);
+        }
+        closedir(d);
+    }
+    std::sort(files.begin(), files.end());
+    check(!files.empty(), dir, "no case files (*.txt)");
+    for (const auto& f : files) {
+        int before = g_checks;
+        run_file(dir, f);
+        std::printf("  %-24s %d checks\n", f.c_str(), g_checks - before);
+    }
+    int before = g_checks;
+    native_checks(expect_profile);
+    std::printf("  %-24s %d checks\n", "(this CPU)", g_checks - before);
+    before = g_checks;
+    invariants();
+    std::printf("  %-24s %d checks\n", "(invariants)", g_checks - before);
+    std::printf("policy_tests: %d passed, %d failed, %d case files skipped for another architecture\n",
+                g_checks - g_failures, g_failures, g_skipped_files);
+    return g_failures ? 1 : 0;
 }

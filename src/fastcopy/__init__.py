@@ -3,10 +3,12 @@
 ``fastcopy.copy(dst, src)`` copies any buffer (numpy arrays, bytearray, memoryview, mmap,
 shared memory) into another, like ``np.copyto`` for equal shapes and dtypes, with a kernel
 chosen for this CPU, size and addresses. ``fastcopy.info()`` says what was detected and
-chosen. ``fastcopy.copyto``, ``stack`` and ``concatenate`` are drop-ins for numpy's functions
-(numpy serves what fastcopy's fast path does not); ``copy_many`` copies many pairs in one call.
-``FASTCOPY_KERNEL``, ``FASTCOPY_REP_MOVSB``, ``FASTCOPY_NT_THRESHOLD`` and
-``FASTCOPY_THREADS`` override the policy (see docs/dispatch.md).
+chosen. The choice follows a dispatch profile: the built-in one for this CPU family, or one
+measured on this machine by ``python -m fastcopy tune`` (``FASTCOPY_PROFILE=path|off``);
+``FASTCOPY_KERNEL``, ``FASTCOPY_REP_MOVSB``, ``FASTCOPY_NT_THRESHOLD`` and ``FASTCOPY_THREADS``
+override it (see docs/dispatch.md). ``fastcopy.copyto``, ``stack`` and ``concatenate`` are
+drop-ins for numpy's functions (numpy serves what fastcopy's fast path does not); ``copy_many``
+copies many pairs in one call.
 """
 
 from __future__ import annotations
@@ -48,6 +50,10 @@ try:
 except ValueError as _error:  # a bad FASTCOPY_* value: refuse to start with a clear message
     raise ImportError(f"fastcopy: {_error}") from None
 
+from . import _profile  # noqa: E402  (after init_policy: the overrides apply on top of the profile)
+
+_profile.load_at_import()
+
 copy = _core.copy
 # numpy drop-ins and batched copies (cpp/bindings_batch.cpp); numpy serves what they do not.
 copyto = _core.copyto
@@ -82,7 +88,10 @@ def info() -> Dict[str, Any]:
     sizes, SVE vector length, kernel version; ``brand`` from py-cpuinfo when installed);
     ``kernels`` (every compiled kernel: name, description, supported, why_not, streaming,
     twin);
-    ``policy`` (for each region and size band: kernel and reason); ``notes``;
+    ``profile`` (the active dispatch profile as it runs: per region and address class the size
+    bands with kernel and reason, NT and parallel rules, provenance, overrides applied);
+    ``profile_source`` (built-in and why it matched, or the tuned file; ignored cached files);
+    ``policy`` (the same bands as flat rows: region, class, min/max bytes, kernel, reason); ``notes``;
     ``thresholds`` (non-temporal and parallel, with reasons); ``threads``; ``overrides``.
     """
     from ._report import collect_info

@@ -1,4 +1,4 @@
-"""Command line: ``python -m fastcopy info [--json]``, ``bench [...]``, ``tune [...]``,
+"""Command line: ``python -m fastcopy info [--json | --profile]``, ``bench [...]``, ``tune [...]``,
 ``compare BASE.json NEW.json``, ``shm --list`` / ``shm --clean`` (fastcopy channel segments in /dev/shm).
 
 See docs/benchmarks.md for the benchmark, the tune command and the comparison.
@@ -18,6 +18,9 @@ def _build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p_info = sub.add_parser("info", help="what was detected and which kernel each copy gets")
     p_info.add_argument("--json", action="store_true", help="print as JSON")
+    p_info.add_argument("--profile", action="store_true",
+                        help="print only the active dispatch profile, in the profile file format (to share it, "
+                             "or to load it elsewhere with FASTCOPY_PROFILE=FILE)")
 
     cli.add_bench_parser(sub)
     tune.add_tune_parser(sub)
@@ -93,7 +96,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.command == "info":
         from ._report import print_info
 
-        print_info(as_json=args.json)
+        if args.profile:
+            from . import _core
+
+            print(_core.active_profile_json(), end="")
+        else:
+            print_info(as_json=args.json)
         return 0
     if args.command == "bench":
         from .measure.cli import run

@@ -7,6 +7,13 @@ from typing import Any, Dict, List, Optional
 
 from . import _core
 
+_CLASS_TITLES = {
+    "page_aligned": "(dst - src) mod 4096 = 0",
+    "near": "mod 4096 in 1..63",
+    "far": "mod 4096 >= 64",
+    "backward": "backward overlap",
+}
+
 _REGION_TITLES = {
     "private": "Ordinary copies",
     "to_shared": "Copies into shared memory",
@@ -30,12 +37,30 @@ def collect_info(brand: bool = True) -> Dict[str, Any]:
     cpu = dict(_core.cpu_facts())
     if brand:
         cpu["brand"] = _cpu_brand()
+    from . import _profile
+
     kernels = _core.kernel_table()
+    profile = _core.active_profile()
+    status = _profile.status()
+    threads_reason = _core.threads_reason()
+    profile_threads = profile["parallel"]["threads"]
+    if profile_threads and _core.overrides()["FASTCOPY_THREADS"] is None and "set_threads" not in threads_reason:
+        threads_reason = f"{profile_threads} (from the dispatch profile: {profile['parallel']['why']})"
     return {
         "version": __version__,
         "cpu": cpu,
         "kernels": kernels,
         "usable_kernels": [k["name"] for k in kernels if k["supported"]],
+        "profile": profile,
+        "profile_source": {
+            "name": profile["name"],
+            "source": status["source"],
+            "path": status["path"],
+            "detail": status["detail"],
+            "matched": profile["matched"],
+            "date": profile["provenance"].get("date"),
+            "ignored": status["ignored"],
+        },
         "policy": _core.policy_table(),
         "notes": list(_core.policy_notes()),
         "thresholds": {
@@ -47,7 +72,7 @@ def collect_info(brand: bool = True) -> Dict[str, Any]:
         "threads": {
             "count": _core.threads(),
             "default": _core.default_threads(),
-            "reason": _core.threads_reason(),
+            "reason": threads_reason,
         },
         "overrides": _core.overrides(),
     }
@@ -84,22 +109,7 @@ def format_info(data: Dict[str, Any]) -> str:
     for k in data["kernels"]:
         state = "usable" if k["supported"] else f"not usable: {k['why_not']}"
         lines.append(f"  {k['name']:<9} {state}; {k['description']}")
-    by_region: Dict[str, List[Dict[str, Any]]] = {}
-    for rule in data["policy"]:
-        by_region.setdefault(rule["region"], []).append(rule)
-
-    def bands(rules: List[Dict[str, Any]]) -> List[Any]:
-        return [(r["min_bytes"], r["max_bytes"], r["kernel"], r["reason"]) for r in rules]
-
-    for region, rules in by_region.items():
-        title = _REGION_TITLES.get(region, region)
-        if region != "private" and bands(rules) == bands(by_region.get("private", [])):
-            lines += ["", f"{title}: same as ordinary copies"]
-            continue
-        lines += ["", f"{title}:"]
-        for r in rules:
-            band = f"{human_size(r['min_bytes'])} to {human_size(r['max_bytes'])}"
-            lines.append(f"  {band:<22} {r['kernel']:<9} {r['reason']}")
+    lines += _format_profile(data["profile"], data["profile_source"])
     if data["notes"]:
         lines += ["", "Notes:"] + [f"  {note}" for note in data["notes"]]
     t = data["thresholds"]
@@ -107,12 +117,81 @@ def format_info(data: Dict[str, Any]) -> str:
     lines += ["", "Large copies:",
               (f"  non-temporal stores: never ({t['non_temporal_reason']})" if t["non_temporal_bytes"] is None
                else f"  non-temporal stores from {human_size(t['non_temporal_bytes'])}: {t['non_temporal_reason']}"),
-              f"  thread pool from {human_size(t['parallel_bytes'])} (copies without overlap): {t['parallel_reason']}",
+              (f"  thread pool: never ({t['parallel_reason']})" if t["parallel_bytes"] is None else
+               f"  thread pool from {human_size(t['parallel_bytes'])} (copies without overlap): {t['parallel_reason']}"),
               f"  threads: {th['reason']}"]
     lines += ["", "Overrides:"]
     for key, value in data["overrides"].items():
         lines.append(f"  {key} = {value if value is not None else '(not set)'}")
     return "\n".join(lines)
+
+
+def _format_profile(profile: Dict[str, Any], source: Dict[str, Any]) -> List[str]:
+    """The active profile as it runs: every region, address class and band."""
+    prov = profile["provenance"]
+    lines = ["", f"Dispatch profile: {profile['name']}"]
+    if source["source"] == "built-in":
+        lines.append(f"  source: built-in; {profile['matched']}")
+    else:
+        lines.append(f"  source: {source['path']} ({source['detail']})")
+    if source["source"] == "built-in" and source["detail"]:
+        lines.append(f"  tuned profiles: {source['detail']}")
+    for path in source["ignored"]:
+        lines.append(f"  ignored: {path}")
+    lines.append(f"  measured on: {prov.get('machine') or '?'}; {prov.get('date') or '?'}; {prov.get('libc') or '?'}")
+    if prov.get("method"):
+        lines.append(f"  how: {prov['method']}")
+    if profile["signature"]:
+        from ._profile import signature_differences, _compact
+
+        mine = {k: _compact(v) for k, v in profile["signature"].items()}
+        text = '{"signature": {' + ",".join(f"{_compact(k)}:{v}" for k, v in mine.items()) + "}}"
+        differs = signature_differences(text)
+        if differs:
+            lines.append(f"  note: measured on a machine whose signature differs in {', '.join(differs)}")
+    for item in profile["overrides"]:
+        lines.append(f"  override: {item}")
+
+    def region_rows(region: Dict[str, Any]) -> List[str]:
+        rows: List[str] = []
+        groups: List[Any] = []
+        for cls in ("page_aligned", "near", "far", "backward"):
+            bands = [(b["from"], b["kernel"], b["why"]) for b in region[cls]]
+            for g in groups:
+                if g[1] == bands:
+                    g[0].append(cls)
+                    break
+            else:
+                groups.append(([cls], bands))
+        for classes, _ in groups:
+            title = ", ".join(_CLASS_TITLES[c] for c in classes)
+            rows.append(f"  {title}:")
+            for b in region[classes[0]]:
+                band = f"{human_size(b['from'])} to {human_size(b['to'])}"
+                kernel = profile["forced_kernel"] or b["kernel"]
+                why = "forced by FASTCOPY_KERNEL" if profile["forced_kernel"] else b["why"]
+                rows.append(f"    {band:<22} {kernel:<9} {why}")
+        nt = region["nt"]
+        if nt["threshold"] is None:
+            rows.append(f"  non-temporal stores: never ({nt['why']})")
+        else:
+            cond = "" if not nt["min_page_distance"] else \
+                f", only at (dst - src) mod 4096 = 0 or >= {nt['min_page_distance']}"
+            rows.append(f"  non-temporal stores ({nt['kernel']}) from {human_size(nt['threshold'])} without "
+                        f"overlap{cond}: {nt['why']}")
+        return rows
+
+    private = None
+    for key in ("private", "to_shared", "from_shared"):
+        rows = region_rows(profile["regions"][key])
+        title = _REGION_TITLES.get(key, key)
+        if key != "private" and rows == private:
+            lines += ["", f"{title}: same as ordinary copies"]
+            continue
+        if key == "private":
+            private = rows
+        lines += ["", f"{title}:"] + rows
+    return lines
 
 
 def print_info(as_json: bool = False) -> None:

@@ -1,0 +1,499 @@
+// The built-in profiles: one table per CPU family we have measured (or have measurements
+// for), each with its provenance, and the rule that matches it to a CPU. The most specific
+// matching profile wins (model range, then family, then vendor, then required features).
+// Thresholds that depend on the machine's caches (the non-temporal threshold) and on the
+// Linux version (the SVE trap rule) are computed from the CPU facts when a profile is resolved,
+// and their reasons say so.
+#include <algorithm>
+#include <stdexcept>
+
+#include "profile.h"
+
+namespace fastcopy {
+namespace policy {
+namespace {
+
+constexpr std::size_t KiB = 1024, MiB = 1024 * 1024;
+
+// What a built-in profile requires of the CPU (besides its architecture).
+enum MatchNeeds : unsigned { kMatchAvx2 = 1, kMatchAvx512 = 2, kMatchSve = 4, kMatchErms = 8 };
+
+struct BandSpec {
+    std::size_t from;
+    const char* kernel;
+    const char* fallback;  // used when `kernel` is not in this build or not usable on this CPU
+    const char* why;
+};
+using ClassSpec = std::vector<BandSpec>;
+
+enum class NtKind { None, HalfL3Cap64M, TwiceL3 };
+
+struct RegionSpec {
+    ClassSpec page_aligned, near, far, backward;
+    std::size_t erms_on_request;  // SIZE_MAX: FASTCOPY_REP_MOVSB=on does not reach this region
+    const char* erms_on_request_why;
+};
+
+struct Spec {
+    const char* name;
+    const char* arch;
+    std::vector<const char*> vendors;  // empty: any
+    int family;                        // -1: any
+    int model_lo, model_hi;            // -1: any
+    unsigned needs;                    // MatchNeeds
+    Provenance provenance;
+    RegionSpec regions[kRegions];
+    NtKind nt;
+    const char* nt_kernel;
+    std::size_t nt_min_page_distance;  // NtRule::min_page_distance
+    std::size_t parallel_from;
+    const char* parallel_why;
+    std::size_t sve_trap_min_from;     // SVE bands start no lower than this on Linux 4.15..6.1 (0: no rule)
+    std::vector<const char*> notes;
+};
+
+// ---------------------------------------------------------------------------------------
+// Reasons shared by several tables.
+const char* const kParallelWhy =
+    "two threads against one, measured on a 2-vCPU Intel Xeon VM: 0.91-1.01x at 256 KiB, 1.02-1.22x at 512 KiB (but "
+    "0.43-0.82x when the worker was asleep), 1.5-1.9x at 1 MiB back-to-back and 0.95x for an isolated copy (worker "
+    "asleep), 1.8-2.5x at 2-16 MiB";
+const char* const kParallelZen5Why =
+    "taken from the notes of a Zen 5 session (AMD EPYC family 26, 2 vCPUs): 1 MiB on 2 threads 105-116 GB/s against "
+    "53-65 for the best single-thread kernel";
+const char* const kLibcSmall =
+    "the C library: below 2 KiB the call costs more than the copy and glibc's overlapping vector moves are as fast as "
+    "any loop here";
+
+// ---- AMD Zen 3 / Zen 4 (family 25), measured on the development machine ------------------
+// AMD EPYC family 25 model 1 (Zen 3) under KVM, 2 vCPUs, 32 MiB L3, glibc 2.36;
+// cpp/bench/kernel_bench (kernels interleaved, medians of 11 rounds), 2026-11-30, shared machine.
+const char* const kZen3Small =
+    "the C library below 128 B: at 64 B an AVX2 loop ran 0.93-1.63x glibc depending on the offset, and the call costs "
+    "more than the copy";
+const char* const kZen3Avx2 =
+    "AVX2 loop: 1.26-1.76x glibc at 128 B, 1.22-1.54x at 256 B, 1.0-1.2x at 0.5-2 KiB, 1.1-1.5x page-aligned at "
+    "4-16 KiB, ties at 32 KiB-4 MiB (0.8-0.9x at 4-16 KiB with offsets 64 and 2080 in one run, 1.1-1.3x in another)";
+const char* const kZen3Near =
+    "AVX2 loop: immune to the rep movsb 4K-aliasing collapse that glibc (rep movsb from 2112 B to 512 KiB) and erms hit "
+    "at (dst - src) mod 4096 in 1..63: avx2 70-100 GB/s against 2-3 for glibc and erms at 3 KiB-256 KiB (15-45x)";
+const char* const kZen3Backward =
+    "AVX2 loop (backward direction): glibc copies backward overlaps with its vector loop too; kept from the first "
+    "Zen 3 policy";
+const char* const kZen3NoErms =
+    "rep movsb stays off in shared regions on AMD even with FASTCOPY_REP_MOVSB=on: about 2x slower into and out of "
+    "memory another process touches (UCX's AMD opt-out)";
+const char* const kZen3ErmsOn =
+    "FASTCOPY_REP_MOVSB=on: rep movsb in the far class only ((dst - src) mod 4096 >= 64: 33-45 GB/s there, like glibc)";
+
+RegionSpec zen3_region(bool shared) {
+    ClassSpec cls = {{0, "generic", nullptr, kZen3Small}, {128, "avx2", "generic", kZen3Avx2}};
+    ClassSpec near = {{0, "generic", nullptr, kZen3Small}, {128, "avx2", "generic", kZen3Near}};
+    ClassSpec back = {{0, "generic", nullptr, kZen3Small}, {128, "avx2", "generic", kZen3Backward}};
+    return {cls, near, cls, back, shared ? SIZE_MAX : std::size_t(2112), shared ? kZen3NoErms : kZen3ErmsOn};
+}
+
+Spec zen3_spec(const char* name, int family, std::vector<const char*> notes, const char* machine_note) {
+    Spec s{};
+    s.name = name;
+    s.arch = "x86_64";
+    s.vendors = {"AuthenticAMD", "HygonGenuine"};
+    s.family = family;
+    s.model_lo = s.model_hi = -1;
+    s.needs = kMatchAvx2;
+    s.provenance = {std::string("AMD EPYC family 25 model 1 (Zen 3) under KVM, 2 vCPUs, 32 MiB L3") + machine_note,
+                    "2026-11-30", "glibc 2.36",
+                    "cpp/bench/kernel_bench: kernels interleaved, medians of 11 rounds, hot caches, sizes 256 B-64 MiB "
+                    "at (dst - src) mod 4096 of 0, 16, 31, 64, 2080; machine shared with other jobs"};
+    s.regions[0] = zen3_region(false);
+    s.regions[1] = zen3_region(true);
+    s.regions[2] = zen3_region(true);
+    s.nt = NtKind::HalfL3Cap64M;
+    s.nt_kernel = "avx2_nt";
+    s.nt_min_page_distance = 512;
+    s.parallel_from = 1 * MiB;
+    s.parallel_why = kParallelWhy;
+    s.notes = std::move(notes);
+    s.notes.push_back("non-temporal stores only when (dst - src) mod 4096 is 0 or at least 512: at 16 MiB avx2_nt ran "
+                      "1.5-2.6 GB/s (0.17-0.49x avx2) at distances 16-256 and 1.2-2.0x avx2 from 512 (Zen 3, "
+                      "kernel_bench, medians of 5)");
+    return s;
+}
+
+// ---- AMD Zen 5 (family 26), taken from the notes of a Zen 5 session -----------------------
+// AMD EPYC family 26 model 2 (Turin) under KVM, 2 vCPUs, 32 MiB L3, glibc 2.36: every size x
+// offset x region with fastcopy 0.1.0's kernels, plus C loops for AVX-512. No 4K-aliasing
+// collapse of rep movsb there. UCX's Turin table enables its own memcpy from 26 KB to 8 MB.
+// The `avx512` band names a kernel that a build may lack: it falls back per band (page-aligned
+// and far: glibc, which tied avx2 there; near: avx2, 1.15-1.3x glibc there).
+const char* const kZen5Avx512 =
+    "AVX-512 loop: a plain C loop ran 214-256 GB/s at 1-16 KiB against 171 for an AVX2 loop and 135-164 for glibc "
+    "(taken from the notes of a Zen 5 session)";
+const char* const kZen5Erms =
+    "rep movsb: ties glibc (which uses it) from 24 KiB to 1 MiB and wins 5-15 % from 1 to 8 MiB, 1.2-1.7x avx2 at "
+    "24 KiB-1 MiB; no 4K-aliasing collapse on Zen 5; UCX enables its own copy on Turin from 26 KB to 8 MB (taken "
+    "from the notes of a Zen 5 session)";
+const char* const kZen5NearMid =
+    "the C library at (dst - src) mod 4096 in 1..63 from 24 KiB: glibc/erms 116-127 GB/s against 90-110 for avx2 "
+    "(taken from the notes of a Zen 5 session); rep movsb itself stays out of the near class";
+const char* const kZen5Back =
+    "the C library for backward overlaps (no Zen 5 measurement of our loops there)";
+const char* const kZen5ErmsOn =
+    "FASTCOPY_REP_MOVSB=on: rep movsb in the far class from 2112 B (glibc's threshold)";
+
+RegionSpec zen5_region() {
+    ClassSpec wide = {{0, "generic", nullptr, kLibcSmall},
+                      {2048, "avx512", "generic", kZen5Avx512},
+                      {24 * KiB, "erms", "generic", kZen5Erms}};
+    ClassSpec near = {{0, "generic", nullptr, kLibcSmall},
+                      {2048, "avx512", "avx2", kZen5Avx512},
+                      {24 * KiB, "generic", nullptr, kZen5NearMid}};
+    ClassSpec back = {{0, "generic", nullptr, kZen5Back}};
+    return {wide, near, wide, back, 2112, kZen5ErmsOn};
+}
+
+Spec zen5_spec() {
+    Spec s{};
+    s.name = "amd-zen5";
+    s.arch = "x86_64";
+    s.vendors = {"AuthenticAMD"};
+    s.family = 26;
+    s.model_lo = s.model_hi = -1;
+    s.needs = kMatchAvx2;
+    s.provenance = {"AMD EPYC family 26 model 2 stepping 1 (Zen 5, Turin) under KVM, 2 vCPUs, 32 MiB L3 (taken from "
+                    "the notes of a Zen 5 session; not measured by this project's own tables)",
+                    "2026-11", "glibc 2.36",
+                    "python -m fastcopy bench with every forced kernel and a small C loop benchmark: one thread, hot "
+                    "caches, medians of 5-7 interleaved repeats, every size x (dst - src) mod 4096 x region"};
+    for (auto& r : s.regions) r = zen5_region();
+    s.nt = NtKind::TwiceL3;
+    s.nt_kernel = "avx2_nt";
+    s.parallel_from = 1 * MiB;
+    s.parallel_why = kParallelZen5Why;
+    s.notes = {"Zen 5: copies into and out of a shared mapping behaved like private ones in the notes' measurement "
+               "(one process touching the mapping), so all three regions share one table"};
+    return s;
+}
+
+// ---- Intel with ERMS (glibc's public thresholds; Intel Xeon VM figures) -------------------
+const char* const kIntelLibc =
+    "the C library: on Intel glibc's EVEX/AVX-512 or AVX2 loops beat our AVX2 loop (188 vs 141 GB/s at 4 KiB on an "
+    "Intel Xeon VM) and guard their own rep movsb";
+const char* const kIntelErms =
+    "rep movsb: Intel with ERMS, glibc's public thresholds (from 2112 B with FSRM, 4096 B without: 4096 covers both, "
+    "glibc itself uses rep movsb from 2112 B with FSRM) up to the non-temporal threshold; (dst - src) mod 4096 >= 64 only";
+const char* const kIntelErmsOn = "FASTCOPY_REP_MOVSB=on: rep movsb in the far class from 2112 B";
+
+RegionSpec intel_region() {
+    ClassSpec libc = {{0, "generic", nullptr, kIntelLibc}};
+    ClassSpec far = {{0, "generic", nullptr, kIntelLibc}, {4096, "erms", "generic", kIntelErms}};
+    return {libc, libc, far, libc, 2112, kIntelErmsOn};
+}
+
+Spec intel_spec(bool avx512) {
+    Spec s{};
+    s.name = avx512 ? "intel-erms-avx512" : "intel-erms";
+    s.arch = "x86_64";
+    s.vendors = {"GenuineIntel"};
+    s.family = -1;
+    s.model_lo = s.model_hi = -1;
+    s.needs = kMatchErms | (avx512 ? kMatchAvx512 : 0u);
+    s.provenance = {"Intel Xeon (family 6 model 143) under KVM, 2 vCPUs (the development machine before Zen 3); glibc's "
+                    "public rep movsb thresholds for CPUs not measured",
+                    "2026-11", "glibc 2.36",
+                    "python -m fastcopy bench and cpp/bench/bandwidth, medians of 3-9 interleaved repeats, hot caches"};
+    for (auto& r : s.regions) r = intel_region();
+    s.nt = NtKind::HalfL3Cap64M;
+    s.nt_kernel = "avx2_nt";
+    s.parallel_from = 1 * MiB;
+    s.parallel_why = kParallelWhy;
+    if (avx512)
+        s.notes = {"AVX-512: glibc's EVEX loops already use it below the rep movsb band; no AVX-512 kernel of ours has "
+                   "been measured on Intel, so the table is the ERMS one"};
+    return s;
+}
+
+// ---- Any x86-64, with and without AVX2 ---------------------------------------------------
+const char* const kX86Libc = "the C library: no kernel of ours was measured faster on this kind of CPU";
+
+Spec x86_spec(bool avx2) {
+    Spec s{};
+    s.name = avx2 ? "x86-avx2" : "x86-64";
+    s.arch = "x86_64";
+    s.family = -1;
+    s.model_lo = s.model_hi = -1;
+    s.needs = avx2 ? kMatchAvx2 : 0u;
+    s.provenance = {"no measurement of this CPU family: the C library, plus non-temporal stores above half the L3 "
+                    "(measured on Zen 3 and an Intel Xeon VM)",
+                    "2026-11", "any", "rule of thumb from the Zen 3 and Intel measurements"};
+    ClassSpec libc = {{0, "generic", nullptr, kX86Libc}};
+    for (auto& r : s.regions) r = {libc, libc, libc, libc, 2112, "FASTCOPY_REP_MOVSB=on: rep movsb in the far class from 2112 B"};
+    s.nt = avx2 ? NtKind::HalfL3Cap64M : NtKind::None;
+    s.nt_kernel = avx2 ? "avx2_nt" : nullptr;
+    s.nt_min_page_distance = 512;  // the Zen 3 collapse; unmeasured CPUs get the safe side
+    s.parallel_from = 1 * MiB;
+    s.parallel_why = kParallelWhy;
+    return s;
+}
+
+// ---- aarch64 ---------------------------------------------------------------------------
+Spec arm_spec(bool sve) {
+    Spec s{};
+    s.name = sve ? "aarch64-sve" : "aarch64-neon";
+    s.arch = "aarch64";
+    s.family = -1;
+    s.model_lo = s.model_hi = -1;
+    s.needs = sve ? kMatchSve : 0u;
+    s.provenance = {sve ? "Fujitsu A64FX figures (published): an SVE loop against glibc's memcpy"
+                        : "glibc's aarch64 memcpy already uses 128-bit ASIMD; our NEON loop is never faster",
+                    "2026-11", "glibc", sve ? "published single-thread bandwidth, 4 KiB and 256 MiB" : "none needed"};
+    ClassSpec libc = {{0, "generic", nullptr,
+                       "the C library: glibc's aarch64 memcpy already uses 128-bit ASIMD; no SVE on this CPU"}};
+    ClassSpec sv = {{0, "generic", nullptr, "the C library below 2 KiB"},
+                    {2048, "sve", "generic",
+                     "SVE loop (vector-length agnostic, 16-256 byte vectors): on A64FX an SVE loop ran 28.5 GB/s vs "
+                     "glibc's 9.6 at 4 KiB, 18.9 vs 7.8 at 256 MiB"}};
+    for (auto& r : s.regions) r = {sve ? sv : libc, sve ? sv : libc, sve ? sv : libc, sve ? sv : libc, SIZE_MAX,
+                                   "no rep movsb on aarch64"};
+    s.nt = NtKind::None;
+    s.parallel_from = 1 * MiB;
+    s.parallel_why = kParallelWhy;
+    // The first SVE instruction after each syscall traps to the kernel (Linux 4.15-6.1). We
+    // estimate the trap at about 1 us (not measured here); from 256 KiB, at ~20 GB/s a copy
+    // takes >= 13 us, so the trap costs under 10 %.
+    s.sve_trap_min_from = sve ? 256 * KiB : 0;
+    return s;
+}
+
+Spec any_spec() {
+    Spec s{};
+    s.name = "portable";
+    s.arch = nullptr;  // any
+    s.family = -1;
+    s.model_lo = s.model_hi = -1;
+    s.provenance = {"any CPU without a more specific profile", "2026-11", "any", "none: the C library everywhere"};
+    ClassSpec libc = {{0, "generic", nullptr, "the C library (no faster kernel compiled for this CPU)"}};
+    for (auto& r : s.regions) r = {libc, libc, libc, libc, SIZE_MAX, "no rep movsb on this architecture"};
+    s.nt = NtKind::None;
+    s.parallel_from = 1 * MiB;
+    s.parallel_why = kParallelWhy;
+    return s;
+}
+
+const std::vector<Spec>& specs() {
+    static const std::vector<Spec> all = {
+        zen3_spec("amd-zen3-zen4", 25, {}, ""),
+        zen3_spec("amd-avx2", -1,
+                  {"no measurement of this AMD family: the Zen 3 table (the nearest measured AMD CPU)"},
+                  "; used for other AMD families as the nearest measured"),
+        zen5_spec(),
+        intel_spec(false),
+        intel_spec(true),
+        x86_spec(true),
+        x86_spec(false),
+        arm_spec(true),
+        arm_spec(false),
+        any_spec(),
+    };
+    return all;
+}
+
+bool has(const CpuFacts& f, unsigned needs) {
+    if ((needs & kMatchAvx2) && !f.avx2) return false;
+    if ((needs & kMatchAvx512) && !(f.avx512f && f.avx512bw && f.avx512vl)) return false;
+    if ((needs & kMatchSve) && !f.sve) return false;
+    if ((needs & kMatchErms) && !f.erms) return false;
+    return true;
+}
+
+std::string needs_words(unsigned needs) {
+    std::string s;
+    auto add = [&](unsigned bit, const char* w) {
+        if (needs & bit) s += (s.empty() ? "" : "+") + std::string(w);
+    };
+    add(kMatchAvx2, "AVX2");
+    add(kMatchAvx512, "AVX-512");
+    add(kMatchSve, "SVE");
+    add(kMatchErms, "ERMS");
+    return s;
+}
+
+std::string match_words(const Spec& s) {
+    std::string w = s.arch ? s.arch : "any architecture";
+    if (!s.vendors.empty()) {
+        w += ", vendor ";
+        for (std::size_t i = 0; i < s.vendors.size(); ++i) w += (i ? " or " : "") + std::string(s.vendors[i]);
+    }
+    if (s.family >= 0) w += ", family " + std::to_string(s.family);
+    if (s.model_lo >= 0) w += ", model " + std::to_string(s.model_lo) + "-" + std::to_string(s.model_hi);
+    if (s.needs) w += ", with " + needs_words(s.needs);
+    return w;
+}
+
+int specificity(const Spec& s, const CpuFacts& f) {
+    if (s.arch && f.arch != s.arch) return -1;
+    if (!s.vendors.empty() &&
+        std::none_of(s.vendors.begin(), s.vendors.end(), [&](const char* v) { return f.vendor == v; }))
+        return -1;
+    if (s.family >= 0 && static_cast<int>(f.family) != s.family) return -1;
+    if (s.model_lo >= 0 && (static_cast<int>(f.model) < s.model_lo || static_cast<int>(f.model) > s.model_hi))
+        return -1;
+    if (!has(f, s.needs)) return -1;
+    int score = (s.arch ? 1 : 0) + (s.model_lo >= 0 ? 10000 : 0) + (s.family >= 0 ? 1000 : 0) +
+                (s.vendors.empty() ? 0 : 100);
+    for (unsigned b = s.needs; b; b &= b - 1) score += 10;
+    return score;
+}
+
+Band resolve_band(const BandSpec& b, const CpuFacts& cpu) {
+    KernelFacts k = kernel_facts(b.kernel, cpu);
+    Band out;
+    out.from = b.from;
+    out.why = b.why;
+    if (k.usable && !k.streaming) {
+        out.fn = k.fn;
+        out.kernel = k.name;
+        return out;
+    }
+    const char* fb = b.fallback ? b.fallback : "generic";
+    KernelFacts f = kernel_facts(fb, cpu);
+    if (!f.usable || f.streaming) {  // the fallback is missing too: the C library runs everywhere
+        fb = "generic";
+        f = kernel_facts(fb, cpu);
+    }
+    out.fn = f.fn;
+    out.kernel = f.name;
+    out.why = std::string(fb) + " in place of " + b.kernel + " (" + (k.compiled ? k.why_not : "not in this build") +
+              "); the table's reason for " + b.kernel + ": " + b.why;
+    return out;
+}
+
+void nt_threshold_for(const Spec& s, const CpuFacts& f, std::size_t& threshold, std::string& why) {
+    if (s.nt == NtKind::HalfL3Cap64M) {
+        // Non-temporal stores pay off once the copy no longer fits in the cache share we really
+        // get. Measured (single thread, NT loop vs glibc memcpy, medians of 9):
+        //  - AMD Zen 3 VM, 32 MiB L3 (sysfs): NT lost below a few MiB (20 vs 31-34 GB/s at 1 MiB)
+        //    and won up to 1.5x at 16-64 MiB (12-19 vs 7-13 GB/s at 16 MiB).
+        //  - Intel Xeon VM, sysfs and CPUID both claim a 480 MiB L3 (the host's, shared with other
+        //    tenants): NT lost 0.85-0.87x from 4 to 32 MiB and won 1.28x at 64 MiB, 1.15x at 128 MiB.
+        // Rule: half the L3, capped at 64 MiB. CPUID's L3 is not used when sysfs has one: under KVM
+        // on AMD it claims 256 MiB, which makes glibc start NT stores only at 192 MiB.
+        constexpr std::size_t cap = 64 * MiB;
+        if (f.l3) {
+            std::size_t half = f.l3 / 2;
+            why = "half the " + size_words(f.l3) + " L3 (from " + f.cache_source + ")";
+            if (half > cap) why += ", capped at 64 MiB (on a VM claiming a 480 MiB L3, NT stores won only from 64 MiB)";
+            why += "; measured on Zen 3: NT stores lose below a few MiB, win up to 1.5x at 16-64 MiB";
+            if (f.l3_cpuid && f.l3_sysfs && f.l3_cpuid != f.l3_sysfs)
+                why += "; CPUID's " + size_words(f.l3_cpuid) + " L3 ignored (sysfs disagrees, e.g. under KVM)";
+            threshold = half < cap ? half : cap;
+        } else {
+            why = "no L3 size known: 16 MiB default (half a typical 32 MiB L3)";
+            threshold = 16 * MiB;
+        }
+    } else if (s.nt == NtKind::TwiceL3) {
+        // Taken from the notes of a Zen 5 session: at 16 MiB NT stores ran 39 GB/s against 47 for
+        // rep movsb (offset 0), and 42-81 against 88 on 2 threads; at 64 MiB 29-30 against 22-28
+        // (one thread) and 32-46 against 25 (2 threads). The crossover lies between 1x and 2x the L3.
+        constexpr std::size_t cap = 256 * MiB;
+        std::size_t l3 = f.l3 ? f.l3 : 32 * MiB;
+        threshold = std::min(2 * l3, cap);
+        why = "twice the " + size_words(l3) + " L3" + (f.l3 ? " (from " + f.cache_source + ")" : " (L3 unknown: 32 MiB assumed)") +
+              ": on Zen 5 NT stores lost at 16 MiB (39 vs 47 GB/s one thread, 42-81 vs 88 on 2 threads) and won at "
+              "64 MiB (29-30 vs 22-28; 32-46 vs 25 on 2 threads) (taken from the notes of a Zen 5 session)";
+    } else {
+        threshold = SIZE_MAX;
+        why = "no non-temporal rule for this CPU";
+    }
+}
+
+Profile resolve(const Spec& s, const CpuFacts& cpu, int score) {
+    Profile p;
+    p.name = s.name;
+    p.source = "built-in";
+    p.matched_why = score >= 0 ? "matched this CPU (" + cpu.vendor + " family " + std::to_string(cpu.family) +
+                                     " model " + std::to_string(cpu.model) + ") by: " + match_words(s)
+                               : "not the match for this CPU (requested by name): " + match_words(s);
+    p.provenance = s.provenance;
+    std::size_t nt = SIZE_MAX;
+    std::string nt_why;
+    nt_threshold_for(s, cpu, nt, nt_why);
+    for (int r = 0; r < kRegions; ++r) {
+        const RegionSpec& rs = s.regions[r];
+        const ClassSpec* classes[kClasses] = {&rs.page_aligned, &rs.near, &rs.far, &rs.backward};
+        RegionRules& out = p.region[r];
+        for (int c = 0; c < kClasses; ++c) {
+            for (const BandSpec& b : *classes[c]) {
+                Band band = resolve_band(b, cpu);
+                if (s.sve_trap_min_from && cpu.sve_traps_after_syscall && std::string(band.kernel) == "sve" &&
+                    band.from < s.sve_trap_min_from) {
+                    out.cls[c].push_back({band.from, kernel_facts("generic", cpu).fn, kernel_facts("generic", cpu).name,
+                                          "the C library below 256 KiB: Linux " + std::to_string(cpu.kernel_major) +
+                                              "." + std::to_string(cpu.kernel_minor) +
+                                              " traps on the first SVE instruction after each syscall"});
+                    band.from = s.sve_trap_min_from;
+                    band.why += "; only from 256 KiB because Linux " + std::to_string(cpu.kernel_major) + "." +
+                                std::to_string(cpu.kernel_minor) + " traps on the first SVE instruction after each syscall";
+                }
+                out.cls[c].push_back(band);
+            }
+        }
+        out.erms_on_request = rs.erms_on_request;
+        out.erms_on_request_why = rs.erms_on_request_why ? rs.erms_on_request_why : "";
+        if (s.nt_kernel && nt != SIZE_MAX) {
+            KernelFacts k = kernel_facts(s.nt_kernel, cpu);
+            if (k.usable && k.streaming) {
+                out.nt = {nt, k.fn, k.name, nt_why, s.nt_min_page_distance};
+            } else {
+                out.nt.why = std::string(s.nt_kernel) + " not usable here (" + k.why_not + "): no non-temporal stores";
+            }
+        } else {
+            out.nt.why = nt_why;
+        }
+    }
+    if (s.sve_trap_min_from && cpu.sve_traps_after_syscall)
+        p.notes.push_back("SVE used only from 256 KiB: Linux " + std::to_string(cpu.kernel_major) + "." +
+                          std::to_string(cpu.kernel_minor) +
+                          " (4.15 to 6.1) discards SVE state at every syscall, so a trap (~1 us, estimated) "
+                          "precedes the first SVE instruction after one");
+    for (const char* n : s.notes) p.notes.push_back(n);
+    p.parallel = {s.parallel_from, 0, s.parallel_why};
+    finalize(p);
+    return p;
+}
+
+}  // namespace
+
+Profile builtin_profile(const CpuFacts& cpu) {
+    const Spec* best = nullptr;
+    int best_score = -1;
+    for (const Spec& s : specs()) {
+        int score = specificity(s, cpu);
+        if (score > best_score) {
+            best = &s;
+            best_score = score;
+        }
+    }
+    return resolve(*best, cpu, best_score);  // "portable" matches every CPU
+}
+
+Profile builtin_profile_named(const std::string& name, const CpuFacts& cpu) {
+    std::string names;
+    for (const Spec& s : specs()) {
+        if (name == s.name) return resolve(s, cpu, specificity(s, cpu));
+        names += (names.empty() ? "" : ", ") + std::string(s.name);
+    }
+    throw std::invalid_argument("no built-in profile named '" + name + "'; built-in profiles: " + names);
+}
+
+std::vector<BuiltinInfo> builtin_profiles(const CpuFacts& cpu) {
+    std::vector<BuiltinInfo> out;
+    for (const Spec& s : specs()) {
+        int score = specificity(s, cpu);
+        out.push_back({s.name, match_words(s), score >= 0, score});
+    }
+    return out;
+}
+
+}  // namespace policy
+}  // namespace fastcopy

@@ -1,0 +1,146 @@
+// FASTCOPY_* environment variables: read them (clear errors naming the variable) and edit a
+// profile with them, so the overrides apply on top of any profile, built-in or tuned.
+#include <cctype>
+#include <cstdlib>
+#include <stdexcept>
+
+#include "profile.h"
+
+namespace fastcopy {
+namespace policy {
+namespace {
+
+std::string lower(std::string s) {
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+}
+
+const char* env(const char* name) {
+    const char* v = std::getenv(name);
+    return (v && *v) ? v : nullptr;
+}
+
+}  // namespace
+
+Overrides read_overrides(const CpuFacts& cpu) {
+    Overrides o;
+    if (const char* v = env("FASTCOPY_KERNEL")) {
+        o.kernel = v;
+        KernelFacts k = kernel_facts(o.kernel, cpu);
+        if (!k.compiled)
+            throw std::invalid_argument("FASTCOPY_KERNEL='" + o.kernel +
+                                        "' is not a kernel of this build; valid names here: " + usable_kernel_names(cpu));
+        if (!k.usable)
+            throw std::invalid_argument("FASTCOPY_KERNEL='" + o.kernel + "' is not supported on this CPU (" +
+                                        k.why_not + "); valid names here: " + usable_kernel_names(cpu));
+    }
+    if (const char* v = env("FASTCOPY_REP_MOVSB")) {
+        o.rep_movsb = lower(v);
+        if (o.rep_movsb != "auto" && o.rep_movsb != "on" && o.rep_movsb != "off")
+            throw std::invalid_argument(std::string("FASTCOPY_REP_MOVSB='") + v + "' is not valid; use auto, on or off");
+    }
+    if (const char* v = env("FASTCOPY_NT_THRESHOLD")) {
+        o.nt_threshold_set = true;
+        if (lower(v) == "off") {
+            o.nt_threshold = SIZE_MAX;
+        } else {
+            try {
+                o.nt_threshold = parse_size(v);
+            } catch (const std::invalid_argument&) {
+                throw std::invalid_argument(std::string("FASTCOPY_NT_THRESHOLD='") + v +
+                                            "' is not a size; use bytes or a binary unit such as 64K, 8M, 1G, or off");
+            }
+        }
+    }
+    if (const char* v = env("FASTCOPY_THREADS")) {
+        char* end = nullptr;
+        long n = std::strtol(v, &end, 10);
+        if (!end || *end != '\0' || n < 1 || n > 1024)
+            throw std::invalid_argument(std::string("FASTCOPY_THREADS='") + v +
+                                        "' is not valid; use a whole number from 1 (no threading) to 1024");
+        o.threads = static_cast<int>(n);
+    }
+    return o;
+}
+
+void apply_overrides(Profile& p, const Overrides& o, const CpuFacts& cpu) {
+    if (!o.kernel.empty()) {
+        KernelFacts k = kernel_facts(o.kernel, cpu);
+        if (k.usable) {  // read_overrides checked it; never force an unusable kernel
+            p.forced = k.fn;
+            p.forced_kernel = k.name;
+            p.overrides.push_back("FASTCOPY_KERNEL=" + o.kernel + ": every copy uses " + o.kernel +
+                                  " (no thread pool)");
+        }
+    }
+    // The NT threshold first: FASTCOPY_REP_MOVSB=on puts rep movsb up to it.
+    if (o.nt_threshold_set) {
+        for (auto& region : p.region) {
+            if (o.nt_threshold == SIZE_MAX) {
+                region.nt.threshold = SIZE_MAX;
+                region.nt.why = "FASTCOPY_NT_THRESHOLD=off";
+            } else if (region.nt.fn) {
+                region.nt.threshold = o.nt_threshold;
+                region.nt.why = "set by FASTCOPY_NT_THRESHOLD (the profile said: " + region.nt.why + ")";
+            }
+        }
+        p.overrides.push_back(o.nt_threshold == SIZE_MAX ? "FASTCOPY_NT_THRESHOLD=off: no non-temporal stores"
+                                                         : "FASTCOPY_NT_THRESHOLD=" + size_words(o.nt_threshold));
+    }
+    const char* erms = intern_kernel_name("erms");
+    if (o.rep_movsb == "off") {
+        KernelFacts generic = kernel_facts("generic", cpu);
+        for (auto& region : p.region)
+            for (auto& bands : region.cls)
+                for (auto& b : bands)
+                    if (b.kernel == erms) {
+                        b.kernel = generic.name;
+                        b.fn = generic.fn;
+                        b.why = "the C library: rep movsb off by FASTCOPY_REP_MOVSB=off (the profile had erms here: " +
+                                b.why + ")";
+                    }
+        p.overrides.push_back("FASTCOPY_REP_MOVSB=off: every rep movsb band uses the C library");
+    } else if (o.rep_movsb == "on") {
+        KernelFacts k = kernel_facts("erms", cpu);
+        bool any = false;
+        for (int r = 0; r < kRegions; ++r) {
+            RegionRules& region = p.region[r];
+            if (!k.usable || region.erms_on_request == SIZE_MAX) continue;
+            // Only the far class: at (dst - src) mod 4096 in 1..63 rep movsb collapses on Zen 3
+            // (1.5-3 GB/s instead of ~45), and backward copies are not what rep movsb does.
+            std::vector<Band>& far = region.cls[static_cast<int>(AddressClass::Far)];
+            std::size_t from = region.erms_on_request, to = region.nt.threshold;
+            if (from >= to) continue;
+            std::vector<Band> out;
+            for (std::size_t i = 0; i < far.size(); ++i) {
+                std::size_t lo = far[i].from, hi = i + 1 < far.size() ? far[i + 1].from : SIZE_MAX;
+                if (hi <= from || lo >= to) {
+                    out.push_back(far[i]);
+                    continue;
+                }
+                if (lo < from) {
+                    out.push_back(far[i]);
+                }
+                Band e{lo < from ? from : lo, k.fn, k.name,
+                       region.erms_on_request_why.empty() ? "rep movsb: FASTCOPY_REP_MOVSB=on" : region.erms_on_request_why};
+                out.push_back(e);
+                if (hi > to) {
+                    Band rest = far[i];
+                    rest.from = to;
+                    out.push_back(rest);
+                }
+            }
+            far = out;
+            any = true;
+        }
+        p.overrides.push_back(any ? "FASTCOPY_REP_MOVSB=on: rep movsb in the far class ((dst - src) mod 4096 >= 64) "
+                                    "where the profile allows it"
+                                  : "FASTCOPY_REP_MOVSB=on: no region of this profile allows rep movsb");
+    }
+    if (o.threads > 0)
+        p.overrides.push_back("FASTCOPY_THREADS=" + std::to_string(o.threads) + ": threads for large copies");
+    finalize(p);
+}
+
+}  // namespace policy
+}  // namespace fastcopy

@@ -1,0 +1,195 @@
+// The dispatch policy as data: a Profile says, per region and address class, which kernel
+// each size band gets, plus the non-temporal and thread-pool rules and where the numbers
+// came from. Built-in profiles (defaults.cpp), tuned files (profile_io.cpp, format in
+// docs/profile-format.md) and the FASTCOPY_* overrides (overrides.cpp) all produce one;
+// select.cpp executes it. info() prints the active Profile as it is: what you see is what runs.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../cpu.h"
+#include "../kernels/kernels.h"
+
+namespace fastcopy {
+
+// Where the bytes go. Copies into and out of memory shared between processes have their
+// own policy entries (UCX tunes copy-in and copy-out separately, too).
+enum class Region : int { Private = 0, ToShared = 1, FromShared = 2 };
+
+namespace policy {
+
+constexpr int kRegions = 3;
+constexpr int kClasses = 4;
+constexpr std::size_t kMaxBands = 64;        // per class (docs/profile-format.md)
+constexpr std::size_t kMaxWhyChars = 500;    // per free-text field
+constexpr std::size_t kMaxFileBytes = 1 << 20;
+constexpr std::size_t kMaxSizeValue = std::size_t(1) << 40;  // 1 TiB: larger thresholds are absurd
+constexpr std::size_t kMinNtThreshold = 4096;
+constexpr std::size_t kMinParallelThreshold = 65536;
+constexpr unsigned kMaxThreads = 1024;
+
+// Decided in this order: Backward when the ranges overlap with dst > src; otherwise by
+// (dst - src) mod 4096: 0 PageAligned, 1..63 Near, >= 64 Far.
+enum class AddressClass : int { PageAligned = 0, Near = 1, Far = 2, Backward = 3 };
+
+const char* region_key(int region);  // "private", "to_shared", "from_shared"
+const char* class_key(int cls);      // "page_aligned", "near", "far", "backward"
+
+struct Band {
+    std::size_t from = 0;        // inclusive; the band runs up to the next band's `from`
+    CopyFn fn = nullptr;         // nullptr only for kernels not compiled into this build (tests of other CPUs)
+    const char* kernel = "";     // interned kernel name (lives as long as the process)
+    std::string why;
+};
+
+struct NtRule {
+    std::size_t threshold = SIZE_MAX;  // SIZE_MAX: never
+    CopyFn fn = nullptr;
+    const char* kernel = nullptr;      // nullptr when threshold is SIZE_MAX
+    std::string why;
+    // Non-temporal stores only when (dst - src) mod 4096 is 0 or at least this: on Zen 3 an
+    // avx2_nt copy of 16 MiB ran 0.17-0.49x avx2 at distances 16-256 (loads 4K-aliasing the
+    // streaming stores still in flight) and 1.2-2.0x from 512. 0: every distance.
+    std::size_t min_page_distance = 0;
+};
+// True when the NT rule applies to this copy (size, no overlap, page distance).
+inline bool nt_applies(const NtRule& nt, const void* dst, const void* src, std::size_t n);
+
+struct RegionRules {
+    std::vector<Band> cls[kClasses];
+    NtRule nt;
+    // Where FASTCOPY_REP_MOVSB=on puts rep movsb: the far class from this size up to the NT
+    // threshold. SIZE_MAX: not in this region, even when asked (AMD shared-memory opt-out).
+    // Never the near class (4K aliasing) nor backward copies.
+    std::size_t erms_on_request = 2112;
+    std::string erms_on_request_why;
+};
+
+struct ParallelRule {
+    std::size_t threshold = SIZE_MAX;  // SIZE_MAX: never
+    unsigned threads = 0;              // 0: every usable CPU (pool default), else 1..1024
+    std::string why;
+};
+
+struct Provenance {
+    std::string machine, date, libc, method;
+};
+
+struct Profile {
+    std::string name;          // "amd-zen3-zen4", "tuned", ...
+    std::string source;        // "built-in" or the file it was read from
+    std::string matched_why;   // built-in: why this profile matched this CPU
+    Provenance provenance;
+    std::string signature_json;  // tuned profiles: the measuring machine's signature (compact JSON), else ""
+    RegionRules region[kRegions];
+    ParallelRule parallel;
+    std::vector<std::string> notes;      // decisions that are not bands, in words
+    std::vector<std::string> overrides;  // FASTCOPY_* edits applied on top, in words
+
+    CopyFn forced = nullptr;             // FASTCOPY_KERNEL
+    const char* forced_kernel = nullptr;
+
+    // Derived by finalize(): below uniform_below[r] bytes every class of region r (and no NT
+    // rule) gives uniform_fn[r], so the smallest copies cost one compare.
+    std::size_t uniform_below[kRegions] = {0, 0, 0};
+    CopyFn uniform_fn[kRegions] = {nullptr, nullptr, nullptr};
+    const char* uniform_kernel[kRegions] = {nullptr, nullptr, nullptr};
+};
+
+// Recomputes the derived fields; merges adjacent bands naming the same kernel.
+void finalize(Profile& p);
+
+// ---- select.cpp ----------------------------------------------------------------------
+struct Choice {
+    CopyFn fn;
+    const char* kernel;
+};
+AddressClass classify(const void* dst, const void* src, std::size_t n);
+// The kernel a profile gives one contiguous copy: forced kernel, else the NT rule (no
+// overlap, n >= threshold), else the band of the address class. A few branches and a lookup.
+Choice choose(const Profile& p, const void* dst, const void* src, std::size_t n, Region region);
+// True when [dst, dst+n) and [src, src+n) share a byte.
+inline bool ranges_overlap(const void* dst, const void* src, std::size_t n) {
+    std::uintptr_t d = reinterpret_cast<std::uintptr_t>(dst), s = reinterpret_cast<std::uintptr_t>(src);
+    return (d > s ? d - s : s - d) < n;
+}
+
+inline bool nt_applies(const NtRule& nt, const void* dst, const void* src, std::size_t n) {
+    if (n < nt.threshold || ranges_overlap(dst, src, n)) return false;
+    std::uintptr_t off = (reinterpret_cast<std::uintptr_t>(dst) - reinterpret_cast<std::uintptr_t>(src)) & 4095;
+    return off == 0 || off >= nt.min_page_distance;
+}
+
+// ---- kernels as the policy sees them (registry + CPU facts) ---------------------------
+struct KernelFacts {
+    const char* name = nullptr;  // interned
+    CopyFn fn = nullptr;
+    bool compiled = false;       // in this build's registry
+    bool usable = false;         // compiled and the CPU has what it needs
+    bool streaming = false;
+    std::string why_not;         // empty when usable
+};
+KernelFacts kernel_facts(const std::string& name, const CpuFacts& cpu);
+// True when this build's registry has a kernel of that name.
+bool kernel_in_build(const std::string& name);
+// Interned copy of a kernel name (stable pointer for the life of the process).
+const char* intern_kernel_name(const std::string& name);
+// "generic, avx2, ..." usable on this CPU.
+std::string usable_kernel_names(const CpuFacts& cpu);
+
+// ---- defaults.cpp: built-in profiles ---------------------------------------------------
+struct BuiltinInfo {
+    std::string name;
+    std::string match;        // the match rule in words
+    bool matches = false;     // for the given CPU
+    int specificity = -1;     // higher wins; -1 when it does not match
+};
+// The most specific built-in profile matching these facts, resolved against them (kernels the
+// CPU lacks fall back per band, saying so in the band's why).
+Profile builtin_profile(const CpuFacts& cpu);
+// A built-in profile by name, resolved against these facts; throws std::invalid_argument
+// for an unknown name.
+Profile builtin_profile_named(const std::string& name, const CpuFacts& cpu);
+std::vector<BuiltinInfo> builtin_profiles(const CpuFacts& cpu);
+
+// ---- profile_io.cpp: JSON -------------------------------------------------------------
+// Parses and validates a profile (docs/profile-format.md) against this CPU. Throws
+// std::invalid_argument whose message names the problem (and the JSON path), never crashes,
+// never returns a profile naming a kernel the CPU lacks.
+Profile parse_profile(const std::string& json_text, const std::string& source, const CpuFacts& cpu);
+// The profile as JSON in the same format (overrides not included: they are edits made at
+// run time; `forced` is reported by info() separately).
+std::string to_json(const Profile& p);
+// The "signature" object of a profile text as compact JSON ("" when absent); throws like
+// parse_profile on bad JSON.
+std::string signature_of(const std::string& json_text);
+// The signature's members as (key, compact JSON of the value), in file order; empty when the
+// profile has none. Throws like parse_profile on bad JSON.
+std::vector<std::pair<std::string, std::string>> signature_fields(const std::string& json_text);
+
+// ---- overrides.cpp ------------------------------------------------------------------
+struct Overrides {
+    std::string kernel;              // FASTCOPY_KERNEL, empty = automatic
+    std::string rep_movsb = "auto";  // FASTCOPY_REP_MOVSB: auto | on | off
+    bool nt_threshold_set = false;   // FASTCOPY_NT_THRESHOLD given ("off" disables NT stores)
+    std::size_t nt_threshold = 0;    // its value in bytes (SIZE_MAX for "off")
+    int threads = -1;                // FASTCOPY_THREADS, -1 = not set
+};
+// Reads the FASTCOPY_* variables. Throws std::invalid_argument naming the variable, the bad
+// value and the valid ones.
+Overrides read_overrides(const CpuFacts& cpu);
+// Edits a profile: FASTCOPY_KERNEL forces one kernel; FASTCOPY_REP_MOVSB=off replaces every
+// rep movsb band with the C library, =on adds rep movsb to the far class where the region
+// allows it (never near, never backward); FASTCOPY_NT_THRESHOLD moves (or removes) the NT rule.
+void apply_overrides(Profile& p, const Overrides& o, const CpuFacts& cpu);
+
+// Parses sizes like "4096", "64K", "8M", "1G", "512KiB" (binary units). Throws
+// std::invalid_argument on anything else.
+std::size_t parse_size(const std::string& text);
+std::string size_words(std::size_t n);  // "64 KiB", "infinity"
+
+}  // namespace policy
+}  // namespace fastcopy

@@ -1,0 +1,31 @@
+// Executing a profile: classify the addresses, then one lookup. Called for every copy, so it
+// stays a few branches (the 8 B and 64 B call-cost bar: benchmarks/call_overhead.py) and is
+// inline, so copy_bytes() pays no extra call for it.
+#pragma once
+#include "profile.h"
+
+namespace fastcopy {
+namespace policy {
+
+inline AddressClass classify_inline(const void* dst, const void* src, std::size_t n) {
+    std::uintptr_t d = reinterpret_cast<std::uintptr_t>(dst), s = reinterpret_cast<std::uintptr_t>(src);
+    if (d > s && d - s < n) return AddressClass::Backward;
+    std::uintptr_t off = (d - s) & 4095;  // unsigned wrap-around gives the distance mod 4096 either way
+    if (off == 0) return AddressClass::PageAligned;
+    return off < 64 ? AddressClass::Near : AddressClass::Far;
+}
+
+inline Choice choose_inline(const Profile& p, const void* dst, const void* src, std::size_t n, Region region) {
+    if (p.forced) return {p.forced, p.forced_kernel};
+    const int r = static_cast<int>(region);
+    if (n < p.uniform_below[r]) return {p.uniform_fn[r], p.uniform_kernel[r]};
+    const RegionRules& rules = p.region[r];
+    if (n >= rules.nt.threshold && nt_applies(rules.nt, dst, src, n)) return {rules.nt.fn, rules.nt.kernel};
+    const std::vector<Band>& bands = rules.cls[static_cast<int>(classify_inline(dst, src, n))];
+    std::size_t i = bands.size() - 1;  // validated: at least one band, the first from 0
+    while (i > 0 && bands[i].from > n) --i;
+    return {bands[i].fn, bands[i].kernel};
+}
+
+}  // namespace policy
+}  // namespace fastcopy
