@@ -145,8 +145,12 @@ def test_a_band_changes_only_beyond_the_spread():
     assert got == {1024: "avx2", 4096: "avx2", 8192: "avx2", 16384: "avx2", 32768: "generic"}
     assert "2.00x avx2" in bands["private"]["near"][-1]["why"]
     assert "within the spread" in bands["private"]["near"][2]["why"]
-    merged = tune._bands_from_points(bands["private"]["near"], "generic")
+    merged = tune._bands_from_points(bands["private"]["near"], [{"from": 0, "kernel": "generic", "why": "w"}])
     assert [(b["from"], b["kernel"]) for b in merged] == [(0, "generic"), (1024, "avx2"), (32768, "generic")]
+    # Below the grid the built-in bands stand as they are (not the kernel of the first grid size).
+    below = [{"from": 0, "kernel": "generic", "why": "a"}, {"from": 128, "kernel": "avx2", "why": "b"}]
+    merged = tune._bands_from_points(bands["private"]["near"], below)
+    assert [(b["from"], b["kernel"]) for b in merged] == [(0, "generic"), (128, "avx2"), (32768, "generic")]
 
 
 def test_a_gap_between_two_equal_changes_is_filled_only_by_the_fastest():
@@ -269,9 +273,29 @@ def test_import_does_not_load_the_measurement_code():
     assert p.stdout.split("\n")[:2] == ["[]", "True"]
 
 
-@pytest.mark.skipif(not hasattr(_core, "load_profile"),
-                    reason="_core.load_profile is not in this build: loading profiles at import belongs to the "
-                           "policy branch (cpp/policy/); this checks that a tuned profile is accepted by it")
+def test_tune_measures_against_the_builtin_profile_and_restores_the_active_one(quick_profile, tmp_path):
+    """A tuned profile loaded at import must not become tune's baseline (a second run would
+    compare with the first one's result), and tune leaves the caller's profile active."""
+    from fastcopy import _profile
+
+    builtin_first = _core.base_profile()["regions"]["private"]["page_aligned"][0]["kernel"]
+    odd = copy.deepcopy(quick_profile)
+    odd["name"] = "everything-erms"
+    for region in odd["regions"].values():
+        for cls in ("page_aligned", "near", "far", "backward"):
+            region[cls] = [{"from": 0, "kernel": "erms", "why": "test"}]
+    try:
+        _core.load_profile(json.dumps(odd), "test-odd")
+        assert _core.chosen_kernel(1 << 44, 1 << 44, 64, 0) == "erms"
+        profile = fastcopy.tune(quick=True, grid=[4096], write=False, progress=False)
+        # below the grid: the built-in bands, not the loaded profile's erms
+        assert profile["regions"]["private"]["page_aligned"][0]["kernel"] == builtin_first
+        assert _core.active_profile()["name"] == "everything-erms"
+    finally:
+        _core.use_builtin_profile()
+        _profile.load_at_import()
+
+
 def test_the_loader_accepts_a_tuned_profile(quick_profile):
     from fastcopy import _profile
 

@@ -137,6 +137,11 @@ class Builtin:
             name = "generic"
         return str(name)
 
+    def bands_below(self, region: str, cls: str, size: int) -> List[Dict[str, Any]]:
+        """The built-in profile's bands that start below ``size`` (the first one starts at 0)."""
+        bands = self._core.base_profile()["regions"][region][cls]
+        return [b for b in bands if b["from"] < size] or [{"from": 0, "kernel": self.kernel(region, cls, 1)}]
+
     def uses_nt(self, size: int) -> bool:
         return self.nt_threshold is not None and size >= self.nt_threshold
 
@@ -434,18 +439,23 @@ def _fill_gaps(points: List[Dict[str, Any]]) -> None:
                            f"spread), between two sizes where {k} won beyond it")
 
 
-def _bands_from_points(points: List[Dict[str, Any]], below: str) -> List[Dict[str, Any]]:
+def _bands_from_points(points: List[Dict[str, Any]], below: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """Bands from per-size decisions (a decision holds from its size to the next); the sizes
-    below the grid keep the built-in kernel; adjacent equal kernels merge."""
-    bands: List[Dict[str, Any]] = [{"from": 0, "kernel": below,
-                                    "why": "below the measured grid: the built-in choice"}]
+    below the grid keep the built-in bands (``below``: those that start under the first measured
+    size); adjacent equal kernels merge."""
+    bands: List[Dict[str, Any]] = [{"from": b["from"], "kernel": b["kernel"],
+                                    "why": ("below the measured grid, the built-in choice: " + b.get("why", ""))[:MAX_WHY]}
+                                   for b in below]
     for p in points:
         if p["kernel"] == bands[-1]["kernel"]:
             continue
         bands.append({"from": p["size"], "kernel": p["kernel"], "why": p["why"][:MAX_WHY]})
-    if len(bands) > 1 and bands[0]["kernel"] == bands[1]["kernel"]:
-        bands.pop(1)
-    return bands
+    merged: List[Dict[str, Any]] = []
+    for b in bands:
+        if merged and merged[-1]["kernel"] == b["kernel"]:
+            continue
+        merged.append(b)
+    return merged
 
 
 def _threshold_from(flags: List[Tuple[int, bool]]) -> Optional[int]:
@@ -657,11 +667,11 @@ def build_profile(m: Dict[str, Any], bands: Dict[str, Any], nt: Dict[str, Any], 
 
     regions: Dict[str, Any] = {}
     builtin = Builtin()
+    first = m["sizes"][0]
     for region in REGIONS:
         r: Dict[str, Any] = {}
         for cls in CLASSES:
-            below = builtin.kernel(region, cls, GRID_MIN // 2)
-            r[cls] = _bands_from_points(bands[region][cls], below)
+            r[cls] = _bands_from_points(bands[region][cls], builtin.bands_below(region, cls, first))
         r["nt"] = {"threshold": nt[region]["threshold"], "kernel": nt[region]["kernel"], "why": nt[region]["why"]}
         regions[region] = r
     method = (f"{command}: hot caches below the {human_size(m['l3'])} L3 (L2 {human_size(m['l2'])}), cold at and "
@@ -878,6 +888,25 @@ def tune(quick: bool = False, output: Optional[str] = None, grid: Optional[Seque
     it to ``output`` (default: the user cache, ``fastcopy._profile.cache_path()``). ``grid``:
     sizes to measure instead of the default grid (for tests and focused runs). ``verbose``:
     print the table and the changes against the built-in profile."""
+    # Measure against the built-in profile, not a tuned one loaded at import (a second tune run
+    # would otherwise compare with the first one's result); the caller's profile comes back after.
+    from .. import _core
+
+    previous = _core.active_profile()
+    previous_json, previous_source = _core.active_profile_json(), str(previous.get("source", ""))
+    _core.use_builtin_profile("")
+    try:
+        return _tune(quick, output, grid, repeats, min_time, progress, write, verbose, command)
+    finally:
+        if previous.get("source") == "built-in":
+            _core.use_builtin_profile("")
+        else:
+            _core.load_profile(previous_json, previous_source)
+
+
+def _tune(quick: bool, output: Optional[str], grid: Optional[Sequence[int]], repeats: Optional[int],
+          min_time: Optional[float], progress: Optional[bool], write: bool, verbose: bool,
+          command: str) -> Dict[str, Any]:
     builtin = Builtin()
     sizes = sorted(set(grid)) if grid else size_grid(quick)
     load = busy_warning()
