@@ -263,6 +263,8 @@ def test_fastcopy_tune_writes_and_returns_the_profile(tmp_path):
     assert "fastcopy.tune()" in profile["provenance"]["method"]
 
 
+@pytest.mark.skipif(os.environ.get("FASTCOPY_NO_SUBPROCESS") == "1",
+                    reason="FASTCOPY_NO_SUBPROCESS=1: needs a fresh interpreter (a subprocess) to see what import loads")
 def test_import_does_not_load_the_measurement_code():
     env = {k: v for k, v in os.environ.items() if not k.startswith("FASTCOPY_")}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC_DIR, os.environ.get("PYTHONPATH")) if p)
