@@ -82,6 +82,9 @@ int check_signals(void*) { return PyErr_CheckSignals() != 0; }
 // `arr.flags.writeable = True` (see docs/shm.md, "Views are read-only").
 struct ShmSlot {
     std::shared_ptr<shm::SlotLedger> ledger;
+    // The array's memory: mapped for as long as this object (the array's base) lives, also
+    // after the slot is released (a published or discarded loan stays readable).
+    std::shared_ptr<shm::Mapping> mapping;
     std::uint64_t id = 0;
     bool is_loan = false;
     std::uint64_t nbytes = 0;
@@ -255,6 +258,7 @@ public:
         }
         auto slot = std::make_unique<ShmSlot>();
         slot->ledger = ring_->ledger();
+        slot->mapping = ring_->ledger()->mapping_ref();
         slot->id = id;
         slot->nbytes = info.payload_len;
         py::object base = py::cast(std::move(slot));  // from here its destructor releases the view
@@ -307,6 +311,7 @@ public:
                                           ": the ring is full (is the consumer reading, or holding views?)");
         auto slot = std::make_unique<ShmSlot>();
         slot->ledger = ring_->ledger();
+        slot->mapping = ring_->ledger()->mapping_ref();
         slot->id = id;
         slot->is_loan = true;
         slot->nbytes = nbytes;

@@ -159,6 +159,10 @@ struct SlotLedger {
     void end_loan(std::uint64_t id);       // a loan's base object is gone (locks mu)
     std::uint64_t held_bytes();
     std::uint64_t held_views();
+    std::shared_ptr<Mapping> mapping_ref() {
+        std::lock_guard<std::mutex> lock(mu);
+        return mapping;
+    }
     // With mu held: pops released views, publishes the tail when it moved, and unmaps when
     // the Ring is closed and nothing is held.
     void settle_locked();

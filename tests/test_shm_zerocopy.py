@@ -180,6 +180,16 @@ def test_views_alive_at_interpreter_exit_and_in_daemon_threads(tmp_path):
     KEEP = [rx.recv_view(), rx.recv_view()[1:]]
     tx2 = Channel.create(capacity=1 << 16)
     LOAN = tx2.loan(100)
+    # Published and discarded loans stay readable after their channel is closed.
+    tx3 = Channel.create(capacity=1 << 16)
+    rx3 = Channel.attach(tx3.name)
+    with tx3.loan(10) as P:
+        P[:] = 7
+    D = tx3.loan(10)
+    tx3.discard(D)
+    V = rx3.recv_view()
+    tx3.close(); rx3.close()
+    assert P.sum() == 70 and V.sum() == 70 and D.shape == (10,)
     t = threading.Thread(target=rx.recv_view, daemon=True)
     t.start()
     print("ok", KEEP[0][3], KEEP[1][0])

@@ -79,7 +79,7 @@ class _Iceoryx2:
     """iceoryx2 publish-subscribe, one service per direction; `role` says which end we are."""
 
     def __init__(self, fwd: str, back: str, max_size: int, role: str):
-        import iceoryx2 as iox2
+        import iceoryx2 as iox2  # type: ignore[import-untyped,import-not-found,unused-ignore]
 
         iox2.set_log_level_from_env_or(iox2.LogLevel.Error)
         self.node = iox2.NodeBuilder.new().create(iox2.ServiceType.Ipc)
@@ -135,7 +135,7 @@ class _Iceoryx2:
 
 class _Zmq:
     def __init__(self, fwd: str, back: str, role: str):
-        import zmq
+        import zmq  # type: ignore[import-not-found,unused-ignore]
 
         self.ctx = zmq.Context()
         self.push = self.ctx.socket(zmq.PUSH)
@@ -188,6 +188,7 @@ class _ShmSlot:
         n = msg.nbytes
         self.empty.acquire()
         buf = self.shm.buf
+        assert buf is not None
         buf[:8] = n.to_bytes(8, "little")
         np.frombuffer(buf, np.uint8, n, 8)[...] = msg.reshape(-1).view(np.uint8)
         self.full.release()
@@ -195,6 +196,7 @@ class _ShmSlot:
     def recv(self, out: Optional[np.ndarray] = None) -> np.ndarray:
         self.full.acquire()
         buf = self.shm.buf
+        assert buf is not None
         n = int.from_bytes(buf[:8], "little")
         dst = out if out is not None and out.nbytes == n else np.empty(n, np.uint8)
         dst[...] = np.frombuffer(buf, np.uint8, n, 8)
@@ -237,14 +239,14 @@ def _child_endpoints(transport, buf, fwd_ch, back_ch, fwd_q, back_q, fwd_r, back
 
 
 def _send_loaned(ch: Any, msg: Any) -> None:
-    """A producer that writes its data in place: loan, fill (one copy, with the policy entry
-    that Channel.send uses for the same copy), publish."""
-    from . import _core
-
+    """A producer that writes its data in place: loan, fill, publish. The fill is the same
+    ``ctypes.memmove`` as iceoryx2's loan is filled with, so the two zero-copy paths differ
+    only in the transport (fastcopy's policy picks non-temporal stores and two threads for
+    large copies, which changes what the receiver finds in the cache)."""
     if isinstance(msg, bytes):
         msg = np.frombuffer(msg, np.uint8)
     with ch.loan(msg.shape, msg.dtype) as a:
-        _core.copy_region(a, msg, 1)  # 1: to shared memory
+        ctypes.memmove(a.ctypes.data, msg.ctypes.data, msg.nbytes)
 
 
 def _child_extra(setup: Dict[str, Any]) -> Dict[str, Any]:  # pragma: no cover - runs in the child
@@ -257,7 +259,7 @@ def _child_extra(setup: Dict[str, Any]) -> Dict[str, Any]:  # pragma: no cover -
     if "faster_fifo" in setup:
         extra["faster_fifo"] = setup["faster_fifo"]
     if "zmq" in setup:
-        extra["zmq"] = _Zmq(*setup["zmq"], role="child")
+        extra["zmq"] = _Zmq(setup["zmq"][0], setup["zmq"][1], "child")
     if "shared_memory" in setup:
         extra["shared_memory"] = setup["shared_memory"]
     return extra
@@ -329,7 +331,7 @@ class _Parent:
             self.extra["iceoryx2"] = _Iceoryx2(names[0], names[1], max_size, "parent")
             setup["iceoryx2"] = (names[0], names[1], max_size)
         if "faster_fifo" in transports:
-            import faster_fifo
+            import faster_fifo  # type: ignore[import-not-found,import-untyped,unused-ignore]
 
             room = max(1 << 20, 3 * (max_size + 4096))
             pair = (faster_fifo.Queue(max_size_bytes=room), faster_fifo.Queue(max_size_bytes=room))
@@ -341,7 +343,7 @@ class _Parent:
             base = os.path.join(tempfile.gettempdir(), tag)
             endpoints = ("ipc://" + base + "-fwd", "ipc://" + base + "-back")
             self.zmq_paths = (base + "-fwd", base + "-back")
-            self.extra["zmq"] = _Zmq(*endpoints, role="parent")
+            self.extra["zmq"] = _Zmq(endpoints[0], endpoints[1], "parent")
             setup["zmq"] = endpoints
         if "shared_memory" in transports:
             pair = (_ShmSlot(ctx, max_size), _ShmSlot(ctx, max_size))
