@@ -476,6 +476,19 @@ def test_ipc_bench_zero_copy_and_alternatives(monkeypatch):
         ipc_bench.run_ipc_bench(sizes=[64], transports=["carrier_pigeon"])
 
 
+def test_ipc_bench_transport_that_fails_to_set_up_is_skipped(monkeypatch):
+    from fastcopy import ipc_bench
+
+    def broken(*args, **kwargs):
+        raise OSError("no room")
+
+    monkeypatch.setattr(ipc_bench._ShmSlot, "__init__", broken)
+    res = ipc_bench.run_ipc_bench(sizes=[64], repeats=1, min_time=0.01, latency=False,
+                                  transports=["channel", "shared_memory"])
+    assert "no room" in res["skipped"]["shared_memory"]
+    assert {r["transport"] for r in res["rows"]} == {"channel"}
+
+
 # ---- a Channel passed to a spawned process pickles as its name --------------------------------
 PICKLED = r"""
 import multiprocessing as mp

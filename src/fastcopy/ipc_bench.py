@@ -48,7 +48,7 @@ import os
 import platform
 import statistics
 import time
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -326,18 +326,34 @@ class _Parent:
         setup: Dict[str, Any] = {}
         tag = f"fastcopy-bench-{os.getpid()}-{os.urandom(3).hex()}"
         self.capacity = capacity
-        if any(t.startswith("iceoryx2") for t in transports):
+        self.zmq_paths: Tuple[str, ...] = ()
+        # Transports whose setup failed here (installed but unusable): skipped with the reason.
+        self.failed: Dict[str, str] = {}
+
+        def optional(names: Sequence[str], make: Any) -> None:
+            wanted = [t for t in names if t in transports]
+            if not wanted:
+                return
+            try:
+                make()
+            except Exception as e:  # a broken install must not end the whole benchmark
+                for t in wanted:
+                    self.failed[t] = f"could not be set up: {type(e).__name__}: {e}"
+
+        def make_iceoryx2() -> None:
             names = (tag + "-fwd", tag + "-back")
             self.extra["iceoryx2"] = _Iceoryx2(names[0], names[1], max_size, "parent")
             setup["iceoryx2"] = (names[0], names[1], max_size)
-        if "faster_fifo" in transports:
+
+        def make_faster_fifo() -> None:
             import faster_fifo  # type: ignore[import-not-found,import-untyped,unused-ignore]
 
             room = max(1 << 20, 3 * (max_size + 4096))
             pair = (faster_fifo.Queue(max_size_bytes=room), faster_fifo.Queue(max_size_bytes=room))
             self.extra["faster_fifo"] = pair
             setup["faster_fifo"] = pair
-        if "zmq" in transports:
+
+        def make_zmq() -> None:
             import tempfile
 
             base = os.path.join(tempfile.gettempdir(), tag)
@@ -345,10 +361,16 @@ class _Parent:
             self.zmq_paths = (base + "-fwd", base + "-back")
             self.extra["zmq"] = _Zmq(endpoints[0], endpoints[1], "parent")
             setup["zmq"] = endpoints
-        if "shared_memory" in transports:
+
+        def make_shared_memory() -> None:
             pair = (_ShmSlot(ctx, max_size), _ShmSlot(ctx, max_size))
             self.extra["shared_memory"] = pair
             setup["shared_memory"] = pair
+
+        optional(("iceoryx2_view", "iceoryx2_copy"), make_iceoryx2)
+        optional(("faster_fifo",), make_faster_fifo)
+        optional(("zmq",), make_zmq)
+        optional(("shared_memory",), make_shared_memory)
         self.proc = ctx.Process(
             target=_child_main,
             args=(child_ctrl, (self.fwd_ch.name, self.back_ch.name), (self.fwd_q, self.back_q), (fwd_r, back_w),
@@ -380,6 +402,7 @@ class _Parent:
                 q.join_thread()
             if "zmq" in self.extra:
                 self.extra["zmq"].close()
+            if self.zmq_paths:
                 for path in self.zmq_paths:
                     try:
                         os.unlink(path)
@@ -528,6 +551,8 @@ def run_ipc_bench(
     capacity = int(capacity or DEFAULT_CAPACITY)
     ctx = mp.get_context(start_method)
     parent = _Parent(ctx, capacity, transports, max(sizes, default=0))
+    skipped.update(parent.failed)
+    transports = [t for t in transports if t not in parent.failed]
     rows: List[Dict[str, Any]] = []
     try:
         for size in sizes:
