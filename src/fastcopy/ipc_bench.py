@@ -377,22 +377,27 @@ class _Parent:
                   setup),
             daemon=True,
         )
-        self.proc.start()
-        fwd_r.close()
-        back_w.close()
-        child_ctrl.close()
-        if not self.ctrl.poll(120):
-            raise RuntimeError("ipc benchmark child did not start (exit code %s)" % self.proc.exitcode)
-        self.ctrl.recv()
+        try:
+            self.proc.start()
+            fwd_r.close()
+            back_w.close()
+            child_ctrl.close()
+            if not self.ctrl.poll(120):
+                raise RuntimeError("ipc benchmark child did not start (exit code %s)" % self.proc.exitcode)
+            self.ctrl.recv()
+        except BaseException:
+            self.close()  # no channel, socket file or shared_memory segment left behind
+            raise
 
     def close(self) -> None:
         try:
-            if self.proc.is_alive():
-                self.ctrl.send(("exit",))
-            self.proc.join(10)
-            if self.proc.is_alive():
-                self.proc.kill()
-                self.proc.join()
+            if self.proc.pid is not None:  # started
+                if self.proc.is_alive():
+                    self.ctrl.send(("exit",))
+                self.proc.join(10)
+                if self.proc.is_alive():
+                    self.proc.kill()
+                    self.proc.join()
         finally:
             for ch in (self.fwd_ch, self.back_ch) + tuple(self.extra.get("channel_view", ())):
                 ch.close()
