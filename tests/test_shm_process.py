@@ -514,6 +514,39 @@ def test_ipc_bench_smoke():
     assert "message rate" in table and "channel" in table and "pipe" in table
 
 
+def test_ipc_bench_zero_copy_and_alternatives(monkeypatch):
+    from fastcopy import ipc_bench
+
+    # A transport whose package is missing is listed as skipped with the reason, not an error.
+    monkeypatch.setitem(ipc_bench._NEEDS, "zmq", "fastcopy_no_such_module")
+    transports = ["channel", "channel_view", "shared_memory", "zmq"]
+    res = ipc_bench.run_ipc_bench(sizes=[4096, 200000], repeats=1, min_time=0.02, transports=transports)
+    json.dumps(res)
+    assert set(res["skipped"]) == {"zmq"} and "not installed" in res["skipped"]["zmq"]
+    assert {(r["transport"], r["size"]) for r in res["rows"]} == {
+        (t, s) for t in ["channel", "channel_view", "shared_memory"] for s in [4096, 200000]}
+    for r in res["rows"]:
+        assert r["msg_rate"] > 0 and r["rtt_median_us"] > 0
+    assert {"channel_view_vs_channel", "channel_view_vs_channel_rtt"} <= set(res["ratios"]["200000"])
+    table = ipc_bench.format_ipc_table(res)
+    assert "skipped zmq" in table and "channel_view" in table
+    with pytest.raises(ValueError, match="unknown transport"):
+        ipc_bench.run_ipc_bench(sizes=[64], transports=["carrier_pigeon"])
+
+
+def test_ipc_bench_transport_that_fails_to_set_up_is_skipped(monkeypatch):
+    from fastcopy import ipc_bench
+
+    def broken(*args, **kwargs):
+        raise OSError("no room")
+
+    monkeypatch.setattr(ipc_bench._ShmSlot, "__init__", broken)
+    res = ipc_bench.run_ipc_bench(sizes=[64], repeats=1, min_time=0.01, latency=False,
+                                  transports=["channel", "shared_memory"])
+    assert "no room" in res["skipped"]["shared_memory"]
+    assert {r["transport"] for r in res["rows"]} == {"channel"}
+
+
 # ---- a Channel passed to a spawned process pickles as its name --------------------------------
 PICKLED = r"""
 import multiprocessing as mp
