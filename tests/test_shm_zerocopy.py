@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import no_subprocess
 
 from fastcopy import _core
 from fastcopy.shm import Channel, ChannelClosed, ChannelError, LoanedArray, PeerDied
@@ -170,6 +171,7 @@ def test_view_outlives_closed_channel(pair):
     del s                                                   # releasing after close is harmless
 
 
+@no_subprocess
 def test_views_alive_at_interpreter_exit_and_in_daemon_threads(tmp_path):
     code = f"""
     import threading, numpy as np
@@ -459,6 +461,7 @@ print("OK", cases)
 """
 
 
+@no_subprocess
 def test_hostile_headers_under_views(tmp_path):
     proc = run_script(tmp_path, HOSTILE, PREFIX + "hostile-", timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -528,12 +531,14 @@ if __name__ == "__main__":
 """
 
 
+@no_subprocess
 def test_peer_death_while_a_view_is_held(tmp_path):
     proc = run_script(tmp_path, PEER_DEATH, timeout=90)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == "OK"
 
 
+@no_subprocess
 def test_ctrl_c_interrupts_recv_view_and_loan(tmp_path):
     code = r"""
     import os, signal, threading, time
