@@ -33,6 +33,7 @@ struct Support {
     py::object dtype_to_wire, dtype_from_wire;         // callables
     py::object ascontiguousarray;
     py::object generic_type, asarray;                  // numpy scalars travel as 0-d arrays
+    py::object loaned_array_type;                      // fastcopy.shm.LoanedArray
 };
 Support& support() {
     static Support* s = new Support();  // leaked on purpose: no Python calls at exit
@@ -74,6 +75,34 @@ void gil_release(void* ctx) { *static_cast<PyThreadState**>(ctx) = PyEval_SaveTh
 // and destructors (gil.h): a daemon thread blocked in a channel call used to abort the exit.
 void gil_acquire(void* ctx) { restore_thread_or_park(*static_cast<PyThreadState**>(ctx)); }
 int check_signals(void*) { return PyErr_CheckSignals() != 0; }
+
+// The base object of a loaned array or a received view: holds its slot of the ring (and the
+// mapping) until numpy drops the last array that depends on it, then releases the slot. It
+// exports no buffer, so numpy cannot find a writable base behind a view and refuses
+// `arr.flags.writeable = True` (see docs/shm.md, "Views are read-only").
+struct ShmSlot {
+    std::shared_ptr<shm::SlotLedger> ledger;
+    // The array's memory: mapped for as long as this object (the array's base) lives, also
+    // after the slot is released (a published or discarded loan stays readable).
+    std::shared_ptr<shm::Mapping> mapping;
+    std::uint64_t id = 0;
+    bool is_loan = false;
+    std::uint64_t nbytes = 0;
+    py::object channel;  // loans: the Channel, for `with` and publish
+    ShmSlot() = default;
+    ShmSlot(const ShmSlot&) = delete;
+    ShmSlot& operator=(const ShmSlot&) = delete;
+    // Runs in the dealloc of the Python object, with the GIL, on any thread, possibly after the
+    // Channel was closed or at interpreter exit: touches only the ledger (its own mutex) and
+    // the shared header words, which stay mapped as long as the ledger holds the mapping.
+    ~ShmSlot() { release(); }
+    void release() {
+        if (!ledger || id == 0) return;
+        if (is_loan) ledger->end_loan(id);
+        else ledger->release_view(id);
+        id = 0;
+    }
+};
 
 struct DtypeEntry {
     py::object dtype;
@@ -160,16 +189,7 @@ public:
         MsgInfo info;
         if (!ring_->peek(info, t, hooks))
             raise(PyExc_TimeoutError, "recv timed out after " + seconds_words(t) + ": no message arrived");
-        const DtypeEntry& de = dtype_of(info.dtype);
-        std::uint64_t count = 1, bytes = 0;
-        for (std::uint32_t i = 0; i < info.ndim; ++i) count *= info.shape[i];  // overflow checked by peek
-        if (__builtin_mul_overflow(count, static_cast<std::uint64_t>(de.itemsize), &bytes) || bytes != info.payload_len) {
-            std::string why = "message header is corrupt: shape product x itemsize (" + std::to_string(count) +
-                              " x " + std::to_string(de.itemsize) + ") != payload length " +
-                              std::to_string(info.payload_len);
-            ring_->mark_broken(why);
-            raise(support().corrupted, why);
-        }
+        const DtypeEntry& de = checked_dtype(info);
         if (out.is_none()) {
             std::vector<py::ssize_t> shape(info.shape, info.shape + info.ndim);
             py::array result(py::reinterpret_borrow<py::dtype>(de.dtype), shape);
@@ -212,6 +232,125 @@ public:
         return out;
     }
 
+    // The next message as a read-only array pointing into the ring (see ShmSlot).
+    py::object recv_view(const py::object& timeout) {
+        double t = timeout_arg(timeout, "recv_view");
+        PyThreadState* ts = nullptr;
+        Ring::GilHooks hooks{gil_release, gil_acquire, &ts, check_signals};
+        MsgInfo info;
+        if (!ring_->peek(info, t, hooks))
+            raise(PyExc_TimeoutError, "recv_view timed out after " + seconds_words(t) + ": no message arrived");
+        const DtypeEntry& de = checked_dtype(info);
+        std::vector<py::ssize_t> shape(info.shape, info.shape + info.ndim);
+        std::uint64_t id = 0;
+        bool timed_out = false;
+        const std::uint8_t* p = ring_->take_view(info, t, hooks, id, timed_out);
+        if (timed_out)
+            raise(PyExc_TimeoutError, "recv_view timed out after " + seconds_words(t) +
+                                          ": the message was not complete (it stays in the channel)");
+        if (!p) {
+            // Not one piece of the ring (a sent message that wraps, or one larger than the
+            // ring): a read-only copy, which holds no slot.
+            py::array result(py::reinterpret_borrow<py::dtype>(de.dtype), shape);
+            ring_->consume(info, result.mutable_data(), t, hooks);
+            py::detail::array_proxy(result.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+            return std::move(result);
+        }
+        auto slot = std::make_unique<ShmSlot>();
+        slot->ledger = ring_->ledger();
+        slot->mapping = ring_->ledger()->mapping_ref();
+        slot->id = id;
+        slot->nbytes = info.payload_len;
+        py::object base = py::cast(std::move(slot));  // from here its destructor releases the view
+        return make_array(de.dtype, shape, const_cast<std::uint8_t*>(p), base, false, nullptr);
+    }
+
+    // A writable array of (shape, dtype) in the ring; publish_loan() sends it.
+    py::object loan(const py::object& self, const std::vector<std::int64_t>& shape_in, const py::object& dtype,
+                    const py::object& timeout) {
+        double t = timeout_arg(timeout, "loan");
+        py::dtype dt = py::reinterpret_borrow<py::dtype>(dtype);
+        alignas(64) std::uint8_t hdr[sizeof(MsgHeader) + 8 * shm::kMaxNdim + shm::kMaxDtypeLen + 64];
+        MsgHeader h{};
+        h.magic = shm::kMsgMagic;
+        if (shape_in.size() > shm::kMaxNdim) raise(PyExc_ValueError, "loan: more than 64 dimensions are not supported");
+        auto* shape = reinterpret_cast<std::uint64_t*>(hdr + sizeof(MsgHeader));
+        std::uint64_t count = 1, nbytes = 0;
+        for (std::size_t i = 0; i < shape_in.size(); ++i) {
+            if (shape_in[i] < 0) raise(PyExc_ValueError, "loan: negative dimension in shape");
+            shape[i] = static_cast<std::uint64_t>(shape_in[i]);
+            if (__builtin_mul_overflow(count, shape[i], &count)) raise(PyExc_ValueError, "loan: shape too large");
+        }
+        if (__builtin_mul_overflow(count, static_cast<std::uint64_t>(dt.itemsize()), &nbytes) ||
+            nbytes > ring_->capacity())
+            raise(PyExc_ValueError, "loan: " + std::to_string(count) + " elements of " + std::to_string(dt.itemsize()) +
+                                        " bytes do not fit in the ring (capacity " +
+                                        std::to_string(ring_->capacity()) + " bytes; use send() for larger messages)");
+        const std::string& wire = wire_of(dt);
+        if (wire.size() > shm::kMaxDtypeLen)
+            raise(PyExc_ValueError, "loan: dtype description longer than 1024 characters is not supported");
+        h.ndim = static_cast<std::uint32_t>(shape_in.size());
+        h.dtype_len = static_cast<std::uint32_t>(wire.size());
+        std::size_t raw = sizeof(MsgHeader) + 8 * h.ndim + h.dtype_len;
+        std::size_t hdr_len = shm::pad64(raw);
+        h.header_len = static_cast<std::uint32_t>(hdr_len);
+        h.payload_len = nbytes;
+        if (hdr_len + shm::pad64(nbytes) > ring_->capacity())
+            raise(PyExc_ValueError, "loan: the message (" + std::to_string(hdr_len + shm::pad64(nbytes)) +
+                                        " bytes with its header) does not fit in the ring (capacity " +
+                                        std::to_string(ring_->capacity()) + " bytes; use send() for larger messages)");
+        std::memcpy(hdr, &h, sizeof h);
+        std::memcpy(hdr + sizeof(MsgHeader) + 8 * h.ndim, wire.data(), wire.size());
+        std::memset(hdr + raw, 0, hdr_len - raw);
+        PyThreadState* ts = nullptr;
+        Ring::GilHooks hooks{gil_release, gil_acquire, &ts, check_signals};
+        std::uint64_t id = 0;
+        std::uint8_t* p = ring_->loan(hdr, hdr_len, nbytes, t, hooks, id);
+        if (!p)
+            raise(PyExc_TimeoutError, "loan timed out after " + seconds_words(t) +
+                                          ": the ring is full (is the consumer reading, or holding views?)");
+        auto slot = std::make_unique<ShmSlot>();
+        slot->ledger = ring_->ledger();
+        slot->mapping = ring_->ledger()->mapping_ref();
+        slot->id = id;
+        slot->is_loan = true;
+        slot->nbytes = nbytes;
+        slot->channel = self;
+        py::object base = py::cast(std::move(slot));  // from here its destructor ends the loan
+        std::vector<py::ssize_t> shp(shape_in.begin(), shape_in.end());
+        PyObject* sub = support().loaned_array_type ? support().loaned_array_type.ptr() : nullptr;
+        return make_array(dt, shp, p, base, true, sub);
+    }
+
+    // The ShmSlot of a loaned array of this channel (ValueError otherwise).
+    ShmSlot& loan_slot_of(const py::object& arr, const char* what) {
+        py::object base = py::none();
+        if (py::isinstance<py::array>(arr)) base = arr.attr("base");
+        if (base.is_none() || !py::isinstance<ShmSlot>(base))
+            raise(PyExc_ValueError, std::string(what) + ": expected the array that loan() returned (not a copy, "
+                                                        "slice or view of it)");
+        ShmSlot& slot = base.cast<ShmSlot&>();
+        if (!slot.is_loan || slot.ledger != ring_->ledger())
+            raise(PyExc_ValueError, std::string(what) + ": this array is not a loan of this channel");
+        return slot;
+    }
+
+    void publish(const py::object& arr) {
+        ShmSlot& slot = loan_slot_of(arr, "publish");
+        if (slot.id == 0) raise(support().error, "publish: this loan was published or discarded already");
+        std::uint64_t id = slot.id;
+        slot.id = 0;  // over, whatever happens below
+        // The array must not be written any more: the consumer may be reading it.
+        py::detail::array_proxy(arr.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+        ring_->publish_loan(id);
+    }
+
+    void discard(const py::object& arr) {
+        ShmSlot& slot = loan_slot_of(arr, "discard");
+        py::detail::array_proxy(arr.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+        slot.release();
+    }
+
     // The next message's (dtype, shape) without consuming it; None on timeout.
     py::object peek(const py::object& timeout) {
         double t = timeout_arg(timeout, "peek");
@@ -228,6 +367,36 @@ public:
     Ring& ring() { return *ring_; }
 
 private:
+    // The message's dtype, checked against its payload length (ChannelCorrupted otherwise).
+    const DtypeEntry& checked_dtype(const MsgInfo& info) {
+        const DtypeEntry& de = dtype_of(info.dtype);
+        std::uint64_t count = 1, bytes = 0;
+        for (std::uint32_t i = 0; i < info.ndim; ++i) count *= info.shape[i];  // overflow checked by peek
+        if (__builtin_mul_overflow(count, static_cast<std::uint64_t>(de.itemsize), &bytes) || bytes != info.payload_len) {
+            std::string why = "message header is corrupt: shape product x itemsize (" + std::to_string(count) +
+                              " x " + std::to_string(de.itemsize) + ") != payload length " +
+                              std::to_string(info.payload_len);
+            ring_->mark_broken(why);
+            raise(support().corrupted, why);
+        }
+        return de;
+    }
+
+    // An array over ring memory whose base is `base` (a ShmSlot); read-only unless writable.
+    static py::object make_array(const py::object& dtype, const std::vector<py::ssize_t>& shape, void* ptr,
+                                 const py::object& base, bool writable, PyObject* subtype) {
+        auto& api = py::detail::npy_api::get();
+        PyObject* descr = dtype.inc_ref().ptr();  // stolen by PyArray_NewFromDescr
+        PyObject* arr = api.PyArray_NewFromDescr_(subtype ? reinterpret_cast<PyTypeObject*>(subtype) : api.PyArray_Type_, descr,
+                                                  static_cast<int>(shape.size()),
+                                                  const_cast<Py_intptr_t*>(shape.data()), nullptr, ptr,
+                                                  writable ? py::detail::npy_api::NPY_ARRAY_WRITEABLE_ : 0, nullptr);
+        if (!arr) throw py::error_already_set();
+        py::object result = py::reinterpret_steal<py::object>(arr);
+        if (api.PyArray_SetBaseObject_(arr, base.inc_ref().ptr()) != 0) throw py::error_already_set();
+        return result;
+    }
+
     static std::string shape_words(const MsgInfo& info) {
         std::string s = "(";
         for (std::uint32_t i = 0; i < info.ndim; ++i) {
@@ -327,6 +496,16 @@ void bind_shm(py::module_& m) {
               s.asarray = asarray;
           });
 
+    m.def("_shm_set_loaned_array_type", [](py::object t) { support().loaned_array_type = t; });
+
+    py::class_<ShmSlot>(m, "ShmSlot",
+                        "A slot of a shared-memory ring held by a loaned array or a received view (internal).")
+        .def_property_readonly("nbytes", [](const ShmSlot& s) { return s.nbytes; })
+        .def_property_readonly("is_loan", [](const ShmSlot& s) { return s.is_loan; })
+        .def_property_readonly("active", [](const ShmSlot& s) { return s.id != 0; },
+                               "True until the slot is released (view) or published/discarded (loan).")
+        .def_property_readonly("channel", [](const ShmSlot& s) { return s.channel ? s.channel : py::none(); });
+
     py::class_<PyRing>(m, "ShmRing", py::dynamic_attr(),
                        "Shared-memory SPSC ring (internal; use fastcopy.shm.Channel).")
         .def(py::init<const std::string&, std::size_t, bool>(), py::arg("name"), py::arg("capacity"),
@@ -336,6 +515,20 @@ void bind_shm(py::module_& m) {
              "Raises TimeoutError (nothing sent), ChannelClosed, PeerDied, ChannelCorrupted.")
         .def("recv", &PyRing::recv, py::arg("out") = py::none(), py::arg("timeout") = py::none(),
              "Receive the next message: a new array (sent dtype and shape), or copied into out.")
+        .def("recv_view", &PyRing::recv_view, py::arg("timeout") = py::none(),
+             "Receive the next message as a read-only array pointing into the ring; its slot is freed when\n"
+             "the array and everything derived from it are gone.")
+        .def("_loan", [](py::object self, const std::vector<std::int64_t>& shape, const py::object& dtype,
+                         const py::object& timeout) { return self.cast<PyRing&>().loan(self, shape, dtype, timeout); },
+             py::arg("shape"), py::arg("dtype"), py::arg("timeout") = py::none())
+        .def("publish", &PyRing::publish, py::arg("arr"),
+             "Send a loaned array without copying it (it becomes read-only).")
+        .def("discard", &PyRing::discard, py::arg("arr"),
+             "Give a loaned array back unsent (it becomes read-only; nothing is sent).")
+        .def_property_readonly("held_bytes", [](PyRing& r) { return r.ring().ledger()->held_bytes(); },
+                               "Ring bytes held by received views that are still alive.")
+        .def_property_readonly("held_views", [](PyRing& r) { return r.ring().ledger()->held_views(); },
+                               "Number of received views still alive (each holds its slot of the ring).")
         .def("peek", &PyRing::peek, py::arg("timeout") = py::none(),
              "(dtype, shape) of the next message without consuming it; None on timeout.")
         .def("close", [](PyRing& r) { r.ring().close(); }, "Unmap; tells the peer this end is closed.")

@@ -367,6 +367,8 @@ Ring* Ring::create(const std::string& name, std::size_t capacity) {
     Ring* r = new Ring();
     r->name_ = name;
     r->base_ = static_cast<std::uint8_t*>(p);
+    r->ledger_ = std::make_shared<SlotLedger>();
+    r->ledger_->mapping = std::make_shared<Mapping>(r->base_, total);
     r->map_bytes_ = total;
     r->cap_ = capacity;
     r->creator_ = true;
@@ -437,6 +439,8 @@ Ring* Ring::attach(const std::string& name) {
     Ring* r = new Ring();
     r->name_ = name;
     r->base_ = b;
+    r->ledger_ = std::make_shared<SlotLedger>();
+    r->ledger_->mapping = std::make_shared<Mapping>(b, size);
     r->map_bytes_ = size;
     r->cap_ = cap;
     r->dev_ = static_cast<std::uint64_t>(st.st_dev);
@@ -469,7 +473,13 @@ void Ring::close() {
         }
     }
     forget_claims_of(this);
-    ::munmap(base_, map_bytes_);
+    {
+        // Unmapped now unless loaned arrays or views still point into the segment; then the
+        // last of them unmaps it (SlotLedger::settle_locked).
+        std::lock_guard<std::mutex> lock(ledger_->mu);
+        ledger_->open = false;
+        ledger_->settle_locked();
+    }
     base_ = nullptr;
 }
 
@@ -547,6 +557,19 @@ void Ring::claim(Role want) {
                " are more than the capacity " + std::to_string(cap_) + " apart");
     head_ = h;
     tail_ = t;
+    {
+        std::lock_guard<std::mutex> ledger_lock(ledger_->mu);
+        if (want == Role::Consumer) {
+            // Views held by an earlier claim (a parent's, before a fork) no longer hold the tail.
+            for (auto& v : ledger_->held) v.released = true;
+            ledger_->held.clear();
+            ledger_->generation = gen;
+            ledger_->read_pos = t;
+            ledger_->published_tail = t;
+        } else {
+            ledger_->loan_id = 0;
+        }
+    }
     seq_ = load_acquire_u64(word(want == Role::Producer ? kOffProdSeq : kOffConsSeq));
     peeked_ = false;
     role_ = want;
@@ -567,8 +590,16 @@ void Ring::check_header() {
         std::uint64_t h = load_acquire_u64(word(kOffHead));
         if (h != head_) broken("channel header is corrupt: head index changed by someone other than the producer");
     } else if (role_ == Role::Consumer) {
-        std::uint64_t t = load_acquire_u64(word(kOffTail));
-        if (t != tail_) broken("channel header is corrupt: tail index changed by someone other than the consumer");
+        // The tail in the header is the start of the oldest view held (SlotLedger), which
+        // another thread may move when it drops a view: compare under the ledger's lock.
+        std::uint64_t expected;
+        std::uint64_t t;
+        {
+            std::lock_guard<std::mutex> lock(ledger_->mu);
+            t = load_acquire_u64(word(kOffTail));
+            expected = ledger_->published_tail;
+        }
+        if (t != expected) broken("channel header is corrupt: tail index changed by someone other than the consumer");
     }
 }
 
@@ -599,13 +630,64 @@ void Ring::publish_head(std::uint64_t h) {
     }
 }
 
-void Ring::publish_tail(std::uint64_t t) {
-    store_release_u64(word(kOffTail), t);
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    if (__atomic_load_n(reinterpret_cast<std::uint32_t*>(word(kOffProdWaiting)), __ATOMIC_RELAXED)) {
-        fetch_add_u32(word(kOffSpaceFutex), 1);
-        futex_wake(word(kOffSpaceFutex), 1);
+void Ring::publish_tail(std::uint64_t t) { ledger_->consumer_advanced(t); }
+
+// ---- slots held by Python arrays (views, loans) -------------------------------------------
+Mapping::~Mapping() {
+    if (base) ::munmap(base, bytes);
+}
+
+void SlotLedger::consumer_advanced(std::uint64_t t) {
+    std::lock_guard<std::mutex> lock(mu);
+    read_pos = t;
+    settle_locked();
+}
+
+void SlotLedger::settle_locked() {
+    while (!held.empty() && held.front().released) held.pop_front();
+    if (!open) {
+        if (held.empty() && loan_id == 0) mapping.reset();
+        return;
     }
+    if (generation != fork_generation() || !mapping) return;  // a forked child's copy: not the consumer
+    std::uint64_t t = held.empty() ? read_pos : held.front().start;
+    if (t == published_tail) return;
+    published_tail = t;
+    std::uint8_t* b = mapping->base;
+    store_release_u64(b + kOffTail, t);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (__atomic_load_n(reinterpret_cast<std::uint32_t*>(b + kOffProdWaiting), __ATOMIC_RELAXED)) {
+        fetch_add_u32(b + kOffSpaceFutex, 1);
+        futex_wake(b + kOffSpaceFutex, 1);
+    }
+}
+
+void SlotLedger::release_view(std::uint64_t id) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& v : held)
+        if (v.id == id) v.released = true;
+    settle_locked();
+}
+
+void SlotLedger::end_loan(std::uint64_t id) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (loan_id == id) loan_id = 0;
+    settle_locked();
+}
+
+std::uint64_t SlotLedger::held_bytes() {
+    std::lock_guard<std::mutex> lock(mu);
+    std::uint64_t n = 0;
+    for (const auto& v : held)
+        if (!v.released) n += v.end - v.start;
+    return n;
+}
+
+std::uint64_t SlotLedger::held_views() {
+    std::lock_guard<std::mutex> lock(mu);
+    std::uint64_t n = 0;
+    for (const auto& v : held) n += v.released ? 0 : 1;
+    return n;
 }
 
 void Ring::copy_in(std::uint64_t pos, const void* src, std::size_t n) {
@@ -743,6 +825,11 @@ bool Ring::send(void* hdr, std::size_t hdr_len, const void* payload, std::size_t
         throw ShmClosed("the consumer closed the channel; the message would never be read");
     if (hdr_len % kAlign != 0 || hdr_len == 0 || hdr_len > cap_ / 4)
         throw ShmError("internal error: message header length " + std::to_string(hdr_len));
+    {
+        std::lock_guard<std::mutex> lock(ledger_->mu);
+        if (ledger_->loan_id != 0)
+            throw ShmError("a loaned array is outstanding on this channel: publish() or discard() it before send()");
+    }
     static_cast<MsgHeader*>(hdr)->seq = seq_;
     if (payload_len > kMaxPayload) throw ShmError("message too large (more than 64 TiB)");
     const double deadline = timeout_s < 0 ? std::numeric_limits<double>::infinity()
@@ -840,12 +927,27 @@ bool Ring::peek(MsgInfo& info, double timeout_s, const GilHooks& hooks) {
     if (tail_ % kAlign != 0) broken("channel header is corrupt: tail index is not at a message boundary");
     const double deadline = timeout_s < 0 ? std::numeric_limits<double>::infinity()
                                           : monotonic_seconds() + timeout_s;
-    if (head_ - tail_ < kAlign) {
-        read_head_checked();
-        if (head_ - tail_ < kAlign && wait(kData, kAlign, deadline, hooks, kSpinStart) != 0) return false;
-    }
     MsgHeader h;
-    std::memcpy(&h, data() + tail_ % cap_, sizeof h);  // 64-aligned position: never wraps
+    for (;;) {
+        if (head_ - tail_ < kAlign) {
+            read_head_checked();
+            if (head_ - tail_ < kAlign && wait(kData, kAlign, deadline, hooks, kSpinStart) != 0) return false;
+        }
+        std::memcpy(&h, data() + tail_ % cap_, sizeof h);  // 64-aligned position: never wraps
+        if (h.magic != kPadMagic) break;
+        // A padding record (a loan that would have wrapped): it must fill the ring exactly to
+        // its end and be published whole, then it is skipped.
+        const std::uint64_t to_end = cap_ - tail_ % cap_;
+        if (h.header_len != kAlign || h.ndim != 0 || h.dtype_len != 0 || h.seq != seq_ ||
+            h.payload_len != to_end - kAlign)
+            broken("message header is corrupt: bad padding record");
+        if (head_ - tail_ < to_end) {
+            read_head_checked();
+            if (head_ - tail_ < to_end) broken("message header is corrupt: padding record not published whole");
+        }
+        tail_ += to_end;
+        publish_tail(tail_);
+    }
     std::string why;
     std::uint64_t expect_len = pad64(sizeof(MsgHeader) + 8ull * h.ndim + h.dtype_len);
     if (h.magic != kMsgMagic) why = "bad message magic";
@@ -938,10 +1040,132 @@ void Ring::consume(const MsgInfo& info, void* dst, double timeout_s, const GilHo
     publish_tail(tail_);
 }
 
+bool Ring::wait_space(std::uint64_t need, double deadline, const GilHooks& hooks) {
+    if (cap_ - (head_ - tail_) >= need) return true;
+    read_tail_checked();
+    if (cap_ - (head_ - tail_) >= need) return true;
+    return wait(kSpace, need, deadline, hooks, kSpinStart) == 0;
+}
+
+bool Ring::pad_to_ring_end(std::uint64_t total, double deadline, const GilHooks& hooks) {
+    const std::uint64_t pos = head_ % cap_;
+    if (pos + total <= cap_) return true;
+    const std::uint64_t pad = cap_ - pos;  // >= 64: positions and the capacity are multiples of 64
+    if (!wait_space(pad, deadline, hooks)) return false;
+    MsgHeader h{};
+    h.magic = kPadMagic;
+    h.header_len = static_cast<std::uint32_t>(kAlign);
+    h.payload_len = pad - kAlign;
+    h.seq = seq_;
+    std::memcpy(data() + pos, &h, sizeof h);
+    head_ += pad;
+    publish_head(head_);
+    return true;
+}
+
+std::uint8_t* Ring::loan(const void* hdr, std::size_t hdr_len, std::size_t payload_len, double timeout_s,
+                         const GilHooks& hooks, std::uint64_t& id) {
+    BusyGuard busy(*this);
+    claim(Role::Producer);
+    check_header();
+    check_abandoned();
+    if (load_acquire_u32(word(kOffConsClosed)) != 0)
+        throw ShmClosed("the consumer closed the channel; the message would never be read");
+    {
+        std::lock_guard<std::mutex> lock(ledger_->mu);
+        if (ledger_->loan_id != 0)
+            throw ShmError("a loaned array is outstanding on this channel: publish() or discard() it first "
+                           "(one loan at a time)");
+    }
+    if (hdr_len % kAlign != 0 || hdr_len == 0 || hdr_len > sizeof loan_hdr_ || hdr_len > cap_ / 4)
+        throw ShmError("internal error: message header length " + std::to_string(hdr_len));
+    const std::uint64_t total = hdr_len + pad64(payload_len);
+    if (payload_len > cap_ || total > cap_)
+        throw ShmError("a loan of " + std::to_string(payload_len) + " bytes does not fit in the ring (capacity " +
+                       std::to_string(cap_) + " bytes)");
+    const double deadline = timeout_s < 0 ? std::numeric_limits<double>::infinity()
+                                          : monotonic_seconds() + timeout_s;
+    if (!pad_to_ring_end(total, deadline, hooks)) return nullptr;
+    if (!wait_space(total, deadline, hooks)) return nullptr;
+    std::memcpy(loan_hdr_, hdr, hdr_len);
+    loan_hdr_len_ = hdr_len;
+    loan_total_ = total;
+    std::uint8_t* slot = data() + head_ % cap_;
+    std::memcpy(slot, hdr, hdr_len);
+    std::lock_guard<std::mutex> lock(ledger_->mu);
+    id = ledger_->next_id++;
+    ledger_->loan_id = id;
+    return slot + hdr_len;
+}
+
+void Ring::publish_loan(std::uint64_t id) {
+    BusyGuard busy(*this);
+    {
+        std::lock_guard<std::mutex> lock(ledger_->mu);
+        if (id == 0 || ledger_->loan_id != id)
+            throw ShmError("this array is not the channel's outstanding loan (it was published or discarded "
+                           "already, or belongs to another channel)");
+        ledger_->loan_id = 0;  // from here the loan is over, sent or not
+    }
+    claim(Role::Producer);
+    check_header();
+    check_abandoned();
+    if (load_acquire_u32(word(kOffConsClosed)) != 0)
+        throw ShmClosed("the consumer closed the channel; the loaned message was not sent");
+    // The header is written again: the slot is shared memory, and nothing written there
+    // since loan() is trusted.
+    reinterpret_cast<MsgHeader*>(loan_hdr_)->seq = seq_;
+    std::memcpy(data() + head_ % cap_, loan_hdr_, loan_hdr_len_);
+    head_ += loan_total_;
+    ++seq_;
+    store_release_u64(word(kOffProdSeq), seq_);
+    publish_head(head_);
+}
+
+const std::uint8_t* Ring::take_view(const MsgInfo& info, double timeout_s, const GilHooks& hooks,
+                                    std::uint64_t& id, bool& timed_out) {
+    BusyGuard busy(*this);
+    claim(Role::Consumer);
+    timed_out = false;
+    if (!peeked_ || info.payload_len != peeked_payload_ || info.header_len != peeked_hdr_)
+        throw ShmError("internal error: take_view() without a matching peek()");
+    const std::uint64_t total = peeked_hdr_ + pad64(peeked_payload_);
+    // peek() bounded header_len by 64 + 8*64 + 1024 and payload_len by 2^46, so no overflow.
+    if (total > cap_ || tail_ % cap_ + total > cap_) return nullptr;  // not contiguous: copy it
+    const double deadline = timeout_s < 0 ? std::numeric_limits<double>::infinity()
+                                          : monotonic_seconds() + timeout_s;
+    if (head_ - tail_ < total) {
+        read_head_checked();
+        if (head_ - tail_ < total && wait(kData, total, deadline, hooks, kSpinMidMessage) != 0) {
+            peeked_ = false;  // nothing consumed; the next call peeks again
+            timed_out = true;
+            return nullptr;
+        }
+    }
+    peeked_ = false;
+    const std::uint8_t* payload = data() + tail_ % cap_ + peeked_hdr_;
+    {
+        std::lock_guard<std::mutex> lock(ledger_->mu);
+        id = ledger_->next_id++;
+        ledger_->held.push_back(SlotLedger::Held{id, tail_, tail_ + total, false});
+        tail_ += total;
+        ledger_->read_pos = tail_;
+        ledger_->settle_locked();  // the tail stays at the oldest view held
+    }
+    ++seq_;
+    store_release_u64(word(kOffConsSeq), seq_);
+    return payload;
+}
+
 std::uint64_t Ring::pending_bytes() {
     if (!base_) return 0;
     std::uint64_t h = load_acquire_u64(word(kOffHead));
     std::uint64_t t = load_acquire_u64(word(kOffTail));
+    if (role_ == Role::Consumer) {
+        // Bytes held by views are received already (held_bytes counts them).
+        std::lock_guard<std::mutex> lock(ledger_->mu);
+        if (ledger_->read_pos - t <= cap_) t = ledger_->read_pos;
+    }
     std::uint64_t d = h - t;
     return d > cap_ ? 0 : d;
 }

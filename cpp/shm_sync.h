@@ -20,6 +20,9 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <sys/types.h>
@@ -70,6 +73,10 @@ constexpr std::size_t kHeaderBytes = 4096;
 constexpr std::size_t kMinCapacity = 64 * 1024;
 constexpr std::size_t kMaxCapacity = std::size_t(1) << 40;
 constexpr std::uint32_t kMsgMagic = 0x4d534346u;  // "FCSM"
+// A padding record: header_len 64, ndim 0, dtype_len 0, payload_len = the bytes up to the end
+// of the ring minus 64; the consumer skips it. A loan writes one when its message would wrap,
+// so that a loaned (and later viewed) payload is one contiguous piece of the ring.
+constexpr std::uint32_t kPadMagic = 0x50414446u;  // "FDAP"
 constexpr std::uint32_t kMaxNdim = 64;
 constexpr std::uint32_t kMaxDtypeLen = 1024;
 constexpr std::uint64_t kMaxPayload = std::uint64_t(1) << 46;
@@ -116,6 +123,51 @@ struct MsgInfo {
 
 enum class Role { None, Producer, Consumer };
 
+// The mapping of a segment. Shared by the Ring and by every loaned array and received view,
+// so that memory a Python array points into stays mapped until the last such array is gone,
+// even after the Channel was closed.
+struct Mapping {
+    std::uint8_t* base;
+    std::size_t bytes;
+    Mapping(std::uint8_t* b, std::size_t n) : base(b), bytes(n) {}
+    ~Mapping();
+};
+
+// The slots of the ring that Python arrays hold: received views (consumer) and the loan
+// (producer). Shared between the Ring and the slot objects (the arrays' bases), which
+// release their slot from their destructor: on any thread holding the GIL, possibly after
+// the Ring was closed or destroyed, possibly at interpreter exit. Everything here is under mu.
+//
+// Views: the ring is FIFO, so the tail index the producer sees (published_tail) is the start
+// of the oldest view still held, or the consumer's read position when none is held; a view
+// released out of order frees its bytes once every older view is released too.
+struct SlotLedger {
+    std::mutex mu;
+    std::shared_ptr<Mapping> mapping;   // reset when closed and no slot is held
+    bool open = true;                   // false once the Ring is closed
+    std::uint64_t generation = 0;       // fork generation of the consumer claim
+    struct Held { std::uint64_t id, start, end; bool released; };
+    std::deque<Held> held;              // views, oldest first
+    std::uint64_t next_id = 1;
+    std::uint64_t read_pos = 0;         // consumer: bytes read (views included)
+    std::uint64_t published_tail = 0;   // consumer: the tail index in the header
+    std::uint64_t loan_id = 0;          // producer: the outstanding loan (0: none)
+
+    // The consumer moved its read position to t: publish the new tail (locks mu).
+    void consumer_advanced(std::uint64_t t);
+    void release_view(std::uint64_t id);   // a view's base object is gone (locks mu)
+    void end_loan(std::uint64_t id);       // a loan's base object is gone (locks mu)
+    std::uint64_t held_bytes();
+    std::uint64_t held_views();
+    std::shared_ptr<Mapping> mapping_ref() {
+        std::lock_guard<std::mutex> lock(mu);
+        return mapping;
+    }
+    // With mu held: pops released views, publishes the tail when it moved, and unmaps when
+    // the Ring is closed and nothing is held.
+    void settle_locked();
+};
+
 // One process's view of a channel segment. One call at a time: a second thread calling in
 // while another is inside (e.g. blocked in send) gets ShmError instead of a data race.
 class Ring {
@@ -161,6 +213,25 @@ public:
     // Bytes published and not yet consumed (consumer view; 0 for other roles).
     std::uint64_t pending_bytes();
 
+    // Zero copy, consumer: after peek(), takes the message as a view instead of copying it.
+    // Waits (same deadline rules) until the whole message is published; returns its payload
+    // address in the ring and the view id (release it through ledger()), or nullptr with
+    // timed_out=true on timeout (nothing consumed, the channel still usable), or nullptr with
+    // timed_out=false when the message is not one contiguous piece of the ring (it wraps or is
+    // larger than the ring): then the caller consumes it with consume() as usual.
+    const std::uint8_t* take_view(const MsgInfo& info, double timeout_s, const GilHooks& gil,
+                                  std::uint64_t& id, bool& timed_out);
+    // Zero copy, producer: reserves a contiguous slot for the message with header
+    // hdr[0:hdr_len] and payload_len bytes (hdr_len + pad64(payload_len) <= capacity), waiting
+    // for room like send(). Returns the payload address and the loan id, or nullptr on timeout.
+    // One loan at a time; send() while a loan is outstanding raises ShmError.
+    std::uint8_t* loan(const void* hdr, std::size_t hdr_len, std::size_t payload_len, double timeout_s,
+                       const GilHooks& gil, std::uint64_t& id);
+    // Sends the loan `id` (the payload is already in place). ShmError if it is not the
+    // outstanding loan; ShmClosed if the consumer closed (the loan ends, nothing is sent).
+    void publish_loan(std::uint64_t id);
+    const std::shared_ptr<SlotLedger>& ledger() const { return ledger_; }
+
     // Marks the channel unusable (later calls raise ShmError with this reason).
     void mark_broken(const std::string& why) { broken_ = why; broken_corrupt_ = true; }
     Role role() const { return role_; }
@@ -178,6 +249,11 @@ private:
     std::uint64_t read_head_checked();
     void publish_head(std::uint64_t h);
     void publish_tail(std::uint64_t t);
+    // Producer: waits until `need` bytes are free; false on timeout.
+    bool wait_space(std::uint64_t need, double deadline, const GilHooks& gil);
+    // Producer: if a message of `total` bytes at head_ would wrap, fills the rest of the ring
+    // with a padding record (after waiting for room for it). False on timeout.
+    bool pad_to_ring_end(std::uint64_t total, double deadline, const GilHooks& gil);
     // Waits until pred() or deadline; returns 0 ready, 1 timeout; throws on peer death.
     enum WaitFor { kData, kSpace };
     // gil_released: the caller released the GIL already (mid-message); the wait may take it
@@ -190,6 +266,10 @@ private:
 
     std::string name_;
     std::uint8_t* base_ = nullptr;
+    std::shared_ptr<SlotLedger> ledger_;  // holds the mapping; see SlotLedger
+    std::uint8_t loan_hdr_[4096];         // the header of the outstanding loan, written again at publish
+    std::size_t loan_hdr_len_ = 0;
+    std::uint64_t loan_total_ = 0;
     std::size_t map_bytes_ = 0;
     std::size_t cap_ = 0;
     bool creator_ = false;

@@ -327,6 +327,27 @@ def test_attach_to_unallocatable_segment_raises_instead_of_sigbus(tmp_path):
     assert proc.stdout.split()[0] == "OSError" and proc.stdout.split()[1] == "28", explain(proc)  # ENOSPC
 
 
+def test_attach_to_segment_larger_than_dev_shm_raises_enospc():
+    # Without a private mount: a sparse segment larger than the whole /dev/shm. attach must
+    # allocate its pages first (posix_fallocate), which tmpfs refuses at once: ENOSPC, and no
+    # mapping whose first write would be a SIGBUS.
+    import struct
+
+    cap = _shm_total_bytes() + (64 << 20)
+    name = f"{PREFIX}sparse-big"
+    with open("/dev/shm/" + name, "wb") as f:
+        header = bytearray(4096)
+        struct.pack_into("<QIIQ", header, 0, 0x31484353504F4346, 1, 4096, cap)
+        f.write(header)
+        f.truncate(4096 + cap)
+    try:
+        with pytest.raises(OSError) as e:
+            shm.Channel.attach(name)
+        assert e.value.errno == 28 and "shm" in str(e.value), e.value  # ENOSPC, naming /dev/shm
+    finally:
+        os.unlink("/dev/shm/" + name)
+
+
 @subprocess_only
 def test_attach_to_sparse_segment_with_room_works(tmp_path):
     # The same sparse file where /dev/shm has room: attach allocates the pages and the send works.

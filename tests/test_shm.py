@@ -597,3 +597,17 @@ def test_names_with_a_leading_slash():
         with Channel.attach("/" + name) as rx:
             tx.send(b"slash")
             assert rx.recv(timeout=5).tobytes() == b"slash"
+
+
+def test_a_message_given_up_half_sent_is_reported_to_the_consumer():
+    """A send that times out mid-message marks the header (the abandoned-message word): the
+    consumer gets a ChannelError naming it, neither a wait for the rest nor a torn message."""
+    name = new_name()
+    with Channel.create(name, capacity=1 << 16) as tx, Channel.attach(name) as rx:
+        with pytest.raises(TimeoutError, match="in the middle of a message"):
+            tx.send(np.zeros(1 << 20, np.uint8), timeout=0.2)  # 16 ring capacities: nobody reads
+        with pytest.raises(ChannelError, match="producer gave up a message half-sent"):
+            rx.recv(timeout=5)
+        with pytest.raises(ChannelError, match="gave up"):  # and stays so
+            rx.recv(timeout=0)
+        tx.unlink()

@@ -37,6 +37,17 @@ def test_typical_calls_type_check(tmp_path):
         def produce(ch: Channel) -> None:
             ch.send(a, timeout=1.0)
             ch.recv(out=b)
+
+        def zero_copy(tx: Channel, rx: Channel) -> None:
+            from fastcopy.shm import LoanedArray
+            loan: LoanedArray = tx.loan((4, 4), np.float64, timeout=1.0)
+            loan[...] = 1
+            tx.publish(loan)
+            with tx.loan(16) as frame:
+                frame[:] = 0
+            tx.discard(tx.loan([2, 2], "u1"))
+            view: np.ndarray = rx.recv_view(timeout=0.5)
+            held: int = rx.held_bytes + rx.held_views
     """)
     assert status == 0, out
 

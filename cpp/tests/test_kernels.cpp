@@ -401,6 +401,17 @@ int main(int argc, char** argv) {
         }
         check(same, "dispatch's kernel table lists the registry's kernels in its order");
         check(bad.empty(), "registry names unique, functions set, twins consistent" + (bad.empty() ? "" : ":" + bad));
+        // Synthetic CPUs: the AVX-512 kernels use F, BW and VL instructions, so one missing
+        // part (F alone: Knights Landing) must not count as AVX-512.
+        CpuFacts part{};
+        part.avx2 = true;
+        part.avx512f = true;
+        check((cpu_features(part) & kNeedsAvx512) == 0, "AVX-512 F without BW and VL is not AVX-512");
+        part.avx512bw = true;
+        check((cpu_features(part) & kNeedsAvx512) == 0, "AVX-512 F and BW without VL is not AVX-512");
+        part.avx512vl = true;
+        check((cpu_features(part) & kNeedsAvx512) != 0, "AVX-512 F, BW and VL is AVX-512");
+        check((cpu_features(part) & kNeedsAvx2) != 0, "AVX2 flag gives the AVX2 bit");
     }
     std::printf("== Environment expectations\n");
     for (auto& e : o.expect_kernel) {

@@ -1,4 +1,4 @@
-"""Inter-process benchmark: fastcopy.shm.Channel against multiprocessing.Queue and Pipe.
+"""Inter-process benchmark: fastcopy.shm.Channel against the alternatives a user would pick.
 
 ``run_ipc_bench(sizes)`` starts a second, real process (``spawn`` by default) and measures,
 for each transport and message size:
@@ -10,10 +10,28 @@ for each transport and message size:
 * round-trip latency: ping-pong, the child echoes each message back; median (and 90th
   percentile) of the per-message round trip in microseconds.
 
-Transports: ``channel`` (fastcopy.shm.Channel, the child receives with ``recv(out=buf)``
-into a preallocated array), ``channel_alloc`` (``recv()`` returning a new array each time;
-optional), ``queue`` (multiprocessing.Queue, numpy array pickled) and ``pipe``
-(multiprocessing.Pipe, ``send_bytes`` / ``recv_bytes``).
+Transports (``TRANSPORTS``; those whose package is missing are listed in ``skipped`` with
+the reason):
+
+* ``channel``: fastcopy.shm.Channel, ``send`` and ``recv(out=buf)`` into a reused array;
+  ``channel_alloc``: ``recv()`` returning a new array each time (optional);
+* ``channel_view``: zero copy: the sender fills a ``loan()`` (one copy of the message into the
+  ring, as a producer writing its data in place would) and publishes it; the receiver takes
+  ``recv_view()`` and drops it. Its ring is made for each size: the larger of the Channel
+  capacity and three messages (one held by the receiver, one being filled, one in flight), so
+  that, like iceoryx2's sample pool, the slots stay warm in the cache at small sizes;
+* ``iceoryx2_view`` / ``iceoryx2_copy``: iceoryx2 publish-subscribe (``Slice[c_uint8]``,
+  no overflow, blocking back-pressure), the sender copies into ``loan_slice_uninit`` with
+  ``ctypes.memmove``; the receiver polls ``receive()`` (iceoryx2's Python API has no blocking
+  receive on a subscriber) and either wraps the sample in a numpy view and drops it (view) or
+  copies it out into a reused array with fastcopy (copy);
+* ``faster_fifo``: faster-fifo's Queue (array pickled);
+* ``zmq``: pyzmq PUSH/PULL over ``ipc://`` with ``copy=False`` (the received frame is the
+  receiver's own memory);
+* ``shared_memory``: the do-it-yourself route: one ``multiprocessing.shared_memory`` slot per
+  direction guarded by two semaphores (empty/full), copied in and out with numpy;
+* ``queue`` (multiprocessing.Queue, array pickled) and ``pipe`` (multiprocessing.Pipe,
+  ``send_bytes`` / ``recv_bytes``).
 
 ``format_ipc_table(results)`` prints the results in a layout like ucx_perftest's. Results
 are JSON-serialisable dicts (``python -m fastcopy bench --ipc`` uses both functions).
@@ -21,71 +39,281 @@ are JSON-serialisable dicts (``python -m fastcopy bench --ipc`` uses both functi
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import importlib.util
 import math
 import multiprocessing as mp
 import os
 import platform
 import statistics
 import time
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 __all__ = ["run_ipc_bench", "format_ipc_table", "DEFAULT_SIZES", "TRANSPORTS"]
 
 DEFAULT_SIZES = (64, 4096, 65536, 1 << 20, 16 << 20, 64 << 20)
-TRANSPORTS = ("channel", "channel_alloc", "queue", "pipe")
-_DEFAULT_TRANSPORTS = ("channel", "queue", "pipe")
+TRANSPORTS = ("channel", "channel_alloc", "channel_view", "iceoryx2_view", "iceoryx2_copy", "faster_fifo", "zmq",
+              "shared_memory", "queue", "pipe")
+_DEFAULT_TRANSPORTS = ("channel", "channel_view", "iceoryx2_view", "iceoryx2_copy", "faster_fifo", "zmq",
+                       "shared_memory", "queue", "pipe")
+# The package each optional transport needs.
+_NEEDS = {"iceoryx2_view": "iceoryx2", "iceoryx2_copy": "iceoryx2", "faster_fifo": "faster_fifo", "zmq": "zmq"}
 _ACK = b"k"
+_ACK_ARRAY = np.frombuffer(_ACK, np.uint8)
+
+
+def _missing(transport: str) -> Optional[str]:
+    """Why a transport cannot run here, or None."""
+    module = _NEEDS.get(transport)
+    if module and importlib.util.find_spec(module) is None:
+        pip = {"zmq": "pyzmq", "faster_fifo": "faster-fifo"}.get(module, module)
+        return f"{module} is not installed (pip install {pip}, or fastcopy[bench])"
+    return None
+
+
+# ---- optional transports: one object per process and direction pair ------------------------
+class _Iceoryx2:
+    """iceoryx2 publish-subscribe, one service per direction; `role` says which end we are."""
+
+    def __init__(self, fwd: str, back: str, max_size: int, role: str):
+        import iceoryx2 as iox2  # type: ignore[import-untyped,import-not-found,unused-ignore]
+
+        iox2.set_log_level_from_env_or(iox2.LogLevel.Error)
+        self.node = iox2.NodeBuilder.new().create(iox2.ServiceType.Ipc)
+
+        def service(name: str) -> Any:
+            return (self.node.service_builder(iox2.ServiceName.new(name))
+                    .publish_subscribe(iox2.Slice[ctypes.c_uint8])
+                    .enable_safe_overflow(False)      # never drop a message: the sender waits
+                    .history_size(0).max_publishers(1).max_subscribers(1)
+                    .subscriber_max_buffer_size(2)
+                    .open_or_create())
+
+        out_name, in_name = (fwd, back) if role == "parent" else (back, fwd)
+        self.out_service, self.in_service = service(out_name), service(in_name)
+        self.pub = (self.out_service.publisher_builder().initial_max_slice_len(max(1, max_size))
+                    .backpressure_strategy(iox2.BackpressureStrategy.RetryUntilDelivered).create())
+        self.sub = self.in_service.subscriber_builder().create()
+
+    def send(self, msg: np.ndarray) -> None:
+        n = msg.nbytes
+        sample = self.pub.loan_slice_uninit(n)
+        ctypes.memmove(sample.payload_ptr, msg.ctypes.data, n)
+        sample.assume_init().send()
+
+    def _sample(self) -> Any:
+        # Poll, spinning a little, then yielding the CPU between polls: a pure spin starved
+        # the peer on the 2-vCPU development VM (1 MiB round trip 8 ms instead of tens of us).
+        receive = self.sub.receive
+        spins = 0
+        while True:
+            sample = receive()
+            if sample is not None:
+                return sample
+            spins += 1
+            if spins > 64:
+                os.sched_yield()
+
+    def recv_view(self) -> Any:
+        sample = self._sample()
+        # The sample must stay alive while the view is used: the memoryview does not hold it.
+        return sample, np.frombuffer(sample.payload().as_memory_view(), np.uint8)
+
+    def recv_copy(self, out: np.ndarray) -> np.ndarray:
+        from . import copy as fast_copy
+
+        sample = self._sample()
+        view = np.frombuffer(sample.payload().as_memory_view(), np.uint8)
+        dst = out if out.nbytes == view.nbytes else np.empty(view.nbytes, np.uint8)
+        fast_copy(dst, view)
+        del view, sample
+        return dst
+
+
+class _Zmq:
+    def __init__(self, fwd: str, back: str, role: str):
+        import zmq  # type: ignore[import-not-found,unused-ignore]
+
+        self.ctx = zmq.Context()
+        self.push = self.ctx.socket(zmq.PUSH)
+        self.pull = self.ctx.socket(zmq.PULL)
+        if role == "parent":
+            self.push.bind(fwd)
+            self.pull.bind(back)
+        else:
+            self.pull.connect(fwd)
+            self.push.connect(back)
+
+    def send(self, msg: Any) -> None:
+        self.push.send(msg, copy=False)
+
+    def recv(self) -> np.ndarray:
+        return np.frombuffer(self.pull.recv(copy=False).buffer, np.uint8)
+
+    def close(self) -> None:
+        self.push.close(0)
+        self.pull.close(0)
+        self.ctx.term()
+
+
+class _ShmSlot:
+    """The do-it-yourself route: one shared_memory slot (8-byte length + data) guarded by an
+    `empty` and a `full` semaphore."""
+
+    def __init__(self, ctx: Any, size: int):
+        from multiprocessing import shared_memory
+
+        self.shm = shared_memory.SharedMemory(create=True, size=8 + max(size, 1))
+        self.name = self.shm.name
+        self.empty = ctx.Semaphore(1)
+        self.full = ctx.Semaphore(0)
+
+    def attach(self) -> None:  # in the child
+        from multiprocessing import shared_memory
+
+        # A spawned child shares the parent's resource tracker, which the parent's unlink() settles.
+        self.shm = shared_memory.SharedMemory(self.name)
+
+    def __getstate__(self) -> Dict[str, Any]:
+        return {"name": self.name, "empty": self.empty, "full": self.full}
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.attach()
+
+    def send(self, msg: np.ndarray) -> None:
+        n = msg.nbytes
+        self.empty.acquire()
+        buf = self.shm.buf
+        assert buf is not None
+        buf[:8] = n.to_bytes(8, "little")
+        np.frombuffer(buf, np.uint8, n, 8)[...] = msg.reshape(-1).view(np.uint8)
+        self.full.release()
+
+    def recv(self, out: Optional[np.ndarray] = None) -> np.ndarray:
+        self.full.acquire()
+        buf = self.shm.buf
+        assert buf is not None
+        n = int.from_bytes(buf[:8], "little")
+        dst = out if out is not None and out.nbytes == n else np.empty(n, np.uint8)
+        dst[...] = np.frombuffer(buf, np.uint8, n, 8)
+        self.empty.release()
+        return dst
+
+    def close(self, unlink: bool = False) -> None:
+        self.shm.close()
+        if unlink:
+            self.shm.unlink()
 
 
 # ---- the child process ---------------------------------------------------------------------
-def _child_endpoints(transport, buf, fwd_ch, back_ch, fwd_q, back_q, fwd_r, back_w):
+def _child_endpoints(transport, buf, fwd_ch, back_ch, fwd_q, back_q, fwd_r, back_w, extra):
     """(receive one message, send one back) for a transport, as the child runs it."""
     if transport == "channel":  # into the reused buffer (recv returns it), as a real consumer would
         return functools.partial(fwd_ch.recv, out=buf), back_ch.send
     if transport == "channel_alloc":
         return fwd_ch.recv, back_ch.send
+    if transport == "channel_view":
+        fwd_v, back_v = extra["channel_view"]
+        return fwd_v.recv_view, functools.partial(_send_loaned, back_v)
+    if transport in ("iceoryx2_view", "iceoryx2_copy"):
+        iox = extra["iceoryx2"]
+        if transport == "iceoryx2_view":
+            return iox.recv_view, lambda m: iox.send(m[1] if isinstance(m, tuple) else m)
+        return functools.partial(iox.recv_copy, buf), iox.send
+    if transport == "faster_fifo":
+        fwd_f, back_f = extra["faster_fifo"]
+        return functools.partial(fwd_f.get, timeout=600), back_f.put
+    if transport == "zmq":
+        z = extra["zmq"]
+        return z.recv, z.send
+    if transport == "shared_memory":
+        fwd_s, back_s = extra["shared_memory"]
+        return functools.partial(fwd_s.recv, buf), back_s.send
     if transport == "queue":
         return fwd_q.get, back_q.put
     return fwd_r.recv_bytes, back_w.send_bytes
 
 
-def _child_main(ctrl, names, queues, pipes) -> None:  # pragma: no cover - runs in the child
+def _send_loaned(ch: Any, msg: Any) -> None:
+    """A producer that writes its data in place: loan, fill, publish. The fill is the same
+    ``ctypes.memmove`` as iceoryx2's loan is filled with, so the two zero-copy paths differ
+    only in the transport (fastcopy's policy picks non-temporal stores and two threads for
+    large copies, which changes what the receiver finds in the cache)."""
+    if isinstance(msg, bytes):
+        msg = np.frombuffer(msg, np.uint8)
+    with ch.loan(msg.shape, msg.dtype) as a:
+        ctypes.memmove(a.ctypes.data, msg.ctypes.data, msg.nbytes)
+
+
+def _child_extra(setup: Dict[str, Any]) -> Dict[str, Any]:  # pragma: no cover - runs in the child
+    from .shm import Channel
+
+    extra: Dict[str, Any] = {}
+    if "iceoryx2" in setup:
+        fwd, back, max_size = setup["iceoryx2"]
+        extra["iceoryx2"] = _Iceoryx2(fwd, back, max_size, "child")
+    if "faster_fifo" in setup:
+        extra["faster_fifo"] = setup["faster_fifo"]
+    if "zmq" in setup:
+        extra["zmq"] = _Zmq(setup["zmq"][0], setup["zmq"][1], "child")
+    if "shared_memory" in setup:
+        extra["shared_memory"] = setup["shared_memory"]
+    return extra
+
+
+def _child_main(ctrl, names, queues, pipes, setup=None) -> None:  # pragma: no cover - runs in the child
     from .shm import Channel
 
     fwd_ch = Channel.attach(names[0])
     back_ch = Channel.attach(names[1])
     fwd_q, back_q = queues
     fwd_r, back_w = pipes
+    extra = _child_extra(setup or {})
+    ctrl.send("ready")
     bufs: Dict[int, np.ndarray] = {}  # receive buffers are reused across runs, as a real consumer would
     try:
         while True:
             cmd = ctrl.recv()
             if cmd[0] == "exit":
                 break
+            if cmd[0] == "view_channels":  # a new pair for channel_view, sized for the next size
+                for ch in extra.pop("channel_view", ()):
+                    ch.close()
+                extra["channel_view"] = tuple(Channel.attach(n) for n in cmd[1])
+                ctrl.send("done")
+                continue
             kind, transport, size, count = cmd
             buf = bufs.get(size)
             if buf is None:
                 buf = bufs[size] = np.ones(size, np.uint8)
             echo = kind == "pingpong"
-            receive, reply = _child_endpoints(transport, buf, fwd_ch, back_ch, fwd_q, back_q, fwd_r, back_w)
+            receive, reply = _child_endpoints(transport, buf, fwd_ch, back_ch, fwd_q, back_q, fwd_r, back_w, extra)
+            m = None
             for _ in range(count):
                 m = receive()
                 if echo:
                     reply(m)
+                m = None  # a view (or sample) is released before the next receive
             if not echo:
-                reply(_ACK)
+                reply(_ACK_ARRAY if transport in ("channel_view", "iceoryx2_view", "iceoryx2_copy",
+                                                  "shared_memory", "faster_fifo") else _ACK)
             ctrl.send("done")
     finally:
         fwd_ch.close()
         back_ch.close()
+        for ch in extra.get("channel_view", ()):
+            ch.close()
+        if "zmq" in extra:
+            extra["zmq"].close()
 
 
 # ---- the parent ---------------------------------------------------------------------------
 class _Parent:
-    def __init__(self, ctx, capacity: int):
+    def __init__(self, ctx, capacity: int, transports: Sequence[str] = (), max_size: int = 0):
         from .shm import Channel
 
         self.fwd_ch = Channel.create(capacity=capacity)
@@ -94,35 +322,128 @@ class _Parent:
         fwd_r, self.fwd_w = ctx.Pipe(duplex=False)
         self.back_r, back_w = ctx.Pipe(duplex=False)
         self.ctrl, child_ctrl = ctx.Pipe()
+        self.extra: Dict[str, Any] = {}
+        setup: Dict[str, Any] = {}
+        tag = f"fastcopy-bench-{os.getpid()}-{os.urandom(3).hex()}"
+        self.capacity = capacity
+        self.zmq_paths: Tuple[str, ...] = ()
+        # Transports whose setup failed here (installed but unusable): skipped with the reason.
+        self.failed: Dict[str, str] = {}
+
+        def optional(names: Sequence[str], make: Any) -> None:
+            wanted = [t for t in names if t in transports]
+            if not wanted:
+                return
+            try:
+                make()
+            except Exception as e:  # a broken install must not end the whole benchmark
+                for t in wanted:
+                    self.failed[t] = f"could not be set up: {type(e).__name__}: {e}"
+
+        def make_iceoryx2() -> None:
+            names = (tag + "-fwd", tag + "-back")
+            self.extra["iceoryx2"] = _Iceoryx2(names[0], names[1], max_size, "parent")
+            setup["iceoryx2"] = (names[0], names[1], max_size)
+
+        def make_faster_fifo() -> None:
+            import faster_fifo  # type: ignore[import-not-found,import-untyped,unused-ignore]
+
+            room = max(1 << 20, 3 * (max_size + 4096))
+            pair = (faster_fifo.Queue(max_size_bytes=room), faster_fifo.Queue(max_size_bytes=room))
+            self.extra["faster_fifo"] = pair
+            setup["faster_fifo"] = pair
+
+        def make_zmq() -> None:
+            import tempfile
+
+            base = os.path.join(tempfile.gettempdir(), tag)
+            endpoints = ("ipc://" + base + "-fwd", "ipc://" + base + "-back")
+            self.zmq_paths = (base + "-fwd", base + "-back")
+            self.extra["zmq"] = _Zmq(endpoints[0], endpoints[1], "parent")
+            setup["zmq"] = endpoints
+
+        def make_shared_memory() -> None:
+            pair = (_ShmSlot(ctx, max_size), _ShmSlot(ctx, max_size))
+            self.extra["shared_memory"] = pair
+            setup["shared_memory"] = pair
+
+        optional(("iceoryx2_view", "iceoryx2_copy"), make_iceoryx2)
+        optional(("faster_fifo",), make_faster_fifo)
+        optional(("zmq",), make_zmq)
+        optional(("shared_memory",), make_shared_memory)
         self.proc = ctx.Process(
             target=_child_main,
-            args=(child_ctrl, (self.fwd_ch.name, self.back_ch.name), (self.fwd_q, self.back_q), (fwd_r, back_w)),
+            args=(child_ctrl, (self.fwd_ch.name, self.back_ch.name), (self.fwd_q, self.back_q), (fwd_r, back_w),
+                  setup),
             daemon=True,
         )
-        self.proc.start()
-        fwd_r.close()
-        back_w.close()
-        child_ctrl.close()
+        try:
+            self.proc.start()
+            fwd_r.close()
+            back_w.close()
+            child_ctrl.close()
+            if not self.ctrl.poll(120):
+                raise RuntimeError("ipc benchmark child did not start (exit code %s)" % self.proc.exitcode)
+            self.ctrl.recv()
+        except BaseException:
+            self.close()  # no channel, socket file or shared_memory segment left behind
+            raise
 
     def close(self) -> None:
         try:
-            if self.proc.is_alive():
-                self.ctrl.send(("exit",))
-            self.proc.join(10)
-            if self.proc.is_alive():
-                self.proc.kill()
-                self.proc.join()
+            if self.proc.pid is not None:  # started
+                if self.proc.is_alive():
+                    self.ctrl.send(("exit",))
+                self.proc.join(10)
+                if self.proc.is_alive():
+                    self.proc.kill()
+                    self.proc.join()
         finally:
-            for ch in (self.fwd_ch, self.back_ch):
+            for ch in (self.fwd_ch, self.back_ch) + tuple(self.extra.get("channel_view", ())):
                 ch.close()
                 ch.unlink()
             for q in (self.fwd_q, self.back_q):
                 q.close()
                 q.join_thread()
+            if "zmq" in self.extra:
+                self.extra["zmq"].close()
+            if self.zmq_paths:
+                for path in self.zmq_paths:
+                    try:
+                        os.unlink(path)
+                    except OSError:
+                        pass
+            for slot in self.extra.get("shared_memory", ()):
+                slot.close(unlink=True)
+            self.extra.pop("iceoryx2", None)
+
+    def view_channels(self, size: int, timeout: float) -> None:
+        """A new channel pair for channel_view with room for three messages of `size` bytes
+        (header included): one held by the receiver, one being filled, one in flight."""
+        from .shm import Channel
+
+        ring = max(self.capacity, 3 * (size + 4096))
+        pair = (Channel.create(capacity=ring), Channel.create(capacity=ring))
+        self.ctrl.send(("view_channels", (pair[0].name, pair[1].name)))
+        self._finish(timeout)
+        for ch in self.extra.pop("channel_view", ()):
+            ch.close()
+            ch.unlink()
+        self.extra["channel_view"] = pair
 
     def _send(self, transport: str, msg: np.ndarray) -> None:
-        if transport.startswith("channel"):
+        if transport == "channel_view":
+            _send_loaned(self.extra["channel_view"][0], msg)
+        elif transport.startswith("channel"):
             self.fwd_ch.send(msg)
+        elif transport.startswith("iceoryx2"):
+            self.extra["iceoryx2"].send(msg)
+        elif transport == "faster_fifo":
+            self.extra["faster_fifo"][0].put(msg)
+        elif transport == "zmq":
+            self.extra["zmq"].send(msg)
+        elif transport == "shared_memory":
+            self.extra["shared_memory"][0].send(msg)
         elif transport == "queue":
             self.fwd_q.put(msg)
         else:
@@ -133,6 +454,18 @@ class _Parent:
             self.back_ch.recv(out=out)
         elif transport == "channel_alloc":
             self.back_ch.recv()
+        elif transport == "channel_view":
+            self.extra["channel_view"][1].recv_view()  # dropped at once: the slot is released
+        elif transport == "iceoryx2_view":
+            self.extra["iceoryx2"].recv_view()
+        elif transport == "iceoryx2_copy":
+            self.extra["iceoryx2"].recv_copy(out)
+        elif transport == "faster_fifo":
+            self.extra["faster_fifo"][1].get(timeout=600)
+        elif transport == "zmq":
+            self.extra["zmq"].recv()
+        elif transport == "shared_memory":
+            self.extra["shared_memory"][1].recv(out)
         elif transport == "queue":
             self.back_q.get()
         else:
@@ -218,12 +551,18 @@ def run_ipc_bench(
             raise ValueError(f"unknown transport {t!r}; choose from {', '.join(TRANSPORTS)}")
     if repeats < 1 or min_time <= 0:
         raise ValueError("repeats must be >= 1 and min_time > 0")
+    skipped = {t: why for t in transports if (why := _missing(t)) is not None}
+    transports = [t for t in transports if t not in skipped]
     capacity = int(capacity or DEFAULT_CAPACITY)
     ctx = mp.get_context(start_method)
-    parent = _Parent(ctx, capacity)
+    parent = _Parent(ctx, capacity, transports, max(sizes, default=0))
+    skipped.update(parent.failed)
+    transports = [t for t in transports if t not in parent.failed]
     rows: List[Dict[str, Any]] = []
     try:
         for size in sizes:
+            if "channel_view" in transports:
+                parent.view_channels(size, timeout)
             # Calibrate each transport (also warms up: pages of the ring, buffers, pickling
             # paths): grow the count until one run takes at least half of min_time.
             targets = {}
@@ -272,14 +611,21 @@ def run_ipc_bench(
     ratios: Dict[str, Dict[str, float]] = {}
     by = {(r["transport"], r["size"]): r for r in rows}
     for size in sizes:
-        ch = by.get(("channel", size))
-        if not ch:
-            continue
         entry = {}
-        for other in ("queue", "pipe"):
-            o = by.get((other, size))
-            if o and o["msg_rate"] > 0:
-                entry[f"channel_vs_{other}"] = ch["msg_rate"] / o["msg_rate"]
+        ch = by.get(("channel", size))
+        if ch:
+            for other in ("queue", "pipe"):
+                o = by.get((other, size))
+                if o and o["msg_rate"] > 0:
+                    entry[f"channel_vs_{other}"] = ch["msg_rate"] / o["msg_rate"]
+        # Zero copy against copy in/out and against iceoryx2's view path: throughput ratio
+        # (higher is better) and round-trip ratio (lower is better).
+        for a, b in (("channel_view", "channel"), ("channel_view", "iceoryx2_view"), ("channel", "iceoryx2_copy")):
+            ra, rb = by.get((a, size)), by.get((b, size))
+            if ra and rb and rb["msg_rate"] > 0:
+                entry[f"{a}_vs_{b}"] = ra["msg_rate"] / rb["msg_rate"]
+                if "rtt_median_us" in ra and "rtt_median_us" in rb and rb["rtt_median_us"] > 0:
+                    entry[f"{a}_vs_{b}_rtt"] = ra["rtt_median_us"] / rb["rtt_median_us"]
         ratios[str(size)] = entry
     return {
         "benchmark": "ipc",
@@ -288,6 +634,7 @@ def run_ipc_bench(
         "machine": _machine(),
         "rows": rows,
         "ratios": ratios,
+        "skipped": skipped,
     }
 
 
@@ -338,6 +685,16 @@ def format_ipc_table(results: Dict[str, Any]) -> str:
             fmt_ratio("channel_vs_pipe"),
         ]))
     out.append(sep())
+    for t, why in (results.get("skipped", {}) if isinstance(results, dict) else {}).items():
+        out.append(f"skipped {t}: {why}")
+    zero_copy = []
+    for size, entry in ratios.items():
+        words = [f"{k.replace('_vs_', ' / ')} {v:.2f}x" for k, v in entry.items() if not k.startswith("channel_vs_")]
+        if words:
+            zero_copy.append(f"  {_size_words(int(size))}: " + ", ".join(words))
+    if zero_copy:
+        out.append("ratios (throughput; *_rtt: round-trip time, lower is better):")
+        out.extend(zero_copy)
     if isinstance(results, dict) and "config" in results:
         c = results["config"]
         m = results.get("machine", {})

@@ -36,7 +36,7 @@ import atexit
 import os
 import secrets
 import sys
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Type, Union
 
 import numpy as np
 
@@ -47,6 +47,7 @@ if sys.platform != "linux":  # pragma: no cover
 
 __all__ = [
     "Channel",
+    "LoanedArray",
     "ChannelError",
     "ChannelCorrupted",
     "PeerDied",
@@ -140,6 +141,43 @@ _core._shm_set_support(
     np.ascontiguousarray, np.generic, np.asarray,
 )
 
+class LoanedArray(np.ndarray):
+    """A writable numpy array that lives in a channel's ring, from :meth:`Channel.loan`.
+
+    Fill it in place, then :meth:`Channel.publish` it (or leave a ``with`` block without an
+    exception) to send it without a copy. Leaving the ``with`` block with an exception, calling
+    :meth:`Channel.discard`, closing the channel or dropping the last reference to the array
+    (and to anything derived from it) sends nothing and frees its space. After publish or
+    discard the array is read-only; slices taken before must not be written any more (the
+    consumer may be reading those bytes, and later the space is reused).
+    """
+
+    def __enter__(self) -> "LoanedArray":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        slot = self.base
+        if not isinstance(slot, _core.ShmSlot) or not slot.is_loan:
+            raise ValueError("with: only the array that Channel.loan() returned publishes on exit")
+        channel = slot.channel
+        if exc_type is None:
+            if slot.active:
+                channel.publish(self)
+        elif slot.active:
+            channel.discard(self)
+
+    def __array_wrap__(self, arr: Any, context: Any = None, return_scalar: bool = False) -> Any:
+        # Results of ufuncs on a loan are ordinary arrays (they do not live in the ring).
+        if return_scalar:
+            return arr[()]
+        return np.asarray(arr)
+
+
+_core._shm_set_loaned_array_type(LoanedArray)
+
+_ShapeArg = Union[int, Sequence[int]]
+
+
 # Segments this process created and has not unlinked: removed at interpreter exit (so a
 # forgotten unlink() does not leave files in /dev/shm). Only in the creating process, not in
 # forked children.
@@ -205,6 +243,16 @@ class Channel(_core.ShmRing):
         C-contiguous buffer) and leaves the message in the channel.
     ``peek(timeout=None)``
         ``(dtype, shape)`` of the next message without consuming it, or None on timeout.
+    ``loan(shape, dtype=uint8, timeout=None)``, ``publish(arr)``, ``discard(arr)``
+        Zero copy on the producer side: a writable array in the ring (:class:`LoanedArray`),
+        sent in place by ``publish`` or a ``with`` block.
+    ``recv_view(timeout=None)``
+        Zero copy on the consumer side: the next message as a read-only array pointing into
+        the ring. Its slot stays held (``held_views``, ``held_bytes``) until the array and
+        everything derived from it (slices, views) are gone; the ring is FIFO, so held views
+        eventually block the producer. Messages that do not lie in one piece of the ring (a
+        ``send`` that wrapped around its end, or one larger than the ring) come back as a
+        read-only copy instead.
 
     Iterating over a channel receives until the producer closes it.
     """
@@ -257,6 +305,36 @@ class Channel(_core.ShmRing):
         finally:
             if self._created_here and _created.get(self.name) == os.getpid():
                 self.unlink()
+
+    def loan(self, shape: _ShapeArg, dtype: Any = np.uint8, timeout: Optional[float] = None) -> LoanedArray:
+        """A writable array of ``shape`` and ``dtype`` that lives in the ring (zero copy).
+
+        Fill it in place, then :meth:`publish` it, or use ``with ch.loan(...) as a:`` (published
+        when the block ends without an exception). Waits for room like :meth:`send`
+        (``timeout`` raises ``TimeoutError``, nothing reserved). The message must fit in the
+        ring (header included), else ``ValueError``. One loan at a time per channel; ``send``
+        while a loan is outstanding raises :class:`ChannelError`. An abandoned loan
+        (exception in the ``with`` block, :meth:`discard`, garbage collected, channel closed)
+        sends nothing and frees its space.
+        """
+        if isinstance(shape, bool):
+            raise TypeError("Channel.loan: shape must be an int or a sequence of ints, got bool")
+        if hasattr(type(shape), "__index__"):
+            dims: Tuple[int, ...] = (shape.__index__(),)  # type: ignore[union-attr]
+        else:
+            try:
+                dims = tuple(d.__index__() for d in shape)  # type: ignore[union-attr]
+            except (TypeError, AttributeError):
+                raise TypeError(f"Channel.loan: shape must be an int or a sequence of ints, got {shape!r}") from None
+            if any(isinstance(d, bool) for d in shape):  # type: ignore[union-attr]
+                raise TypeError("Channel.loan: shape must be an int or a sequence of ints, got a bool in it")
+        try:
+            dt = np.dtype(dtype)
+        except TypeError as e:
+            raise TypeError(f"Channel.loan: not a dtype: {dtype!r} ({e})") from None
+        if dt.hasobject:
+            raise TypeError(f"Channel.loan: arrays of dtype {dt} hold Python object pointers, which cannot cross processes")
+        return self._loan(dims, dt, timeout)  # type: ignore[no-any-return]
 
     def __iter__(self) -> Iterator[np.ndarray]:
         while True:

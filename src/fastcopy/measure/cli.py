@@ -74,7 +74,7 @@ def add_bench_parser(sub: Any) -> argparse.ArgumentParser:
                    help="shortest timed loop per repeat (default 0.02)")
     p.add_argument("--variants", metavar="LIST",
                    help="comma list of variants: fastcopy, a kernel name (avx2 ...), kernels, np.copyto (copyto), "
-                        "dst[...]=src (slice), torch.copy_ (torch), all (default: all); with --ipc: transports (channel, queue, pipe ...)")
+                        "dst[...]=src (slice), torch.copy_ (torch), all (default: all); with --ipc: transports (channel, channel_alloc, channel_view, iceoryx2_view, iceoryx2_copy, faster_fifo, zmq, shared_memory, queue, pipe; missing packages are skipped)")
     place = p.add_mutually_exclusive_group()
     place.add_argument("--offset", type=typed(offset_value), metavar="N",
                        help="place the destination so (dst - src) mod 4096 = N (default 0: both page-aligned)")
@@ -235,7 +235,7 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: List[st
 
 
 def _ipc(p: argparse.ArgumentParser, args: argparse.Namespace, argv: List[str]) -> int:
-    """``bench --ipc``: fastcopy.shm.Channel against multiprocessing.Queue and Pipe (fastcopy.ipc_bench)."""
+    """``bench --ipc``: fastcopy.shm.Channel (copy and zero copy) against the alternatives (fastcopy.ipc_bench)."""
     for option, given in (("--offset", args.offset is not None), ("--offsets", args.offsets is not None),
                           ("--plot", bool(args.plot)), ("--format ucx", args.format == "ucx"),
                           ("--torch-threads", args.torch_threads is not None),
