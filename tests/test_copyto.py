@@ -73,6 +73,17 @@ def test_broadcasts_like_numpy():
         fastcopy.copyto(np.zeros((3, 4)), np.arange(3.0))
 
 
+@pytest.mark.parametrize("src_shape", [(1, 4), (3, 1), (1, 1)])
+def test_broadcasts_length_one_axes_like_numpy(src_shape):
+    # Same number of dimensions, a length-1 axis in src: numpy repeats it. A byte copy of src's
+    # bytes only would leave the rest of dst as it was.
+    src = np.arange(float(np.prod(src_shape))).reshape(src_shape) + 1
+    dst, expected = np.full((3, 4), -1.0), np.full((3, 4), -1.0)
+    fastcopy.copyto(dst, src)
+    np.copyto(expected, src)
+    assert np.array_equal(dst, expected)
+
+
 def test_scalars_lists_and_0d():
     dst = np.zeros(5, np.int64)
     fastcopy.copyto(dst, 7)

@@ -47,6 +47,7 @@ def test_copyto_numpy_cases():
     padded = np.dtype([("x", "u1"), ("y", "<i4")], align=True)
     for args, kwargs in [
         ((a, np.ones(4)), {}),                       # broadcasting
+        ((a, np.ones((1, 4))), {}), ((a, np.ones((3, 1))), {}),  # broadcasting, same ndim
         ((a, b.astype(np.float32)), {}),             # casting
         ((a, np.ones((3, 4), ">f8")), {}),           # byte order differs: a different dtype
         ((a, 1.0), {}), ((a, b.tolist()), {}),       # scalar, list

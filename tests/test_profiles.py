@@ -259,7 +259,14 @@ def test_load_profile_errors_name_the_problem_and_change_nothing(restore_profile
         _core.load_profile(json.dumps(p), "test")
     with pytest.raises(ValueError, match="bad JSON at line 1"):
         _core.load_profile("{", "test")
+    # The core enforces the 1 MiB limit itself, not only the Python file reader: a valid
+    # profile padded with spaces to 1 MiB + 1 byte is refused.
+    text = json.dumps(tuned_profile("padded"))
+    with pytest.raises(ValueError, match="more than the 1 MiB limit"):
+        _core.load_profile(text + " " * ((1 << 20) + 1 - len(text)), "test")
     assert _core.active_profile() == before
+    _core.load_profile(text + " " * ((1 << 20) - len(text)), "test")  # exactly 1 MiB is fine
+    assert _core.active_profile()["name"] == "padded"
 
 
 def test_active_profile_is_what_runs(restore_profile):

@@ -20,6 +20,8 @@
 //   choose REGION DIST N KERNEL    REGION private|to_shared|from_shared; DIST the distance
 //                                  (dst - src) mod 4096 of a disjoint copy, or `backward`
 //                                  (dst = src + 16, overlapping) or `forward` (dst = src - 16);
+//                                  `backward+D` / `forward-D`: the same with a distance of D
+//                                  bytes (D = 4096: overlapping at a page multiple)
 //                                  N bytes (4096, 64K, 16M, 1M-1); KERNEL may be A|B: A when A
 //                                  is usable on the cpu in this build, else B
 //   never KERNEL CLASS             no size (0 B .. 1 GiB, edges +-1), region or distance of
@@ -137,6 +139,10 @@ Addrs addresses(const std::string& dist) {
     const std::uintptr_t src = std::uintptr_t(1) << 40;
     if (dist == "backward") return {reinterpret_cast<const void*>(src + 16), reinterpret_cast<const void*>(src)};
     if (dist == "forward") return {reinterpret_cast<const void*>(src - 16), reinterpret_cast<const void*>(src)};
+    if (dist.rfind("backward+", 0) == 0)
+        return {reinterpret_cast<const void*>(src + std::stoull(dist.substr(9))), reinterpret_cast<const void*>(src)};
+    if (dist.rfind("forward-", 0) == 0)
+        return {reinterpret_cast<const void*>(src - std::stoull(dist.substr(8))), reinterpret_cast<const void*>(src)};
     std::uintptr_t d = std::stoull(dist);
     return {reinterpret_cast<const void*>(src + (std::uintptr_t(1) << 32) + d), reinterpret_cast<const void*>(src)};
 }
