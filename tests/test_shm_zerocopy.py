@@ -19,10 +19,12 @@ import numpy as np
 import pytest
 from conftest import no_subprocess
 
+import fastcopy
 from fastcopy import _core
 from fastcopy.shm import Channel, ChannelClosed, ChannelError, LoanedArray, PeerDied
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+# Children import the same fastcopy as this process (CI installs it; src/ has no _core there).
+SRC = str(Path(fastcopy.__file__).resolve().parent.parent)
 PREFIX = f"fastcopy-test-zc-{os.getpid()}-"
 
 
