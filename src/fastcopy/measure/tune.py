@@ -224,16 +224,7 @@ Stat = Dict[str, float]  # {"gbps": median, "spread": relative}
 
 def _timer(copy: Callable[[Any, Any], Any], pairs: List[Tuple[np.ndarray, np.ndarray]]) -> engine.Timer:
     if len(pairs) == 1:
-        d, s = pairs[0]
-        pc = time.perf_counter
-
-        def run(n: int) -> float:
-            r = range(n)
-            t0 = pc()
-            for _ in r:
-                copy(d, s)
-            return pc() - t0
-        return run
+        return engine._callable_timer(copy)(*pairs[0])
     return engine._rotating(copy)(pairs)
 
 
