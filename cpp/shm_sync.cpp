@@ -68,17 +68,30 @@ inline void cpu_relax() {
 
 // How long a waiter spins (checking the index) before it sleeps on the futex.
 //
-// At the start of a message the spin adapts: an end does not spin, except for a probe every
-// kProbeEvery waits that spins up to kSpinMax; a spin that catches the answer switches
-// spinning on, three spins in a row that do not switch it off. Sleeping costs a FUTEX_WAKE
-// for the peer and a scheduler wake-up; spinning only pays when the peer runs on another
-// CPU at the same time. Measured on the 2-vCPU development VM, 64 B ping-pong, median RTT:
-// when it was busy with other jobs (load 3.5-5), no spin 7.7-10.2 us against 11.2-18.4 us
-// with a fixed 5 us spin and 29-92 us with 20-100 us (the woken peer tends to run on the
-// spinner's CPU); when it was quiet (load 1.7), no spin gave 70 us (waking an idle vCPU)
-// and spinning 1.6 us. The probe costs at most kSpinMax / kProbeEvery per wait.
-double kSpinMax = 50e-6;
+// At the start of a message the spin adapts. An end that is not "spinning" does not spin,
+// except for a probe every kProbeEvery waits that spins up to kSpinMin. A wait that ends
+// within kSpinCap of its start (caught by the spin, or woken from a sleep that early) switches
+// spinning on; a spinning end spins for twice its last wait, between kSpinMin and kSpinCap;
+// three spins in a row that do not catch the answer switch it off. After a microsecond or two
+// of pure spinning the spin yields the CPU between polls, so a peer (or anything else) that
+// waits for this CPU runs.
+//
+// Sleeping costs the peer a FUTEX_WAKE and this end a scheduler wake-up; on the 2-vCPU KVM
+// development VM (AMD EPYC Zen 3) waking a halted vCPU cost 60-200 us per message in all.
+// Measured there (ping-pong round trip, loan + view, medians of 3 runs of 500-3000): a fixed
+// 50 us cap without yielding left both ends asleep (each answer came after the peer's own
+// wake-up, later than the probe's spin): 200-230 us at 64 KiB, 410 us at 1 MiB; with yielding,
+// a 250 us budget and the sleep rule: 40-60 us and 210-330 us. At 16 MiB each wait lasts one
+// 2 ms copy, hence the budget grows with the last wait. Earlier measurements (64 B, machine
+// busy with other jobs, load 3.5-5) showed pure spins of 20-100 us costing 29-92 us, as the
+// woken peer ran on the spinner's CPU: the yield is the answer to that.
+constexpr double kSpinMinDefault = 250e-6;
+double kSpinMin = kSpinMinDefault;
+// The longest spin: an end whose messages come further apart than this sleeps between them.
+double kSpinCap = 5e-3;
 constexpr unsigned kProbeEvery = 64;
+// Polls (of 16 pauses each, about 1-2 us in all) before a spinning waiter starts to yield.
+constexpr unsigned kPureSpinRounds = 16;
 constexpr double kSpinStart = -1.0;  // "adaptive", for wait()'s spin_s
 // Sleep slices: a sleeping waiter wakes at least this often to check the peer's liveness.
 constexpr double kLivenessSlice = 0.05;
@@ -127,7 +140,8 @@ struct BusyGuard {
 };
 
 void set_spin(double start_s, double mid_message_s) {
-    kSpinMax = start_s;
+    kSpinCap = start_s;
+    kSpinMin = std::min(kSpinMinDefault, start_s);
     kSpinMidMessage = mid_message_s;
 }
 
@@ -745,27 +759,49 @@ int Ring::wait(WaitFor what, std::uint64_t need, double deadline, const GilHooks
     };
     if (ready()) return 0;
     // Spin briefly: a peer running on another core answers within microseconds. At the start
-    // of a message (spin_s < 0) the spin is adaptive: see kSpinMax.
+    // of a message (spin_s < 0) the spin is adaptive: see kSpinMin.
     const bool adaptive = spin_s < 0;
     if (adaptive) {
         spin_s = 0;
-        if (spinning_) spin_s = kSpinMax;
-        else if (++probe_count_ % kProbeEvery == 0) spin_s = kSpinMax;  // probe now and then
+        if (spinning_) spin_s = std::min(kSpinCap, std::max(kSpinMin, 2 * last_wait_s_));
+        else if (++probe_count_ % kProbeEvery == 0) spin_s = kSpinMin;  // probe now and then
     }
     const double start = monotonic_seconds();
     const double spin_until = std::min(deadline, start + spin_s);
     for (unsigned i = 1;; ++i) {
-        for (int k = 0; k < 16; ++k) cpu_relax();
+        // The first rounds spin on the CPU (a peer on another CPU answers in a microsecond or
+        // two); later rounds yield between polls, so that a peer waiting for this CPU runs.
+        if (i <= kPureSpinRounds) {
+            for (int k = 0; k < 16; ++k) cpu_relax();
+        } else {
+            sched_yield();
+        }
         if (ready()) {
             if (adaptive && spin_s > 0) {
                 spinning_ = true;  // the spin caught the answer: keep spinning
                 spin_failures_ = 0;
+                last_wait_s_ = monotonic_seconds() - start;
             }
             return 0;
         }
         if ((i & 7) == 0 && monotonic_seconds() >= spin_until) break;
     }
     if (adaptive && spin_s > 0 && spinning_ && ++spin_failures_ >= 3) spinning_ = false;
+    // A sleep that ended within kSpinCap of the start: a spin would have caught the answer,
+    // and sleeping cost the peer a FUTEX_WAKE and this end a wake-up. Spin from now on. Without
+    // this, two ends that both sleep never see a probe succeed: each answer comes only after
+    // the peer's own wake-up, later than the probe's spin.
+    auto ready_after_sleep = [&]() {
+        if (adaptive) {
+            const double waited = monotonic_seconds() - start;
+            last_wait_s_ = waited;
+            if (!spinning_ && waited <= kSpinCap) {
+                spinning_ = true;
+                spin_failures_ = 0;
+            }
+        }
+        return 0;
+    };
     const bool data_wait = what == kData;
     void* fut = word(data_wait ? kOffDataFutex : kOffSpaceFutex);
     void* flag = word(data_wait ? kOffConsWaiting : kOffProdWaiting);
@@ -785,10 +821,10 @@ int Ring::wait(WaitFor what, std::uint64_t need, double deadline, const GilHooks
         __atomic_store_n(static_cast<std::uint32_t*>(flag), 1u, __ATOMIC_SEQ_CST);
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
         check_header();
-        if (ready()) return 0;
+        if (ready()) return ready_after_sleep();
         check_abandoned();
         if (load_acquire_u32(word(peer_closed_off)) != 0) {
-            if (ready()) return 0;
+            if (ready()) return ready_after_sleep();
             throw ShmClosed(std::string("the ") + peer + " closed the channel" +
                             (data_wait ? "" : "; this message would never be read"));
         }
@@ -798,7 +834,7 @@ int Ring::wait(WaitFor what, std::uint64_t need, double deadline, const GilHooks
             last_check = now;
             std::uint32_t pid = load_acquire_u32(word(peer_pid_off));
             if (!process_alive(pid, load_acquire_u64(word(peer_start_off)))) {
-                if (ready()) return 0;
+                if (ready()) return ready_after_sleep();
                 throw ShmPeerDied(std::string("the ") + peer + " (" + pid_words(pid) + ") died" +
                                   (data_wait ? " before sending the next message (or in the middle of one)"
                                              : " without reading"));

@@ -287,6 +287,7 @@ private:
     bool peeked_ = false;
     bool spinning_ = false;               // adaptive spin state (see wait())
     unsigned spin_failures_ = 0, probe_count_ = 0;
+    double last_wait_s_ = 0;             // seconds the last adaptive wait took
     std::atomic<bool> busy_{false};
     std::uint64_t busy_generation_ = 0;   // fork generation when busy_ was set
     friend struct BusyGuard;
@@ -298,7 +299,7 @@ std::uint64_t fork_generation();
 void remove_on_fatal_signal(const std::string& name);
 void keep_on_fatal_signal(const std::string& name);
 // How long waits spin before sleeping: the most an adaptive wait at the start of a message
-// spins (0: never), and the fixed spin in the middle of a streamed message.
+// spins (0: never; default 5 ms), and the fixed spin in the middle of a streamed message.
 void set_spin(double start_s, double mid_message_s);
 
 }  // namespace shm

@@ -281,6 +281,11 @@ def test_ipc_rejects_copy_only_options():
     assert r.returncode == 2 and "--ipc" in r.stderr and "--offset" in r.stderr
 
 
+def test_view_fill_only_with_ipc():
+    r = cli("bench", "--view-fill", "fastcopy", *FAST)
+    assert r.returncode == 2 and "--view-fill" in r.stderr and "--ipc" in r.stderr
+
+
 # ------------------------------------------------------------------ helpers (in-process)
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/numa_maps"), reason="no /proc/self/numa_maps")

@@ -17,6 +17,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import fastcopy
 
@@ -532,6 +533,32 @@ def test_ipc_bench_zero_copy_and_alternatives(monkeypatch):
     assert "skipped zmq" in table and "channel_view" in table
     with pytest.raises(ValueError, match="unknown transport"):
         ipc_bench.run_ipc_bench(sizes=[64], transports=["carrier_pigeon"])
+
+
+@pytest.mark.parametrize("fill", ["memmove", "fastcopy"])
+def test_ipc_bench_view_fill_writes_the_message(monkeypatch, fill):
+    # Both zero-copy transports fill their loaned slot through these two functions.
+    from fastcopy import ipc_bench
+
+    monkeypatch.setattr(ipc_bench, "_view_fill", fill)
+    msg = np.random.default_rng(1).integers(0, 256, 300001, dtype=np.uint8)
+    dst = np.zeros(msg.size + 2, np.uint8)
+    ipc_bench._fill_array(dst[1:-1], msg)
+    assert np.array_equal(dst[1:-1], msg) and dst[0] == 0 and dst[-1] == 0
+    dst[:] = 0
+    ipc_bench._fill_address(dst[1:-1].__array_interface__["data"][0], msg)
+    assert np.array_equal(dst[1:-1], msg) and dst[0] == 0 and dst[-1] == 0
+
+
+def test_ipc_bench_view_fill_is_recorded_and_checked():
+    from fastcopy import ipc_bench
+
+    res = ipc_bench.run_ipc_bench(sizes=[4096], repeats=1, min_time=0.01, latency=False,
+                                  transports=["channel_view"], view_fill="fastcopy")
+    assert res["config"]["view_fill"] == "fastcopy"
+    assert [r["transport"] for r in res["rows"]] == ["channel_view"] and res["rows"][0]["msg_rate"] > 0
+    with pytest.raises(ValueError, match="view_fill"):
+        ipc_bench.run_ipc_bench(sizes=[64], transports=["channel"], view_fill="carrier_pigeon")
 
 
 def test_ipc_bench_transport_that_fails_to_set_up_is_skipped(monkeypatch):

@@ -8,7 +8,8 @@ for each transport and message size:
   message rate = N / time (msg/s). N is calibrated so one run takes about ``min_time``;
   the run is repeated ``repeats`` times and the median run is reported (all runs are kept);
 * round-trip latency: ping-pong, the child echoes each message back; median (and 90th
-  percentile) of the per-message round trip in microseconds.
+  percentile) of the per-message round trip in microseconds, over ``repeats`` blocks of
+  round trips interleaved across transports like the throughput runs.
 
 Transports (``TRANSPORTS``; those whose package is missing are listed in ``skipped`` with
 the reason):
@@ -17,9 +18,9 @@ the reason):
   ``channel_alloc``: ``recv()`` returning a new array each time (optional);
 * ``channel_view``: zero copy: the sender fills a ``loan()`` (one copy of the message into the
   ring, as a producer writing its data in place would) and publishes it; the receiver takes
-  ``recv_view()`` and drops it. Its ring is made for each size: the larger of the Channel
-  capacity and three messages (one held by the receiver, one being filled, one in flight), so
-  that, like iceoryx2's sample pool, the slots stay warm in the cache at small sizes;
+  ``recv_view()`` and drops it. Its ring is made for each size: three messages (one held by
+  the receiver, one being filled, one in flight; 64 KiB at least), so that, like iceoryx2's
+  pool of samples (a subscriber buffer of 2), the slots stay warm in the cache;
 * ``iceoryx2_view`` / ``iceoryx2_copy``: iceoryx2 publish-subscribe (``Slice[c_uint8]``,
   no overflow, blocking back-pressure), the sender copies into ``loan_slice_uninit`` with
   ``ctypes.memmove``; the receiver polls ``receive()`` (iceoryx2's Python API has no blocking
@@ -101,7 +102,7 @@ class _Iceoryx2:
     def send(self, msg: np.ndarray) -> None:
         n = msg.nbytes
         sample = self.pub.loan_slice_uninit(n)
-        ctypes.memmove(sample.payload_ptr, msg.ctypes.data, n)
+        _fill_address(sample.payload_ptr, msg)
         sample.assume_init().send()
 
     def _sample(self) -> Any:
@@ -238,15 +239,47 @@ def _child_endpoints(transport, buf, fwd_ch, back_ch, fwd_q, back_q, fwd_r, back
     return fwd_r.recv_bytes, back_w.send_bytes
 
 
+# How the zero-copy transports (channel_view, iceoryx2_view) fill a loaned slot, the same
+# for both and in both processes: "memmove" (ctypes.memmove, glibc's memcpy, the way
+# iceoryx2's Python examples write a loaned slice) or "fastcopy" (fastcopy.copy into a numpy
+# array over the slot, the way a fastcopy user writes one). Set by run_ipc_bench(view_fill=).
+VIEW_FILLS = ("memmove", "fastcopy")
+_view_fill = "memmove"
+
+
+def _fill_address(address: int, msg: np.ndarray) -> None:
+    """Writes msg's bytes at `address` (an iceoryx2 sample's payload).
+    fastcopy's policy may pick non-temporal stores and two threads for large copies, which
+    also changes what the receiver finds in the cache."""
+    if _view_fill == "fastcopy":
+        _fill_array(np.ctypeslib.as_array((ctypes.c_uint8 * msg.nbytes).from_address(address)), msg)
+    else:
+        ctypes.memmove(address, _address(msg), msg.nbytes)
+
+
+def _fill_array(dst: np.ndarray, msg: np.ndarray) -> None:
+    """Writes msg's bytes into dst (a loaned array of the same size)."""
+    if _view_fill == "fastcopy":
+        from . import copy as fast_copy
+
+        fast_copy(dst.reshape(-1).view(np.uint8), msg.reshape(-1).view(np.uint8))
+    else:
+        ctypes.memmove(_address(dst), _address(msg), msg.nbytes)
+
+
+def _address(arr: np.ndarray) -> int:
+    """The address of an array's data. ``arr.ctypes.data`` costs 2.3 us a call here (Zen 3
+    VM), more than the transport of a small message; the array interface costs 1.5 us."""
+    return arr.__array_interface__["data"][0]  # type: ignore[no-any-return]
+
+
 def _send_loaned(ch: Any, msg: Any) -> None:
-    """A producer that writes its data in place: loan, fill, publish. The fill is the same
-    ``ctypes.memmove`` as iceoryx2's loan is filled with, so the two zero-copy paths differ
-    only in the transport (fastcopy's policy picks non-temporal stores and two threads for
-    large copies, which changes what the receiver finds in the cache)."""
+    """A producer that writes its data in place: loan, fill, publish. The fill is the one
+    iceoryx2's loan gets (see _fill_address), so the two zero-copy paths differ only in the transport."""
     if isinstance(msg, bytes):
         msg = np.frombuffer(msg, np.uint8)
     with ch.loan(msg.shape, msg.dtype) as a:
-        ctypes.memmove(a.ctypes.data, msg.ctypes.data, msg.nbytes)
+        _fill_array(a, msg)
 
 
 def _child_extra(setup: Dict[str, Any]) -> Dict[str, Any]:  # pragma: no cover - runs in the child
@@ -266,8 +299,10 @@ def _child_extra(setup: Dict[str, Any]) -> Dict[str, Any]:  # pragma: no cover -
 
 
 def _child_main(ctrl, names, queues, pipes, setup=None) -> None:  # pragma: no cover - runs in the child
+    global _view_fill
     from .shm import Channel
 
+    _view_fill = (setup or {}).get("view_fill", "memmove")
     fwd_ch = Channel.attach(names[0])
     back_ch = Channel.attach(names[1])
     fwd_q, back_q = queues
@@ -313,7 +348,8 @@ def _child_main(ctrl, names, queues, pipes, setup=None) -> None:  # pragma: no c
 
 # ---- the parent ---------------------------------------------------------------------------
 class _Parent:
-    def __init__(self, ctx, capacity: int, transports: Sequence[str] = (), max_size: int = 0):
+    def __init__(self, ctx, capacity: int, transports: Sequence[str] = (), max_size: int = 0,
+                 view_fill: str = "memmove"):
         from .shm import Channel
 
         self.fwd_ch = Channel.create(capacity=capacity)
@@ -323,7 +359,7 @@ class _Parent:
         self.back_r, back_w = ctx.Pipe(duplex=False)
         self.ctrl, child_ctrl = ctx.Pipe()
         self.extra: Dict[str, Any] = {}
-        setup: Dict[str, Any] = {}
+        setup: Dict[str, Any] = {"view_fill": view_fill}
         tag = f"fastcopy-bench-{os.getpid()}-{os.urandom(3).hex()}"
         self.capacity = capacity
         self.zmq_paths: Tuple[str, ...] = ()
@@ -422,7 +458,7 @@ class _Parent:
         (header included): one held by the receiver, one being filled, one in flight."""
         from .shm import Channel
 
-        ring = max(self.capacity, 3 * (size + 4096))
+        ring = max(64 << 10, 3 * (size + 4096))
         pair = (Channel.create(capacity=ring), Channel.create(capacity=ring))
         self.ctrl.send(("view_channels", (pair[0].name, pair[1].name)))
         self._finish(timeout)
@@ -530,11 +566,14 @@ def run_ipc_bench(
     start_method: str = "spawn",
     max_messages: int = 2_000_000,
     timeout: float = 120.0,
+    view_fill: str = "memmove",
 ) -> Dict[str, Any]:
     """Measures each transport at each message size between two processes.
 
     ``sizes``: message sizes in bytes. ``repeats``: throughput runs per point (median
     reported). ``min_time``: seconds one throughput run (and the ping-pong loop) aims for.
+    ``view_fill``: how the zero-copy transports fill a loan, ``"memmove"`` (glibc) or
+    ``"fastcopy"`` (``fastcopy.copy``), the same for channel_view and iceoryx2.
     ``transports``: any of ``TRANSPORTS``. ``latency``: also run ping-pong. ``capacity``:
     Channel ring size (default fastcopy.shm.DEFAULT_CAPACITY, 8 MiB). ``start_method``: multiprocessing start method of
     the child. Returns a JSON-serialisable dict: ``config``, ``machine``, ``rows`` (one per
@@ -555,7 +594,11 @@ def run_ipc_bench(
     transports = [t for t in transports if t not in skipped]
     capacity = int(capacity or DEFAULT_CAPACITY)
     ctx = mp.get_context(start_method)
-    parent = _Parent(ctx, capacity, transports, max(sizes, default=0))
+    if view_fill not in VIEW_FILLS:
+        raise ValueError(f"unknown view_fill {view_fill!r}; choose from {', '.join(VIEW_FILLS)}")
+    global _view_fill
+    _view_fill = view_fill
+    parent = _Parent(ctx, capacity, transports, max(sizes, default=0), view_fill)
     skipped.update(parent.failed)
     transports = [t for t in transports if t not in parent.failed]
     rows: List[Dict[str, Any]] = []
@@ -582,6 +625,18 @@ def run_ipc_bench(
                 for transport in transports:
                     dt = parent.throughput(transport, size, targets[transport], timeout)
                     runs[transport].append({"messages": targets[transport], "seconds": dt})
+            # Round trips are interleaved the same way: each repeat runs a ping-pong loop per
+            # transport, and the median is over all the round trips of all repeats.
+            rtts: Dict[str, List[float]] = {t: [] for t in transports}
+            if latency:
+                iters: Dict[str, int] = {}
+                for transport in transports:
+                    per = statistics.median(r["seconds"] for r in runs[transport]) / targets[transport]
+                    iters[transport] = max(3, min(10000, int(min_time / max(2 * per, 1e-6)) // repeats))
+                    parent.pingpong(transport, size, min(iters[transport], 10), timeout)  # warm-up
+                for _ in range(repeats):
+                    for transport in transports:
+                        rtts[transport] += parent.pingpong(transport, size, iters[transport], timeout)
             for transport in transports:
                 target = targets[transport]
                 med = statistics.median(r["seconds"] for r in runs[transport])
@@ -597,14 +652,10 @@ def run_ipc_bench(
                     "runs": runs[transport],
                 }
                 if latency:
-                    per = med / target  # one-way time per message: a first guess at the RTT scale
-                    iters = max(3, min(10000, int(min_time / max(2 * per, 1e-6))))
-                    parent.pingpong(transport, size, min(iters, 10), timeout)  # warm-up
-                    rtts = parent.pingpong(transport, size, iters, timeout)
-                    rtts.sort()
-                    row["rtt_median_us"] = statistics.median(rtts) * 1e6
-                    row["rtt_p90_us"] = rtts[min(len(rtts) - 1, int(0.9 * len(rtts)))] * 1e6
-                    row["rtt_samples"] = len(rtts)
+                    samples = sorted(rtts[transport])
+                    row["rtt_median_us"] = statistics.median(samples) * 1e6
+                    row["rtt_p90_us"] = samples[min(len(samples) - 1, int(0.9 * len(samples)))] * 1e6
+                    row["rtt_samples"] = len(samples)
                 rows.append(row)
     finally:
         parent.close()
@@ -630,6 +681,7 @@ def run_ipc_bench(
     return {
         "benchmark": "ipc",
         "config": {"sizes": sizes, "repeats": repeats, "min_time": min_time, "transports": list(transports),
+                   "view_fill": view_fill,
                    "latency": latency, "capacity": capacity, "start_method": start_method},
         "machine": _machine(),
         "rows": rows,

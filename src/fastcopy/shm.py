@@ -157,14 +157,13 @@ class LoanedArray(np.ndarray):
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         slot = self.base
-        if not isinstance(slot, _core.ShmSlot) or not slot.is_loan:
+        if type(slot) is not _core.ShmSlot or not slot.is_loan:
             raise ValueError("with: only the array that Channel.loan() returned publishes on exit")
-        channel = slot.channel
-        if exc_type is None:
-            if slot.active:
-                channel.publish(self)
-        elif slot.active:
-            channel.discard(self)
+        if slot.active:
+            if exc_type is None:
+                slot.channel.publish(self)
+            else:
+                slot.channel.discard(self)
 
     def __array_wrap__(self, arr: Any, context: Any = None, return_scalar: bool = False) -> Any:
         # Results of ufuncs on a loan are ordinary arrays (they do not live in the ring).
@@ -217,6 +216,21 @@ def _name_arg(method: str, name: Any) -> str:
 
 def _default_name() -> str:
     return f"fastcopy-{os.getpid()}-{secrets.token_hex(6)}"
+
+
+def _loan_shape(shape: Any) -> Tuple[int, ...]:
+    """The dimensions of a loan's ``shape`` argument (an int or a sequence of ints; no bools)."""
+    if isinstance(shape, bool):
+        raise TypeError("Channel.loan: shape must be an int or a sequence of ints, got bool")
+    if hasattr(type(shape), "__index__"):
+        return (shape.__index__(),)
+    try:
+        dims = tuple(d.__index__() for d in shape)
+    except (TypeError, AttributeError):
+        raise TypeError(f"Channel.loan: shape must be an int or a sequence of ints, got {shape!r}") from None
+    if any(isinstance(d, bool) for d in shape):
+        raise TypeError("Channel.loan: shape must be an int or a sequence of ints, got a bool in it")
+    return dims
 
 
 class Channel(_core.ShmRing):
@@ -317,21 +331,23 @@ class Channel(_core.ShmRing):
         (exception in the ``with`` block, :meth:`discard`, garbage collected, channel closed)
         sends nothing and frees its space.
         """
-        if isinstance(shape, bool):
-            raise TypeError("Channel.loan: shape must be an int or a sequence of ints, got bool")
-        if hasattr(type(shape), "__index__"):
-            dims: Tuple[int, ...] = (shape.__index__(),)  # type: ignore[union-attr]
+        # The common cases (an int, a tuple of ints, a numpy dtype) are checked with type()
+        # only: a loan is a per-message call, and the general checks cost 3 us of the 5.
+        dims: Tuple[int, ...]
+        kind = type(shape)
+        if kind is int:
+            dims = (shape,)  # type: ignore[assignment]
+        elif kind is tuple and all(type(d) is int for d in shape):  # type: ignore[union-attr]
+            dims = shape  # type: ignore[assignment]
+        else:
+            dims = _loan_shape(shape)
+        if isinstance(dtype, np.dtype):
+            dt = dtype
         else:
             try:
-                dims = tuple(d.__index__() for d in shape)  # type: ignore[union-attr]
-            except (TypeError, AttributeError):
-                raise TypeError(f"Channel.loan: shape must be an int or a sequence of ints, got {shape!r}") from None
-            if any(isinstance(d, bool) for d in shape):  # type: ignore[union-attr]
-                raise TypeError("Channel.loan: shape must be an int or a sequence of ints, got a bool in it")
-        try:
-            dt = np.dtype(dtype)
-        except TypeError as e:
-            raise TypeError(f"Channel.loan: not a dtype: {dtype!r} ({e})") from None
+                dt = np.dtype(dtype)
+            except TypeError as e:
+                raise TypeError(f"Channel.loan: not a dtype: {dtype!r} ({e})") from None
         if dt.hasobject:
             raise TypeError(f"Channel.loan: arrays of dtype {dt} hold Python object pointers, which cannot cross processes")
         return self._loan(dims, dt, timeout)  # type: ignore[no-any-return]

@@ -99,6 +99,9 @@ def add_bench_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--ipc", action="store_true",
                    help="measure copies between two processes through fastcopy.shm.Channel instead "
                         "(against multiprocessing Queue and Pipe; sizes, repeats, min-time, variants apply)")
+    p.add_argument("--view-fill", choices=["memmove", "fastcopy"], default=None,
+                   help="--ipc: how the zero-copy transports (channel_view, iceoryx2) fill a loaned slot, the same "
+                        "for both: memmove (ctypes.memmove, glibc; default) or fastcopy (fastcopy.copy)")
     p.add_argument("--cache", choices=list(engine.CACHE_MODES), default="hot",
                    help="hot: the same buffers every iteration (default); cold: each copy reads a different source "
                         "from a rotation of buffers holding at least twice the L3, so the source is not cached")
@@ -164,6 +167,8 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: List[st
     min_time = args.min_time or (0.01 if quick else 0.02)
     offsets = [args.offset] if args.offset is not None else (args.offsets or [0])
 
+    if args.view_fill and not args.ipc:
+        p.error("argument --view-fill: applies only to --ipc")
     if args.ipc:
         return _ipc(p, args, argv)
     if args.batch:
@@ -261,6 +266,8 @@ def _ipc(p: argparse.ArgumentParser, args: argparse.Namespace, argv: List[str]) 
         kwargs["min_time"] = args.min_time or 0.05
     if args.variants and "transports" in params:
         kwargs["transports"] = [w.strip() for w in args.variants.split(",") if w.strip()]
+    if args.view_fill:
+        kwargs["view_fill"] = args.view_fill
     try:
         results = run_ipc_bench(**kwargs)
     except ValueError as e:
