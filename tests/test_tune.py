@@ -172,6 +172,34 @@ def test_thresholds_need_every_larger_size():
     assert tune._threshold_from([(1, True), (2, True), (3, False)]) is None
 
 
+def _pool_measurements(one_many):
+    st = lambda g, sp: {"gbps": g, "spread": sp}  # noqa: E731
+    sizes = sorted(one_many)
+    m = _fake_measurements({s: {"generic": st(5, 0.01), "avx2": st(6, 0.01)} for s in sizes})
+    m["wide"] = {"private": {}}
+    for s, (one, many, spread) in one_many.items():
+        m["wide"]["private"][f"{s}:avx2"] = st(one, spread)
+        m["wide"]["private"][f"{s}:avx2@2"] = st(many, spread)
+    return m
+
+
+def test_pool_is_not_kept_where_it_loses_on_average():
+    # The built-in pool starts at 1 MiB; one thread wins beyond the spread up to 128 MiB and
+    # at 256 MiB the pool loses 0.87x within a wide spread: the pool is off, not "from 256 MiB".
+    m = _pool_measurements({1 << 20: (10, 7, 0.02), 16 << 20: (10, 8, 0.02), 128 << 20: (10, 8, 0.02),
+                            256 << 20: (10, 8.7, 0.2)})
+    par = tune.decide_parallel(m, tune.decide_bands(m, FakeBuiltin()), FakeBuiltin())
+    assert par["threshold"] is None and par["changed"]
+    assert "never beat one thread" in par["why"]
+
+
+def test_pool_threshold_where_it_wins():
+    m = _pool_measurements({1 << 20: (10, 7, 0.02), 16 << 20: (10, 15, 0.02), 128 << 20: (10, 16, 0.02),
+                            256 << 20: (10, 9.8, 0.05)})  # within the spread at the top: kept, gains on average
+    par = tune.decide_parallel(m, tune.decide_bands(m, FakeBuiltin()), FakeBuiltin())
+    assert par["threshold"] == 16 << 20 and "2 threads" in par["why"]
+
+
 def test_non_temporal_threshold_follows_cold_measurements():
     st = lambda g: {"gbps": g, "spread": 0.01}  # noqa: E731
     sizes = [32 << 20, 64 << 20, 128 << 20]

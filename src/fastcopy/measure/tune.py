@@ -487,6 +487,16 @@ def decide_parallel(m: Dict[str, Any], bands: Dict[str, Any], builtin: Builtin) 
     best_t = max(per_t, key=score)
     rows = per_t[best_t]
     thr = _threshold_from([(s, u) for s, u, _, _ in rows])
+    # Where the built-in rule uses the pool, a size keeps it unless one thread wins beyond the
+    # spread; that must not leave the pool on for a range where it loses on average (a tune
+    # on the Zen 3 VM kept it from 256 MiB only, where 2 threads ran 0.87x one thread within
+    # a wide spread). Sizes are dropped from the bottom of the range until the pool gains.
+    while thr is not None:
+        kept = [g for s, _, g, _ in rows if s >= thr]
+        if statistics.geometric_mean(kept) > 1.0:
+            break
+        larger = [s for s, _, _, _ in rows if s > thr]
+        thr = larger[0] if larger else None
     builtin_thr = builtin.parallel_threshold if builtin.threads > 1 else None
     if thr is None and rows and builtin_thr is not None and rows[-1][0] < builtin_thr:
         return {"threshold": builtin_thr, "threads": 0, "changed": False, "rows": rows,
