@@ -13,8 +13,8 @@ of at least 0.95 and every point at least 0.85 with the built-in profile, 0.97 a
 machine the ratios come out a little low: compare runs made the same way.
 
 Noise: a point whose ratio falls outside 0.9..1.1 is measured again (the same interleaved
-repeats) and its samples pooled before the median, on both sides alike (``--no-recheck`` to
-skip).
+repeats), up to three more rounds while it stays outside, and its samples pooled before the
+median, on both sides alike (``--no-recheck`` to skip).
 
 ``--profile FILE`` also evaluates a tuned profile (docs/profile-format.md) in the same run, before
 a build that loads profiles exists: "tuned" is the kernel that profile names for the point
@@ -48,6 +48,8 @@ OFFSETS = [0, 1, 16, 31, 64, 2064]
 MIN_SIZE, MAX_SIZE = 200, 700_000
 # Timed against the best of the others: the automatic choice, and with --profile the profile's choice.
 CONTENDERS = ("auto", "tuned")
+# Rounds of re-measurement (pooled) for a point whose ratio is outside 0.9..1.1.
+MAX_RECHECKS = 3
 
 
 def log_sizes(points: int) -> List[int]:
@@ -72,10 +74,17 @@ def measure_point(size: int, offset: int, variants: Dict[str, Any], repeats: int
     def medians() -> Dict[str, float]:
         return {name: size / statistics.median(s) / 1e9 for name, s in samples.items()}
 
+    def outlier(gbps: Dict[str, float]) -> bool:
+        best = max(v for k, v in gbps.items() if k not in CONTENDERS)
+        return not all(0.9 <= gbps[k] / best <= 1.1 for k in CONTENDERS if k in gbps)
+
     gbps = medians()
-    best = max(v for k, v in gbps.items() if k not in CONTENDERS)
-    ratios = [gbps[k] / best for k in CONTENDERS if k in gbps]
-    if recheck and not all(0.9 <= r <= 1.1 for r in ratios):
+    # Up to MAX_RECHECKS more rounds while a ratio stays outside 0.9..1.1: on a VM whose other
+    # vCPU is busy, one burst of load in a 0.2 ms loop moved single points to 0.76-0.83 with
+    # the same kernel on both sides (Zen 3 VM, 14 KB and 169 KB, measured again at 0.96-1.01).
+    for _ in range(MAX_RECHECKS if recheck else 0):
+        if not outlier(gbps):
+            break
         more = engine.time_interleaved(timers, iterations, repeats, rng)
         for name in samples:
             samples[name].extend(more[name])
