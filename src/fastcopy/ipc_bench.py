@@ -23,7 +23,7 @@ the reason):
   pool of samples (a subscriber buffer of 2), the slots stay warm in the cache;
 * ``iceoryx2_view`` / ``iceoryx2_copy``: iceoryx2 publish-subscribe (``Slice[c_uint8]``,
   no overflow, blocking back-pressure), the sender copies into ``loan_slice_uninit`` with
-  ``ctypes.memmove``; the receiver polls ``receive()`` (iceoryx2's Python API has no blocking
+  ``ctypes.memmove`` (see ``VIEW_FILLS``); the receiver polls ``receive()`` (iceoryx2's Python API has no blocking
   receive on a subscriber) and either wraps the sample in a numpy view and drops it (view) or
   copies it out into a reused array with fastcopy (copy);
 * ``faster_fifo``: faster-fifo's Queue (array pickled);
@@ -240,9 +240,10 @@ def _child_endpoints(transport, buf, fwd_ch, back_ch, fwd_q, back_q, fwd_r, back
 
 
 # How the zero-copy transports (channel_view, iceoryx2_view) fill a loaned slot, the same
-# for both and in both processes: "memmove" (ctypes.memmove, glibc's memcpy, the way
-# iceoryx2's Python examples write a loaned slice) or "fastcopy" (fastcopy.copy into a numpy
-# array over the slot, the way a fastcopy user writes one). Set by run_ipc_bench(view_fill=).
+# routine for both and in both processes: "memmove" (glibc's memmove: ctypes.memmove to an
+# iceoryx2 slice's address, the way its Python examples write one, and np.copyto into a loaned
+# array) or "fastcopy" (fastcopy.copy into a numpy array over the slot, the way a fastcopy user
+# writes one). Set by run_ipc_bench(view_fill=).
 VIEW_FILLS = ("memmove", "fastcopy")
 _view_fill = "memmove"
 
@@ -258,13 +259,16 @@ def _fill_address(address: int, msg: np.ndarray) -> None:
 
 
 def _fill_array(dst: np.ndarray, msg: np.ndarray) -> None:
-    """Writes msg's bytes into dst (a loaned array of the same size)."""
+    """Writes msg's bytes into dst (a loaned array of msg's shape and dtype). "memmove":
+    np.copyto, whose contiguous same-dtype copy is one memmove call (numpy's
+    ``_contig_to_contig``): the same glibc routine as ctypes.memmove without the 3 us of
+    looking up two addresses in Python (5-6 against 12-16 us per 64 B loan + view here)."""
     if _view_fill == "fastcopy":
         from . import copy as fast_copy
 
-        fast_copy(dst.reshape(-1).view(np.uint8), msg.reshape(-1).view(np.uint8))
+        fast_copy(dst, msg)
     else:
-        ctypes.memmove(_address(dst), _address(msg), msg.nbytes)
+        np.copyto(dst, msg)
 
 
 def _address(arr: np.ndarray) -> int:

@@ -101,7 +101,7 @@ def add_bench_parser(sub: Any) -> argparse.ArgumentParser:
                         "(against multiprocessing Queue and Pipe; sizes, repeats, min-time, variants apply)")
     p.add_argument("--view-fill", choices=["memmove", "fastcopy"], default=None,
                    help="--ipc: how the zero-copy transports (channel_view, iceoryx2) fill a loaned slot, the same "
-                        "for both: memmove (ctypes.memmove, glibc; default) or fastcopy (fastcopy.copy)")
+                        "for both: memmove (glibc memmove: ctypes.memmove or np.copyto; default) or fastcopy (fastcopy.copy)")
     p.add_argument("--cache", choices=list(engine.CACHE_MODES), default="hot",
                    help="hot: the same buffers every iteration (default); cold: each copy reads a different source "
                         "from a rotation of buffers holding at least twice the L3, so the source is not cached")
