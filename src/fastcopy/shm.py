@@ -52,6 +52,9 @@ __all__ = [
     "ChannelCorrupted",
     "PeerDied",
     "ChannelClosed",
+    "MessagesLost",
+    "Topic",
+    "Subscriber",
     "DEFAULT_CAPACITY",
     "list_segments",
     "clean_segments",
@@ -78,6 +81,19 @@ class PeerDied(ChannelError):
 
 class ChannelClosed(ChannelError):
     """The other end closed the channel (recv: and every sent message was received)."""
+
+
+class MessagesLost(ChannelError):
+    """A :class:`Subscriber` of a topic with ``overflow="drop"`` fell behind: ``count``
+    messages were overwritten before it read them (never handed out torn). The next
+    ``recv`` continues with the oldest message still in the ring."""
+
+    def __init__(self, count: int, message: Optional[str] = None) -> None:
+        super().__init__(message or f"{count} messages were lost (overwritten before they were read)")
+        self.count = count
+
+    def __reduce__(self):  # type: ignore[override]
+        return (MessagesLost, (self.count, str(self)))
 
 
 def _encode_dtype(dtype: np.dtype) -> Any:
@@ -174,6 +190,7 @@ class LoanedArray(np.ndarray):
 
 
 _core._shm_set_loaned_array_type(LoanedArray)
+_core._shm_set_messages_lost_type(MessagesLost)
 
 _ShapeArg = Union[int, Sequence[int]]
 
@@ -207,6 +224,28 @@ def _unlink_created_in_multiprocessing_child() -> None:
         return
     _child_cleanup_pid = os.getpid()
     mp_util.Finalize(None, _unlink_created_at_exit, exitpriority=0)
+
+
+def _loan_args(what: str, shape: Any, dtype: Any) -> Tuple[Tuple[int, ...], np.dtype]:
+    """(dims, dtype) of a loan request; TypeError naming ``what`` for bad arguments."""
+    if isinstance(shape, bool):
+        raise TypeError(f"{what}: shape must be an int or a sequence of ints, got bool")
+    if hasattr(type(shape), "__index__"):
+        dims: Tuple[int, ...] = (shape.__index__(),)  # type: ignore[union-attr]
+    else:
+        try:
+            dims = tuple(d.__index__() for d in shape)  # type: ignore[union-attr]
+        except (TypeError, AttributeError):
+            raise TypeError(f"{what}: shape must be an int or a sequence of ints, got {shape!r}") from None
+        if any(isinstance(d, bool) for d in shape):  # type: ignore[union-attr]
+            raise TypeError(f"{what}: shape must be an int or a sequence of ints, got a bool in it")
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as e:
+        raise TypeError(f"{what}: not a dtype: {dtype!r} ({e})") from None
+    if dt.hasobject:
+        raise TypeError(f"{what}: arrays of dtype {dt} hold Python object pointers, which cannot cross processes")
+    return dims, dt
 
 
 def _name_arg(method: str, name: Any) -> str:
@@ -317,23 +356,7 @@ class Channel(_core.ShmRing):
         (exception in the ``with`` block, :meth:`discard`, garbage collected, channel closed)
         sends nothing and frees its space.
         """
-        if isinstance(shape, bool):
-            raise TypeError("Channel.loan: shape must be an int or a sequence of ints, got bool")
-        if hasattr(type(shape), "__index__"):
-            dims: Tuple[int, ...] = (shape.__index__(),)  # type: ignore[union-attr]
-        else:
-            try:
-                dims = tuple(d.__index__() for d in shape)  # type: ignore[union-attr]
-            except (TypeError, AttributeError):
-                raise TypeError(f"Channel.loan: shape must be an int or a sequence of ints, got {shape!r}") from None
-            if any(isinstance(d, bool) for d in shape):  # type: ignore[union-attr]
-                raise TypeError("Channel.loan: shape must be an int or a sequence of ints, got a bool in it")
-        try:
-            dt = np.dtype(dtype)
-        except TypeError as e:
-            raise TypeError(f"Channel.loan: not a dtype: {dtype!r} ({e})") from None
-        if dt.hasobject:
-            raise TypeError(f"Channel.loan: arrays of dtype {dt} hold Python object pointers, which cannot cross processes")
+        dims, dt = _loan_args("Channel.loan", shape, dtype)
         return self._loan(dims, dt, timeout)  # type: ignore[no-any-return]
 
     def __iter__(self) -> Iterator[np.ndarray]:
@@ -354,6 +377,155 @@ class Channel(_core.ShmRing):
 def _attach_by_name(cls, name: str) -> "Channel":
     return cls.attach(name)
 
+
+
+# ---- Topic: one publisher, many subscribers ---------------------------------------------------
+#: Slots of a topic when Topic.create() is not given a number.
+DEFAULT_TOPIC_SLOTS = 8
+#: Subscriber records of a topic when Topic.create() is not given a number.
+DEFAULT_MAX_SUBSCRIBERS = 16
+
+
+def _int_arg(method: str, what: str, value: Any) -> int:
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise TypeError(f"Topic.{method}: {what} must be an int, got {type(value).__name__}")
+    v = int(value.__index__())
+    if v < 0:
+        raise ValueError(f"Topic.{method}: {what} must be >= 0, got {v}")
+    if v >= 2**63:
+        raise ValueError(f"Topic.{method}: {what} is too large: {v}")
+    return v
+
+
+class Topic(_core.ShmTopic):
+    """The publisher of a topic in shared memory: one publisher, any number of subscribers.
+
+    ``Topic.create(name=None, *, slot_bytes, slots=8, history=0, overflow="block",
+    max_subscribers=16)`` makes ``/dev/shm/<name>`` with ``slots`` slots of ``slot_bytes``
+    bytes; message ``k`` lives in slot ``k % slots``. :meth:`subscribe` (in any process, at
+    any time) returns a :class:`Subscriber` that reads every message from its joining point
+    on, in order. ``overflow="block"``: ``send`` waits while a subscriber has not read the
+    message in the slot it needs (dead subscribers are detected and dropped);
+    ``overflow="drop"``: ``send`` overwrites and a subscriber that fell behind gets
+    :class:`MessagesLost`. A slot a subscriber holds as a view (``recv_view``) is never
+    overwritten, in either mode. ``history=k`` lets a late joiner start with the last ``k``
+    messages still in the ring (``k <= slots - 1``). See docs/shm.md, "Topic".
+    """
+
+    _created_here = False
+
+    @classmethod
+    def create(cls, name: Optional[str] = None, *, slot_bytes: int, slots: int = DEFAULT_TOPIC_SLOTS,
+               history: int = 0, overflow: str = "block",
+               max_subscribers: int = DEFAULT_MAX_SUBSCRIBERS) -> "Topic":
+        """A new topic; this object is its publisher. ``name`` defaults to a random
+        ``fastcopy-<pid>-<hex>``; ``FileExistsError`` if it is taken. Messages (payload bytes)
+        may be up to ``slot_bytes``; ``slots`` 2 to 2**20; ``max_subscribers`` 1 to 1024."""
+        if name is None:
+            name = _default_name()
+        if not isinstance(name, str):
+            raise TypeError(f"Topic.create: name must be a str, got {type(name).__name__}")
+        if not isinstance(overflow, str):
+            raise TypeError(f"Topic.create: overflow must be 'block' or 'drop', got {type(overflow).__name__}")
+        sb = _int_arg("create", "slot_bytes", slot_bytes)
+        n = _int_arg("create", "slots", slots)
+        hist = _int_arg("create", "history", history)
+        subs = _int_arg("create", "max_subscribers", max_subscribers)
+        if n >= 2**32 or hist >= 2**32 or subs >= 2**32:
+            raise ValueError("Topic.create: slots, history and max_subscribers must be below 2**32")
+        name = name.lstrip("/")
+        t = cls(name, sb, n, hist, overflow, subs, True)
+        t._created_here = True
+        _created[name] = os.getpid()
+        _unlink_created_in_multiprocessing_child()
+        return t
+
+    @staticmethod
+    def subscribe(name: str) -> "Subscriber":
+        """A new subscriber of the topic ``name`` (``FileNotFoundError`` if there is none,
+        :class:`ChannelCorrupted` if the segment is not a valid topic, :class:`ChannelError`
+        when it has ``max_subscribers`` subscribers already)."""
+        return Subscriber.attach(name)
+
+    def loan(self, shape: _ShapeArg, dtype: Any = np.uint8, timeout: Optional[float] = None) -> LoanedArray:
+        """A writable array in the next slot; ``publish`` it (or leave a ``with`` block) to send
+        it without a copy. Waits for the slot like :meth:`send`. At most ``slot_bytes``."""
+        dims, dt = _loan_args("Topic.loan", shape, dtype)
+        return self._loan(dims, dt, timeout)  # type: ignore[no-any-return]
+
+    def unlink(self) -> bool:  # type: ignore[override]
+        """Removes ``/dev/shm/<name>`` (attached subscribers keep working). False if already gone."""
+        _created.pop(self.name, None)
+        return super().unlink()
+
+    def __enter__(self) -> "Topic":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        """Closes (subscribers get ChannelClosed after the last message); the creator also unlinks."""
+        try:
+            self.close()
+        finally:
+            if self._created_here and _created.get(self.name) == os.getpid():
+                self.unlink()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"published={self.published}"
+        return (f"<fastcopy.shm.Topic name={self.name!r} slots={self.slots} slot_bytes={self.slot_bytes} "
+                f"overflow={self.overflow!r} {state}>")
+
+    def __reduce__(self):
+        raise TypeError("a Topic publisher cannot be pickled; pickle a Subscriber, or pass the name")
+
+
+class Subscriber(_core.ShmTopic):
+    """A subscriber of a :class:`Topic` (from :meth:`Topic.subscribe`).
+
+    ``recv(timeout=None, out=None)`` returns the next message as a new array (or copies it
+    into ``out``); ``recv_view(timeout=None)`` returns it as a read-only array that pins its
+    slot until the array and everything derived from it are gone (``held_views``,
+    ``held_bytes``). ``lost`` counts the messages lost (overflow="drop"); iteration receives
+    until the publisher closes. Picklable: unpickling subscribes again by name (a new
+    subscriber starting at the next message).
+    """
+
+    @classmethod
+    def attach(cls, name: str) -> "Subscriber":
+        if not isinstance(name, str):
+            raise TypeError(f"Topic.subscribe: name must be a str, got {type(name).__name__}")
+        return cls(name.lstrip("/"), 0, 0, 0, "block", 0, False)
+
+    def recv(self, timeout: Optional[float] = None, out: Any = None) -> Any:  # type: ignore[override]
+        """The next message: a new array with the sent dtype and shape, or copied into ``out``
+        (same rules as Channel.recv). Raises :class:`MessagesLost` when messages were
+        overwritten before this subscriber read them (then ``out`` holds nothing useful),
+        :class:`ChannelClosed` when the publisher closed and every message was read,
+        :class:`PeerDied` when the publisher died, ``TimeoutError``."""
+        return super().recv(out, timeout)
+
+    def __enter__(self) -> "Subscriber":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        while True:
+            try:
+                yield self.recv()
+            except ChannelClosed:
+                return
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"position={self.position} lost={self.lost}"
+        return f"<fastcopy.shm.Subscriber name={self.name!r} {state}>"
+
+    def __reduce__(self):
+        return (_subscribe_by_name, (self.name,))
+
+
+def _subscribe_by_name(name: str) -> Subscriber:
+    return Subscriber.attach(name)
 
 
 # ---- finding and removing stale segments (python -m fastcopy shm --list / --clean) -----------
