@@ -757,7 +757,10 @@ private:
                 why = "message header is corrupt: shape product x itemsize (" + std::to_string(count) + " x " +
                       std::to_string(de->itemsize) + ") != payload length " + std::to_string(info.payload_len);
         }
-        if (!why.empty()) raise(support().corrupted, why);
+        if (!why.empty()) {
+            topic_->mark_broken(why);
+            raise(support().corrupted, why);
+        }
         return *de;
     }
 

@@ -612,7 +612,7 @@ bool Topic::next(TopicMsg& msg, double timeout_s, const GilHooks& hooks) {
     check_header();
     peeked_seq_ = ~std::uint64_t(0);
     const double deadline = timeout_s < 0 ? std::numeric_limits<double>::infinity() : monotonic_seconds() + timeout_s;
-    if (head_ <= cursor_ && read_head_checked() <= cursor_) {
+    if (read_head_checked() <= cursor_) {  // read every time: validates head (cheap, one line)
         auto ready = [&] { return read_head_checked() > cursor_; };
         const double spin_until = std::min(deadline, monotonic_seconds() + kSpin);
         bool got = false;

@@ -175,6 +175,8 @@ public:
     std::uint64_t lost() const { return lost_; }
     std::uint64_t cursor() const { return cursor_; }
     const std::shared_ptr<TopicLedger>& ledger() const { return ledger_; }
+    // Marks the topic unusable (later calls raise ShmCorrupted with this reason).
+    void mark_broken(const std::string& why) { broken_ = why; }
 
 private:
     Topic() = default;

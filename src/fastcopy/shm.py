@@ -531,6 +531,7 @@ def _subscribe_by_name(name: str) -> Subscriber:
 # ---- finding and removing stale segments (python -m fastcopy shm --list / --clean) -----------
 _SEGMENT_DIR = "/dev/shm"
 _MAGIC = 0x31484353504F4346  # "FCOPSCH1", the first 8 bytes of every channel segment
+_TOPIC_MAGIC = 0x31504F544F50434F  # "FCOPTOP1", the first 8 bytes of every topic segment
 
 
 def _read_header(path: str) -> Optional[Dict[str, Any]]:
@@ -543,25 +544,50 @@ def _read_header(path: str) -> Optional[Dict[str, Any]]:
             size = os.fstat(f.fileno()).st_size
     except OSError:
         return None
-    if len(head) < 4096 or struct.unpack_from("<Q", head, 0)[0] != _MAGIC:
+    if len(head) < 4096 or struct.unpack_from("<Q", head, 0)[0] not in (_MAGIC, _TOPIC_MAGIC):
         return None
     u32 = lambda off: struct.unpack_from("<I", head, off)[0]  # noqa: E731
     u64 = lambda off: struct.unpack_from("<Q", head, off)[0]  # noqa: E731
+    if struct.unpack_from("<Q", head, 0)[0] == _TOPIC_MAGIC:
+        # A topic: the publisher is the producer; subscribers are in the records after the
+        # header (read from the file below), listed as consumers.
+        subs = []
+        max_subs = min(u32(20), 1024)
+        try:
+            with open(path, "rb") as f:
+                f.seek(4096)
+                table = f.read(128 * max_subs)
+        except OSError:
+            table = b""
+        for i in range(len(table) // 128):
+            state, pid, start = struct.unpack_from("<IIQ", table, 128 * i)
+            if state in (1, 2):
+                subs.append((pid, start, False))
+        return {
+            "kind": "topic", "version": u32(8), "capacity": u64(24) * u32(16), "bytes": size,
+            "creator": (u32(1408), u64(1416)),
+            "producer": (u32(128), u64(136), u32(132) != 0),
+            "consumers": subs,
+        }
     return {
-        "version": u32(8), "capacity": u64(16), "bytes": size,
+        "kind": "channel", "version": u32(8), "capacity": u64(16), "bytes": size,
         "creator": (u32(1408), u64(1416)),
         "producer": (u32(128), u64(136), u32(132) != 0),
         "consumer": (u32(256), u64(264), u32(260) != 0),
+        "consumers": [(u32(256), u64(264), u32(260) != 0)],
     }
 
 
 def list_segments(prefix: str = "", directory: str = _SEGMENT_DIR) -> List[Dict[str, Any]]:
-    """Every fastcopy channel segment in /dev/shm (found by its header, whatever its name)
+    """Every fastcopy channel or topic segment in /dev/shm (found by its header, whatever its name)
     whose name starts with ``prefix``.
 
-    Each entry: ``name``, ``bytes``, ``capacity``, ``creator_pid`` (0: not recorded, made by
-    an older fastcopy), ``creator_alive``, ``producer_pid``/``consumer_pid`` (0: none yet),
-    ``ends_alive`` (a producer or consumer that has not closed is running) and ``stale``: the
+    Each entry: ``name``, ``kind`` (``"channel"`` or ``"topic"``), ``bytes``, ``capacity``
+    (a topic: slots x slot_bytes), ``creator_pid`` (0: not recorded, made by an older
+    fastcopy), ``creator_alive``, ``producer_pid``/``consumer_pid`` (0: none yet; a topic's
+    publisher and first subscriber), ``subscriber_pids`` (a topic's subscriber records),
+    ``ends_alive`` (a producer, publisher, consumer or subscriber that has not closed is
+    running) and ``stale``: the
     creator is recorded and gone and no end is running, so nobody can still use the name
     (processes that have the channel open keep working even when the name is removed).
     """
@@ -579,11 +605,13 @@ def list_segments(prefix: str = "", directory: str = _SEGMENT_DIR) -> List[Dict[
         creator_pid, creator_start = header["creator"]
         creator_alive = creator_pid != 0 and _core.shm_process_alive(creator_pid, creator_start)
         ends_alive = any(pid != 0 and not closed and _core.shm_process_alive(pid, start)
-                         for pid, start, closed in (header["producer"], header["consumer"]))
+                         for pid, start, closed in [header["producer"], *header["consumers"]])
+        consumers = header["consumers"]
         out.append({
-            "name": name, "bytes": header["bytes"], "capacity": header["capacity"],
+            "name": name, "kind": header["kind"], "bytes": header["bytes"], "capacity": header["capacity"],
             "creator_pid": creator_pid, "creator_alive": creator_alive,
-            "producer_pid": header["producer"][0], "consumer_pid": header["consumer"][0],
+            "producer_pid": header["producer"][0], "consumer_pid": consumers[0][0] if consumers else 0,
+            "subscriber_pids": [pid for pid, _, _ in consumers] if header["kind"] == "topic" else [],
             "ends_alive": ends_alive,
             "stale": creator_pid != 0 and not creator_alive and not ends_alive,
         })
