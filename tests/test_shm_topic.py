@@ -439,23 +439,25 @@ import sys, time
 import numpy as np
 from fastcopy.shm import Topic
 name, count = sys.argv[1], int(sys.argv[2])
-with Topic.create(name, slot_bytes=1 << 16, slots=4, overflow="drop") as t:
+with Topic.create(name, slot_bytes=1 << 19, slots=4, overflow="drop") as t:
     deadline = time.monotonic() + 30
     while t.subscribers < 1 and time.monotonic() < deadline:
         time.sleep(0.001)
-    msg = np.empty(8192, np.uint64)
+    msg = np.empty(65536, np.uint64)
     for k in range(count):
         msg.fill(k)
         t.send(msg, timeout=30)  # waits only for a held view
-        if k % 8 == 7:
-            time.sleep(0.0005)  # paced: the subscriber keeps up except when it sleeps
+        if (k // 200) % 2 == 0 and k % 8 == 7:
+            # Paced in every other stretch of 200: the subscriber keeps up (views, whole runs of
+            # messages); unpaced stretches overwrite slots while it copies them (torn copies).
+            time.sleep(0.0005)
     print("published", count, flush=True)
 """
 
 
 @no_subprocess
 def test_drop_mode_against_a_running_publisher_never_tears_and_counts_exactly():
-    count = 3000
+    count = 2000
     name = fresh_name("dropx")
     pub = spawn(DROP_PUBLISHER, name, str(count))
     try:
@@ -469,7 +471,7 @@ def test_drop_mode_against_a_running_publisher_never_tears_and_counts_exactly():
         held = []
         while True:
             try:
-                if expected % 97 == 5 and not held:  # one view at a time: it blocks the publisher
+                if expected % 11 == 5 and not held:  # one view at a time: it blocks the publisher
                     got = s.recv_view(timeout=30)
                     held.append((expected, got))
                 else:
@@ -481,7 +483,7 @@ def test_drop_mode_against_a_running_publisher_never_tears_and_counts_exactly():
                 continue
             except ChannelClosed:
                 break
-            assert got.shape == (8192,) and got[0] == expected and (got == expected).all(), (expected, got[:4])
+            assert got.shape == (65536,) and got[0] == expected and (got == expected).all(), (expected, got[:4])
             expected += 1
             received += 1
             if received % 50 == 0:
@@ -494,7 +496,6 @@ def test_drop_mode_against_a_running_publisher_never_tears_and_counts_exactly():
         out, err = pub.communicate(timeout=30)
         assert out.split() == ["published", str(count)], err
         assert received + lost_total == count == expected and s.lost == lost_total
-        print("drop stats", received, lost_total, views_checked)
         assert lost_total > 0 and views_checked > 0
         held.clear()
         s.close()
