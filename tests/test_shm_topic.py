@@ -538,3 +538,17 @@ def test_publisher_death_gives_peer_died_after_its_messages():
     finally:
         pub.kill()
         pub.wait()
+
+
+@no_subprocess
+def test_topic_benchmark_reports_per_subscriber_throughput_and_ratios():
+    from fastcopy.topic_bench import format_topic_table, run_topic_bench
+
+    r = run_topic_bench(sizes=[1 << 16], repeats=1, min_time=0.01)
+    assert {(row["config"], row["size"]) for row in r["rows"]} == {(c, 1 << 16) for c in ("channel", "topic1", "topic2")}
+    assert all(row["gbps"] > 0 for row in r["rows"])
+    assert [len(row["runs"][0]) for row in r["rows"]] == [1, 1, 2]  # topic2: both subscribers measured
+    assert set(r["ratios"][1 << 16]) == {"topic1", "topic2"}
+    assert "topic2/channel" in format_topic_table(r)
+    with pytest.raises(ValueError, match="configuration"):
+        run_topic_bench(configs=["nope"])
