@@ -552,3 +552,59 @@ def test_topic_benchmark_reports_per_subscriber_throughput_and_ratios():
     assert "topic2/channel" in format_topic_table(r)
     with pytest.raises(ValueError, match="configuration"):
         run_topic_bench(configs=["nope"])
+
+
+FUZZ = r"""
+import mmap, os, random, sys
+import numpy as np
+from fastcopy.shm import ChannelError, Topic
+rng = np.random.default_rng(int(sys.argv[2]))
+pick = random.Random(int(sys.argv[2]))
+outcomes = {}
+for round_ in range(150):
+    name = f"{sys.argv[1]}-{round_}"
+    mode = "drop" if round_ % 2 else "block"
+    with Topic.create(name, slot_bytes=256, slots=4, history=3, overflow=mode) as t:
+        for k in range(3):
+            t.send(np.arange(k + 1, dtype=np.float64))
+        subs = [Topic.subscribe(name)]
+        with open("/dev/shm/" + name, "r+b") as f, mmap.mmap(f.fileno(), 0) as m:
+            slots0 = 4096 + 16 * 128
+            regions = [(0, 64), (512, 8), (4096, 16 * 128), (slots0, 4 * (2048 + 256))]
+            for _ in range(int(rng.integers(1, 6))):
+                start, length = regions[int(rng.integers(len(regions)))]
+                off = start + int(rng.integers(0, length - 7)) // 8 * 8
+                value = pick.choice([0, 1, 2, 3, 5, 7, 64, 255, 2**31, 2**32 - 1, 2**62, 2**64 - 1,
+                                     pick.getrandbits(64)])
+                m[off:off + 8] = value.to_bytes(8, "little")
+            try:
+                subs.append(Topic.subscribe(name))
+            except ChannelError as e:
+                outcomes[type(e).__name__] = outcomes.get(type(e).__name__, 0) + 1
+            for s in subs:
+                for call in range(4):
+                    try:
+                        a = s.recv_view(timeout=0) if call % 2 else s.recv(timeout=0)
+                        assert a.nbytes <= 256
+                        outcomes["message"] = outcomes.get("message", 0) + 1
+                        del a
+                    except (ChannelError, TimeoutError) as e:
+                        outcomes[type(e).__name__] = outcomes.get(type(e).__name__, 0) + 1
+                try:
+                    t.send(np.zeros(4), timeout=0)
+                except (ChannelError, TimeoutError) as e:
+                    outcomes["send " + type(e).__name__] = outcomes.get("send " + type(e).__name__, 0) + 1
+            for s in subs:
+                s.close()
+print(sorted(outcomes.items()), file=sys.stderr); print(sorted(outcomes))
+"""
+
+
+@no_subprocess
+def test_random_hostile_segments_never_crash(tmp_path):
+    script = tmp_path / "fuzz.py"
+    script.write_text(FUZZ)
+    proc = subprocess.run([sys.executable, str(script), fresh_name("fuzz"), "11"], capture_output=True, text=True,
+                          timeout=120, env=child_env())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "ChannelCorrupted" in proc.stdout and "message" in proc.stdout, proc.stdout
