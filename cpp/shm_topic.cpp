@@ -274,19 +274,29 @@ Topic* Topic::subscribe(const std::string& name) {
     t->ledger_->mapping = std::make_shared<Mapping>(b, size);
     t->ledger_->header = b;
     t->ledger_->generation = t->generation_;
-    // Claim a free record: free -> 3 (being claimed, ignored by the publisher), fill it, then
-    // active. Records of processes that are gone are freed on the way.
+    // Claim a free record: free -> 3 (being claimed, ignored by the publisher) together with our
+    // pid in one 64-bit CAS of the word [state | pid << 32], fill it, then active. Records of
+    // processes that are gone are freed on the way, also one whose claimer died half-way (its
+    // start time may not be written yet: only the pid is checked for those).
     constexpr std::uint32_t kClaiming = 3;
+    const std::uint64_t mine = (std::uint64_t(t->pid_) << 32) | kClaiming;
     std::uint8_t* rec = nullptr;
     for (std::uint32_t i = 0; i < g.max_subs && !rec; ++i) {
         std::uint8_t* r = t->record(i);
-        std::uint32_t st_now = load_acquire_u32(r + kSubState);
-        if (st_now == kSubActive || st_now == kSubPinsOnly) {
-            if (process_alive(load_acquire_u32(r + kSubPid), load_acquire_u64(r + kSubStart))) continue;
-            if (!cas_u32(r + kSubState, st_now, kSubFree)) continue;
-            st_now = kSubFree;
+        auto* word64 = reinterpret_cast<std::uint64_t*>(r + kSubState);
+        std::uint64_t w = __atomic_load_n(word64, __ATOMIC_SEQ_CST);
+        const std::uint32_t st_now = static_cast<std::uint32_t>(w);
+        const std::uint32_t pid_now = static_cast<std::uint32_t>(w >> 32);
+        if (st_now == kSubActive || st_now == kSubPinsOnly || st_now == kClaiming) {
+            std::uint64_t start = st_now == kClaiming ? 0 : load_acquire_u64(r + kSubStart);
+            if (process_alive(pid_now, start)) continue;
+            const std::uint64_t freed = w & ~std::uint64_t(0xffffffffu);
+            if (!__atomic_compare_exchange_n(word64, &w, freed, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) continue;
+            w = freed;
+        } else if (st_now != kSubFree) {
+            continue;  // garbage: leave it
         }
-        if (st_now == kSubFree && cas_u32(r + kSubState, kSubFree, kClaiming)) {
+        if (__atomic_compare_exchange_n(word64, &w, mine, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
             rec = r;
             t->record_index_ = i;
         }
@@ -294,11 +304,11 @@ Topic* Topic::subscribe(const std::string& name) {
     if (!rec)
         throw ShmError("topic '" + name + "' has " + std::to_string(g.max_subs) +
                        " subscribers already (its max_subscribers)");
-    store_release_u32(rec + kSubPid, t->pid_);
     store_release_u64(rec + kSubStart, t->start_time_);
     store_release_u64(rec + kSubCursor, 0);  // holds a blocking publisher back until the real cursor is set
     store_release_u64(rec + kSubFloor, kNoFloor);
-    __atomic_store_n(reinterpret_cast<std::uint32_t*>(rec + kSubState), kSubActive, __ATOMIC_SEQ_CST);
+    if (!cas_u32(rec + kSubState, kClaiming, kSubActive))
+        throw ShmError("topic '" + name + "': the subscriber record was taken while it was being claimed");
     const std::uint64_t h = load_seq_cst_u64(b + kTOffHead);
     if (h > kMaxHead) {
         store_release_u32(rec + kSubState, kSubFree);

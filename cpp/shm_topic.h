@@ -14,10 +14,12 @@
 // head = number of messages published (written only by the publisher, release store after the
 // slot's state became 2k+2). Message k lives in slot k mod N.
 //
-// Subscriber record: state (0 free, 1 active, 2 closed but views still pinned), pid and
-// start time, cursor = next message it will read, view_floor = oldest message held by one of
-// its views (kNoFloor: none). Only the owner writes its record, except that anyone may free
-// (CAS state -> 0) the record of a process that is gone.
+// Subscriber record: state (0 free, 1 active, 2 closed but views still pinned, 3 being
+// claimed), pid and start time, cursor = next message it will read, view_floor = oldest
+// message held by one of its views (kNoFloor: none). A subscriber claims a free record with
+// one 64-bit CAS of [state | pid << 32] (0 -> 3 with its pid), fills it, then CASes 3 -> 1.
+// Only the owner writes its record, except that anyone may free (CAS state -> 0) the record
+// of a process that is gone (for state 3 the pid alone decides: its start time may be stale).
 //
 // Publisher, before writing message k (k >= N, slot holds k - N):
 //   block mode: wait until every active record has cursor > k - N and every active or

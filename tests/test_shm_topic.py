@@ -608,3 +608,22 @@ def test_random_hostile_segments_never_crash(tmp_path):
                           timeout=120, env=child_env())
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "ChannelCorrupted" in proc.stdout and "message" in proc.stdout, proc.stdout
+
+
+@no_subprocess
+def test_records_of_dead_processes_are_reused_even_half_claimed():
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    with Topic.create(fresh_name("reuse"), slot_bytes=64, max_subscribers=1) as t:
+        record = 4096
+        for state in (1, 2, 3):  # active, closed with pins, being claimed
+            with open("/dev/shm/" + t.name, "r+b") as f, mmap.mmap(f.fileno(), 0) as m:
+                struct.pack_into("<II", m, record, state, os.getpid())  # a live process holds it
+            with pytest.raises(ChannelError, match="max_subscribers"):
+                Topic.subscribe(t.name)
+            with open("/dev/shm/" + t.name, "r+b") as f, mmap.mmap(f.fileno(), 0) as m:
+                struct.pack_into("<IIQ", m, record, state, dead.pid, 0)  # a process that is gone
+            s = Topic.subscribe(t.name)
+            assert peek(t.name, record + 4, "<I") == os.getpid() and t.subscribers == 1
+            s.close()
+            assert peek(t.name, record, "<I") == 0
