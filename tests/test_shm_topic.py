@@ -291,6 +291,26 @@ def test_ctrl_c_while_waiting():
         assert s.recv(timeout=1).tolist() == [1]
 
 
+def test_ctrl_c_while_the_publisher_waits_for_a_subscriber():
+    with Topic.create(fresh_name("intrpub"), slot_bytes=64, slots=2) as t, Topic.subscribe(t.name) as s:
+        t.send(np.array([0]))
+        t.send(np.array([1]))
+        old = signal.signal(signal.SIGALRM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.1)
+            start = time.monotonic()
+            with pytest.raises(KeyboardInterrupt):
+                t.send(np.array([2]))  # slot 0 still holds message 0, unread
+            assert time.monotonic() - start < 1.0
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+        assert t.published == 2  # nothing was sent
+        assert [int(s.recv(timeout=1)[0]) for _ in range(2)] == [0, 1]
+        t.send(np.array([2]), timeout=1)
+        assert s.recv(timeout=1).tolist() == [2]
+
+
 def test_subscriber_pickles_by_name_and_listed_as_segment():
     with Topic.create(fresh_name("pkl"), slot_bytes=64, slots=4, history=1) as t:
         t.send(np.array([3]))
