@@ -17,6 +17,7 @@
 
 #include "gil.h"
 #include "shm_sync.h"
+#include "shm_topic.h"
 
 namespace py = pybind11;
 
@@ -34,6 +35,7 @@ struct Support {
     py::object ascontiguousarray;
     py::object generic_type, asarray;                  // numpy scalars travel as 0-d arrays
     py::object loaned_array_type;                      // fastcopy.shm.LoanedArray
+    py::object messages_lost;                          // fastcopy.shm.MessagesLost(count, message)
 };
 Support& support() {
     static Support* s = new Support();  // leaked on purpose: no Python calls at exit
@@ -88,7 +90,8 @@ struct ShmSlot {
     std::uint64_t id = 0;
     bool is_loan = false;
     std::uint64_t nbytes = 0;
-    py::object channel;  // loans: the Channel, for `with` and publish
+    py::object channel;  // loans: the Channel (or Topic), for `with` and publish
+    std::shared_ptr<shm::TopicLedger> topic;  // set instead of ledger for a Topic's loans and views
     ShmSlot() = default;
     ShmSlot(const ShmSlot&) = delete;
     ShmSlot& operator=(const ShmSlot&) = delete;
@@ -97,6 +100,12 @@ struct ShmSlot {
     // the shared header words, which stay mapped as long as the ledger holds the mapping.
     ~ShmSlot() { release(); }
     void release() {
+        if (topic && id != 0) {
+            if (is_loan) topic->end_loan(id);
+            else topic->release_view(id);
+            id = 0;
+            return;
+        }
         if (!ledger || id == 0) return;
         if (is_loan) ledger->end_loan(id);
         else ledger->release_view(id);
@@ -366,22 +375,6 @@ public:
 
     Ring& ring() { return *ring_; }
 
-private:
-    // The message's dtype, checked against its payload length (ChannelCorrupted otherwise).
-    const DtypeEntry& checked_dtype(const MsgInfo& info) {
-        const DtypeEntry& de = dtype_of(info.dtype);
-        std::uint64_t count = 1, bytes = 0;
-        for (std::uint32_t i = 0; i < info.ndim; ++i) count *= info.shape[i];  // overflow checked by peek
-        if (__builtin_mul_overflow(count, static_cast<std::uint64_t>(de.itemsize), &bytes) || bytes != info.payload_len) {
-            std::string why = "message header is corrupt: shape product x itemsize (" + std::to_string(count) +
-                              " x " + std::to_string(de.itemsize) + ") != payload length " +
-                              std::to_string(info.payload_len);
-            ring_->mark_broken(why);
-            raise(support().corrupted, why);
-        }
-        return de;
-    }
-
     // An array over ring memory whose base is `base` (a ShmSlot); read-only unless writable.
     static py::object make_array(const py::object& dtype, const std::vector<py::ssize_t>& shape, void* ptr,
                                  const py::object& base, bool writable, PyObject* subtype) {
@@ -405,6 +398,22 @@ private:
             if (i + 1 < info.ndim) s += " ";
         }
         return s + ")";
+    }
+
+private:
+    // The message's dtype, checked against its payload length (ChannelCorrupted otherwise).
+    const DtypeEntry& checked_dtype(const MsgInfo& info) {
+        const DtypeEntry& de = dtype_of(info.dtype);
+        std::uint64_t count = 1, bytes = 0;
+        for (std::uint32_t i = 0; i < info.ndim; ++i) count *= info.shape[i];  // overflow checked by peek
+        if (__builtin_mul_overflow(count, static_cast<std::uint64_t>(de.itemsize), &bytes) || bytes != info.payload_len) {
+            std::string why = "message header is corrupt: shape product x itemsize (" + std::to_string(count) +
+                              " x " + std::to_string(de.itemsize) + ") != payload length " +
+                              std::to_string(info.payload_len);
+            ring_->mark_broken(why);
+            raise(support().corrupted, why);
+        }
+        return de;
     }
 
     const std::string& wire_of(const py::dtype& dt) {
@@ -442,6 +451,321 @@ private:
     std::unordered_map<std::string, DtypeEntry> dtype_cache_;
     std::string scratch_wire_;
     DtypeEntry scratch_dtype_;
+};
+
+// ---- Topic (one publisher, many subscribers; see shm_topic.h) -----------------------------------
+using shm::Topic;
+using shm::TopicMsg;
+
+// The dtype <-> wire string conversions of a Topic end, cached like PyRing's.
+class DtypeCodec {
+public:
+    const std::string& wire_of(const py::dtype& dt) {
+        auto it = wire_cache_.find(dt.ptr());
+        if (it != wire_cache_.end()) return it->second.second;
+        std::string w = support().dtype_to_wire(dt).cast<std::string>();
+        if (wire_cache_.size() < 64) return wire_cache_.emplace(dt.ptr(), std::make_pair(py::object(dt), w)).first->second.second;
+        scratch_wire_ = w;
+        return scratch_wire_;
+    }
+    // nullptr when the wire string cannot be decoded (the caller reports it as corrupt).
+    const DtypeEntry* dtype_of(const std::string& wire, std::string& why) {
+        auto it = dtype_cache_.find(wire);
+        if (it != dtype_cache_.end()) return &it->second;
+        py::object dt;
+        try {
+            dt = support().dtype_from_wire(wire);
+        } catch (py::error_already_set& e) {
+            why = "message header is corrupt: dtype '" + wire.substr(0, 80) + "' cannot be decoded (" +
+                  std::string(e.what()).substr(0, 200) + ")";
+            return nullptr;
+        }
+        DtypeEntry entry{dt, dt.attr("itemsize").cast<std::size_t>()};
+        if (dtype_cache_.size() < 256) return &dtype_cache_.emplace(wire, std::move(entry)).first->second;
+        scratch_dtype_ = std::move(entry);
+        return &scratch_dtype_;
+    }
+
+private:
+    std::unordered_map<PyObject*, std::pair<py::object, std::string>> wire_cache_;
+    std::unordered_map<std::string, DtypeEntry> dtype_cache_;
+    std::string scratch_wire_;
+    DtypeEntry scratch_dtype_;
+};
+
+// Builds the message header (MsgHeader, shape, dtype) of `obj` into hdr and calls
+// fn(hdr_len, data, nbytes) while obj's buffer is held. TypeError/ValueError name `what`.
+template <class Fn>
+void with_message(DtypeCodec& codec, py::handle obj, const char* what, std::uint8_t* hdr, Fn fn) {
+    MsgHeader h{};
+    h.magic = shm::kMsgMagic;
+    auto* shape = reinterpret_cast<std::uint64_t*>(hdr + sizeof(MsgHeader));
+    const void* ptr = nullptr;
+    std::size_t nbytes = 0;
+    const std::string* wire = nullptr;
+    Py_buffer view;
+    bool have_view = false;
+    py::array arr;
+    bool is_array = py::isinstance<py::array>(obj);
+    if (!is_array && support().generic_type && PyObject_IsInstance(obj.ptr(), support().generic_type.ptr()) == 1) {
+        arr = support().asarray(obj);
+        is_array = true;
+    } else if (is_array) {
+        arr = py::reinterpret_borrow<py::array>(obj);
+    }
+    if (is_array) {
+        if (!(arr.flags() & py::array::c_style)) arr = support().ascontiguousarray(arr);
+        wire = &codec.wire_of(arr.dtype());
+        std::size_t nd = static_cast<std::size_t>(arr.ndim());
+        if (nd > shm::kMaxNdim) raise(PyExc_ValueError, std::string(what) + ": arrays with more than 64 dimensions are not supported");
+        h.ndim = static_cast<std::uint32_t>(nd);
+        for (std::size_t i = 0; i < nd; ++i) shape[i] = static_cast<std::uint64_t>(arr.shape(i));
+        ptr = arr.data();
+        nbytes = static_cast<std::size_t>(arr.nbytes());
+    } else {
+        if (PyObject_GetBuffer(obj.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) {
+            PyErr_Clear();
+            raise(PyExc_TypeError, std::string(what) + ": expected a numpy array or a C-contiguous buffer, got " +
+                                       Py_TYPE(obj.ptr())->tp_name);
+        }
+        have_view = true;
+        static const std::string u1 = "|u1";
+        wire = &u1;
+        h.ndim = 1;
+        shape[0] = static_cast<std::uint64_t>(view.len);
+        ptr = view.buf;
+        nbytes = static_cast<std::size_t>(view.len);
+    }
+    struct ViewRelease {
+        Py_buffer* v;
+        bool on;
+        ~ViewRelease() { if (on) PyBuffer_Release(v); }
+    } release_view{&view, have_view};
+    if (wire->size() > shm::kMaxDtypeLen)
+        raise(PyExc_ValueError, std::string(what) + ": dtype description longer than 1024 characters is not supported");
+    h.dtype_len = static_cast<std::uint32_t>(wire->size());
+    std::size_t raw = sizeof(MsgHeader) + 8 * h.ndim + h.dtype_len;
+    std::size_t hdr_len = shm::pad64(raw);
+    h.header_len = static_cast<std::uint32_t>(hdr_len);
+    h.payload_len = nbytes;
+    std::memcpy(hdr, &h, sizeof h);
+    std::memcpy(hdr + sizeof(MsgHeader) + 8 * h.ndim, wire->data(), wire->size());
+    std::memset(hdr + raw, 0, hdr_len - raw);
+    fn(hdr_len, ptr, nbytes);
+}
+
+class PyTopic {
+public:
+    // create: the publisher; otherwise a subscriber of the existing topic `name`.
+    PyTopic(const std::string& name, std::uint64_t slot_bytes, std::uint32_t slots, std::uint32_t history,
+            const std::string& overflow, std::uint32_t max_subscribers, bool create) {
+        if (create) {
+            if (overflow != "block" && overflow != "drop")
+                raise(PyExc_ValueError, "Topic.create: overflow must be 'block' or 'drop', got '" + overflow + "'");
+            try {
+                topic_.reset(Topic::create(name, slot_bytes, slots, history,
+                                           overflow == "drop" ? shm::Overflow::Drop : shm::Overflow::Block,
+                                           max_subscribers));
+            } catch (const shm::ShmOsError&) {
+                throw;
+            } catch (const shm::ShmError& e) {
+                if (std::strncmp(e.what(), "Topic.create: ", 14) == 0) raise(PyExc_ValueError, e.what());
+                throw;
+            }
+        } else {
+            topic_.reset(Topic::subscribe(name));
+        }
+    }
+
+    void send(py::handle obj, const py::object& timeout) {
+        double t = timeout_arg(timeout, "send");
+        alignas(64) std::uint8_t hdr[sizeof(MsgHeader) + 8 * shm::kMaxNdim + shm::kMaxDtypeLen + 64];
+        with_message(codec_, obj, "send", hdr, [&](std::size_t hdr_len, const void* ptr, std::size_t nbytes) {
+            if (topic_->closed()) throw shm::ShmUseAfterClose("operation on a closed Topic publisher");
+            if (nbytes > topic_->geometry().slot_bytes)
+                raise(PyExc_ValueError, "send: the message has " + std::to_string(nbytes) +
+                                            " bytes, more than the topic's slot_bytes (" +
+                                            std::to_string(topic_->geometry().slot_bytes) + "); nothing was sent");
+            PyThreadState* ts = nullptr;
+            Ring::GilHooks hooks{gil_release, gil_acquire, &ts, check_signals};
+            if (!topic_->send(hdr, hdr_len, ptr, nbytes, t, hooks))
+                raise(PyExc_TimeoutError, "send timed out after " + seconds_words(t) +
+                                              ": a subscriber has not read the message in the slot (or holds a view of it)");
+        });
+    }
+
+    py::object loan(const py::object& self, const std::vector<std::int64_t>& shape_in, const py::object& dtype,
+                    const py::object& timeout) {
+        double t = timeout_arg(timeout, "loan");
+        py::dtype dt = py::reinterpret_borrow<py::dtype>(dtype);
+        alignas(64) std::uint8_t hdr[sizeof(MsgHeader) + 8 * shm::kMaxNdim + shm::kMaxDtypeLen + 64];
+        MsgHeader h{};
+        h.magic = shm::kMsgMagic;
+        if (shape_in.size() > shm::kMaxNdim) raise(PyExc_ValueError, "loan: more than 64 dimensions are not supported");
+        auto* shape = reinterpret_cast<std::uint64_t*>(hdr + sizeof(MsgHeader));
+        std::uint64_t count = 1, nbytes = 0;
+        for (std::size_t i = 0; i < shape_in.size(); ++i) {
+            if (shape_in[i] < 0) raise(PyExc_ValueError, "loan: negative dimension in shape");
+            shape[i] = static_cast<std::uint64_t>(shape_in[i]);
+            if (__builtin_mul_overflow(count, shape[i], &count)) raise(PyExc_ValueError, "loan: shape too large");
+        }
+        if (topic_->closed()) throw shm::ShmUseAfterClose("operation on a closed Topic publisher");
+        const std::uint64_t limit = topic_->geometry().slot_bytes;
+        if (__builtin_mul_overflow(count, static_cast<std::uint64_t>(dt.itemsize()), &nbytes) || nbytes > limit)
+            raise(PyExc_ValueError, "loan: " + std::to_string(count) + " elements of " + std::to_string(dt.itemsize()) +
+                                        " bytes are more than the topic's slot_bytes (" + std::to_string(limit) + ")");
+        const std::string& wire = codec_.wire_of(dt);
+        if (wire.size() > shm::kMaxDtypeLen)
+            raise(PyExc_ValueError, "loan: dtype description longer than 1024 characters is not supported");
+        h.ndim = static_cast<std::uint32_t>(shape_in.size());
+        h.dtype_len = static_cast<std::uint32_t>(wire.size());
+        std::size_t raw = sizeof(MsgHeader) + 8 * h.ndim + h.dtype_len;
+        std::size_t hdr_len = shm::pad64(raw);
+        h.header_len = static_cast<std::uint32_t>(hdr_len);
+        h.payload_len = nbytes;
+        std::memcpy(hdr, &h, sizeof h);
+        std::memcpy(hdr + sizeof(MsgHeader) + 8 * h.ndim, wire.data(), wire.size());
+        std::memset(hdr + raw, 0, hdr_len - raw);
+        PyThreadState* ts = nullptr;
+        Ring::GilHooks hooks{gil_release, gil_acquire, &ts, check_signals};
+        std::uint64_t id = 0;
+        std::uint8_t* p = topic_->loan(hdr, hdr_len, nbytes, t, hooks, id);
+        if (!p)
+            raise(PyExc_TimeoutError, "loan timed out after " + seconds_words(t) +
+                                          ": a subscriber has not read the message in the slot (or holds a view of it)");
+        auto slot = std::make_unique<ShmSlot>();
+        slot->topic = topic_->ledger();
+        slot->mapping = topic_->ledger()->mapping;
+        slot->id = id;
+        slot->is_loan = true;
+        slot->nbytes = nbytes;
+        slot->channel = self;
+        py::object base = py::cast(std::move(slot));
+        std::vector<py::ssize_t> shp(shape_in.begin(), shape_in.end());
+        PyObject* sub = support().loaned_array_type ? support().loaned_array_type.ptr() : nullptr;
+        return PyRing::make_array(dt, shp, p, base, true, sub);
+    }
+
+    ShmSlot& loan_slot_of(const py::object& arr, const char* what) {
+        py::object base = py::none();
+        if (py::isinstance<py::array>(arr)) base = arr.attr("base");
+        if (base.is_none() || !py::isinstance<ShmSlot>(base))
+            raise(PyExc_ValueError, std::string(what) + ": expected the array that loan() returned (not a copy, "
+                                                        "slice or view of it)");
+        ShmSlot& slot = base.cast<ShmSlot&>();
+        if (!slot.is_loan || slot.topic != topic_->ledger())
+            raise(PyExc_ValueError, std::string(what) + ": this array is not a loan of this topic");
+        return slot;
+    }
+
+    void publish(const py::object& arr) {
+        ShmSlot& slot = loan_slot_of(arr, "publish");
+        if (slot.id == 0) raise(support().error, "publish: this loan was published or discarded already");
+        std::uint64_t id = slot.id;
+        slot.id = 0;
+        py::detail::array_proxy(arr.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+        topic_->publish_loan(id);
+    }
+
+    void discard(const py::object& arr) {
+        ShmSlot& slot = loan_slot_of(arr, "discard");
+        py::detail::array_proxy(arr.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+        slot.release();
+    }
+
+    py::object recv(const py::object& out, const py::object& timeout) {
+        double t = timeout_arg(timeout, "recv");
+        if (!out.is_none() && !PyObject_CheckBuffer(out.ptr()))
+            raise(PyExc_TypeError, std::string("recv: out must be None, a numpy array or a writable C-contiguous "
+                                               "buffer, got ") + Py_TYPE(out.ptr())->tp_name);
+        PyThreadState* ts = nullptr;
+        Ring::GilHooks hooks{gil_release, gil_acquire, &ts, check_signals};
+        TopicMsg msg;
+        if (!topic_->next(msg, t, hooks))
+            raise(PyExc_TimeoutError, "recv timed out after " + seconds_words(t) + ": no message arrived");
+        const MsgInfo& info = msg.info;
+        const DtypeEntry& de = checked_dtype(info);
+        if (out.is_none()) {
+            std::vector<py::ssize_t> shape(info.shape, info.shape + info.ndim);
+            py::array result(py::reinterpret_borrow<py::dtype>(de.dtype), shape);
+            topic_->consume(msg, result.mutable_data(), hooks);
+            return std::move(result);
+        }
+        if (py::isinstance<py::array>(out)) {
+            py::array o = py::reinterpret_borrow<py::array>(out);
+            bool shape_ok = static_cast<std::uint32_t>(o.ndim()) == info.ndim;
+            for (std::uint32_t i = 0; shape_ok && i < info.ndim; ++i)
+                shape_ok = static_cast<std::uint64_t>(o.shape(i)) == info.shape[i];
+            if (!shape_ok || !o.dtype().equal(de.dtype))
+                raise(PyExc_ValueError, "recv: out has dtype " + py::str(o.dtype()).cast<std::string>() + " and shape " +
+                                            py::str(o.attr("shape")).cast<std::string>() + " but the message is " +
+                                            py::str(de.dtype).cast<std::string>() + " with shape " +
+                                            PyRing::shape_words(info) + " (the message stays in the topic)");
+            if (!(o.flags() & py::array::c_style)) raise(PyExc_ValueError, "recv: out must be C-contiguous");
+            if (!o.writeable()) raise(PyExc_ValueError, "recv: out is read-only");
+            topic_->consume(msg, o.mutable_data(), hooks);
+            return out;
+        }
+        Py_buffer view;
+        if (PyObject_GetBuffer(out.ptr(), &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) {
+            PyErr_Clear();
+            raise(PyExc_TypeError, std::string("recv: out must be a writable C-contiguous buffer, got ") +
+                                       Py_TYPE(out.ptr())->tp_name);
+        }
+        struct ViewRelease {
+            Py_buffer* v;
+            ~ViewRelease() { PyBuffer_Release(v); }
+        } release_view{&view};
+        if (static_cast<std::uint64_t>(view.len) != info.payload_len)
+            raise(PyExc_ValueError, "recv: out has " + std::to_string(view.len) + " bytes but the message has " +
+                                        std::to_string(info.payload_len) + " (the message stays in the topic)");
+        topic_->consume(msg, view.buf, hooks);
+        return out;
+    }
+
+    py::object recv_view(const py::object& timeout) {
+        double t = timeout_arg(timeout, "recv_view");
+        PyThreadState* ts = nullptr;
+        Ring::GilHooks hooks{gil_release, gil_acquire, &ts, check_signals};
+        TopicMsg msg;
+        if (!topic_->next(msg, t, hooks))
+            raise(PyExc_TimeoutError, "recv_view timed out after " + seconds_words(t) + ": no message arrived");
+        const DtypeEntry& de = checked_dtype(msg.info);
+        std::vector<py::ssize_t> shape(msg.info.shape, msg.info.shape + msg.info.ndim);
+        // The base object exists before the pin, so a failure below cannot leak the pin.
+        auto slot = std::make_unique<ShmSlot>();
+        slot->topic = topic_->ledger();
+        slot->mapping = topic_->ledger()->mapping;
+        slot->nbytes = msg.info.payload_len;
+        ShmSlot* raw = slot.get();
+        py::object base = py::cast(std::move(slot));
+        raw->id = topic_->take_view(msg);
+        return PyRing::make_array(de.dtype, shape, const_cast<std::uint8_t*>(msg.payload), base, false, nullptr);
+    }
+
+    Topic& topic() { return *topic_; }
+
+private:
+    const DtypeEntry& checked_dtype(const MsgInfo& info) {
+        std::string why;
+        const DtypeEntry* de = codec_.dtype_of(info.dtype, why);
+        std::uint64_t count = 1, bytes = 0;
+        if (de) {
+            for (std::uint32_t i = 0; i < info.ndim; ++i) count *= info.shape[i];  // overflow checked by next()
+            if (__builtin_mul_overflow(count, static_cast<std::uint64_t>(de->itemsize), &bytes) ||
+                bytes != info.payload_len)
+                why = "message header is corrupt: shape product x itemsize (" + std::to_string(count) + " x " +
+                      std::to_string(de->itemsize) + ") != payload length " + std::to_string(info.payload_len);
+        }
+        if (!why.empty()) {
+            topic_->mark_broken(why);
+            raise(support().corrupted, why);
+        }
+        return *de;
+    }
+
+    std::unique_ptr<Topic> topic_;
+    DtypeCodec codec_;
 };
 
 std::uint8_t* word_ptr(py::buffer buf, std::size_t offset, std::size_t width, bool writable, py::buffer_info& bi) {
@@ -497,6 +821,64 @@ void bind_shm(py::module_& m) {
           });
 
     m.def("_shm_set_loaned_array_type", [](py::object t) { support().loaned_array_type = t; });
+    m.def("_shm_set_messages_lost_type", [](py::object t) { support().messages_lost = t; });
+    // Registered after the translator above, so it is tried first; anything else falls through.
+    py::register_exception_translator([](std::exception_ptr p) {
+        try {
+            if (p) std::rethrow_exception(p);
+        } catch (const shm::ShmMessagesLost& e) {
+            if (!support().messages_lost) {
+                PyErr_SetString(support().error ? support().error.ptr() : PyExc_RuntimeError, e.what());
+                return;
+            }
+            PyObject* exc = PyObject_CallFunction(support().messages_lost.ptr(), "Ks",
+                                                  static_cast<unsigned long long>(e.count), e.what());
+            if (exc) {
+                PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc)), exc);
+                Py_DECREF(exc);
+            }
+        }
+    });
+
+    py::class_<PyTopic>(m, "ShmTopic", py::dynamic_attr(),
+                        "Shared-memory publish/subscribe topic end (internal; use fastcopy.shm.Topic).")
+        .def(py::init<const std::string&, std::uint64_t, std::uint32_t, std::uint32_t, const std::string&,
+                      std::uint32_t, bool>(),
+             py::arg("name"), py::arg("slot_bytes"), py::arg("slots"), py::arg("history"), py::arg("overflow"),
+             py::arg("max_subscribers"), py::arg("create"))
+        .def("send", &PyTopic::send, py::arg("obj"), py::arg("timeout") = py::none(),
+             "Publish a numpy array or C-contiguous buffer (at most slot_bytes bytes).")
+        .def("_loan", [](py::object self, const std::vector<std::int64_t>& shape, const py::object& dtype,
+                         const py::object& timeout) { return self.cast<PyTopic&>().loan(self, shape, dtype, timeout); },
+             py::arg("shape"), py::arg("dtype"), py::arg("timeout") = py::none())
+        .def("publish", &PyTopic::publish, py::arg("arr"), "Publish a loaned array without copying it.")
+        .def("discard", &PyTopic::discard, py::arg("arr"), "Give a loaned array back unpublished.")
+        .def("recv", &PyTopic::recv, py::arg("out") = py::none(), py::arg("timeout") = py::none(),
+             "Receive the next message (subscriber): a new array, or copied into out.")
+        .def("recv_view", &PyTopic::recv_view, py::arg("timeout") = py::none(),
+             "Receive the next message as a read-only array pinning its slot (subscriber).")
+        .def("close", [](PyTopic& t) { t.topic().close(); })
+        .def("unlink", [](PyTopic& t) { return t.topic().unlink(); })
+        .def_property_readonly("name", [](PyTopic& t) { return t.topic().name(); })
+        .def_property_readonly("closed", [](PyTopic& t) { return t.topic().closed(); })
+        .def_property_readonly("slot_bytes", [](PyTopic& t) { return t.topic().geometry().slot_bytes; })
+        .def_property_readonly("slots", [](PyTopic& t) { return t.topic().geometry().slots; })
+        .def_property_readonly("history", [](PyTopic& t) { return t.topic().geometry().history; })
+        .def_property_readonly("max_subscribers", [](PyTopic& t) { return t.topic().geometry().max_subs; })
+        .def_property_readonly("overflow", [](PyTopic& t) {
+            return t.topic().geometry().overflow == shm::Overflow::Drop ? "drop" : "block";
+        })
+        .def_property_readonly("is_publisher", [](PyTopic& t) { return t.topic().is_publisher(); })
+        .def_property_readonly("subscribers", [](PyTopic& t) { return t.topic().subscriber_count(); },
+                               "Active subscribers whose process is alive (dead ones are dropped).")
+        .def_property_readonly("published", [](PyTopic& t) { return t.topic().published(); },
+                               "Publisher: messages published so far.")
+        .def_property_readonly("lost", [](PyTopic& t) { return t.topic().lost(); },
+                               "Subscriber: messages lost so far (overflow='drop').")
+        .def_property_readonly("position", [](PyTopic& t) { return t.topic().cursor(); },
+                               "Subscriber: the number of the next message it reads.")
+        .def_property_readonly("held_views", [](PyTopic& t) { return t.topic().ledger()->views(); })
+        .def_property_readonly("held_bytes", [](PyTopic& t) { return t.topic().ledger()->bytes(); });
 
     py::class_<ShmSlot>(m, "ShmSlot",
                         "A slot of a shared-memory ring held by a loaned array or a received view (internal).")

@@ -688,6 +688,29 @@ def _raises(fn):
     return "nothing"
 
 
+TOPIC_PUBLISHER_KILLED = r"""
+import subprocess, sys, time
+from fastcopy.shm import PeerDied, Topic
+code = ("import sys, time, numpy as np; from fastcopy.shm import Topic; "
+        "t = Topic.create(sys.argv[1], slot_bytes=64, slots=4, history=3); "
+        "[t.send(np.array([k])) for k in range(3)]; print('sent', flush=True); time.sleep(60)")
+child = subprocess.Popen([sys.executable, "-c", code, sys.argv[1]], stdout=subprocess.PIPE, text=True)
+assert child.stdout.readline().strip() == "sent"
+s = Topic.subscribe(sys.argv[1])
+child.kill(); child.wait()
+got = [int(s.recv(timeout=5)[0]) for _ in range(3)]
+start = time.monotonic()
+try:
+    s.recv(timeout=10)
+    print("nothing")
+except PeerDied:
+    print("PeerDied", got, time.monotonic() - start)
+s.close()
+import os
+os.unlink("/dev/shm/" + sys.argv[1])
+"""
+
+
 PEER_KILLED = r"""
 import os, signal, subprocess, sys, time
 import numpy as np
@@ -877,6 +900,53 @@ def shm_scenarios(tmp_path):
         assert removed and all(n.startswith(f"{PREFIX}fm-kill-") for n in removed), removed
         return ("name stays" if stays else "gone") + " shm --clean"
 
+    def topic_subscriber_killed():
+        # A subscriber in another process that never reads: the publisher (slots=2, block mode)
+        # waits for it at the third message until it is killed, then goes on.
+        with shm.Topic.create(f"{PREFIX}fm-tsub", slot_bytes=64, slots=2) as t, shm.Topic.subscribe(t.name) as s:
+            code = ("import sys, time; from fastcopy.shm import Topic; s = Topic.subscribe(sys.argv[1]); "
+                    "print('ready', flush=True); time.sleep(60)")
+            child = subprocess.Popen([sys.executable, "-c", code, t.name], stdout=subprocess.PIPE, text=True,
+                                     env=child_env())
+            try:
+                assert child.stdout.readline().strip() == "ready"
+                got = []
+                for k in range(2):
+                    t.send(np.array([k]))
+                    got.append(int(s.recv(timeout=1)[0]))
+                assert _raises(lambda: t.send(np.array([2]), timeout=0.2)) == "TimeoutError"  # it waits
+                child.kill()
+                child.wait()
+                killed = time.monotonic()
+                t.send(np.array([2]), timeout=10)
+                waited = time.monotonic() - killed
+                got.append(int(s.recv(timeout=1)[0]))
+            finally:
+                child.kill()
+                child.wait()
+        assert got == [0, 1, 2] and waited < 2.0, (got, waited)
+        return "the publisher drops it and goes on; the other subscribers get every message"
+
+    def topic_drop_behind():
+        with shm.Topic.create(f"{PREFIX}fm-tdrop", slot_bytes=64, slots=2, overflow="drop") as t:
+            with shm.Topic.subscribe(t.name) as s:
+                for k in range(5):
+                    t.send(np.array([k]), timeout=0)
+                try:
+                    s.recv(timeout=1)
+                    return "nothing"
+                except shm.MessagesLost as e:
+                    count = e.count
+                nxt = int(s.recv(timeout=1)[0])
+        assert (count, nxt) == (3, 3), (count, nxt)
+        return "MessagesLost with the exact count, then the next intact message"
+
+    def topic_publisher_killed():
+        proc = run_script(tmp_path, TOPIC_PUBLISHER_KILLED, f"{PREFIX}fm-tpub")
+        out = proc.stdout.split()
+        assert out[:4] == ["PeerDied", "[0,", "1,", "2]"] and float(out[4]) < 2.0, explain(proc)
+        return "PeerDied"
+
     return {
         "the peer process is killed while this end waits for it": peer_killed,
         "the peer calls `close()`": peer_closed,
@@ -895,6 +965,9 @@ def shm_scenarios(tmp_path):
         "the interpreter exits while a daemon thread is blocked in `send`, `recv` or `peek`": exit_blocked,
         "SIGTERM or SIGHUP ends the creator": sigterm,
         "SIGKILL ends the creator": sigkill,
+        "a Topic subscriber stops reading and is killed while the publisher waits for it": topic_subscriber_killed,
+        "a Topic subscriber falls behind with `overflow=\"drop\"`": topic_drop_behind,
+        "the Topic publisher is killed while a subscriber waits": topic_publisher_killed,
     }
 
 

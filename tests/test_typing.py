@@ -97,3 +97,36 @@ def test_wrong_drop_in_calls_are_reported(tmp_path):
     assert "user_code.py:5: error" in out  # casting is not a casting rule
     assert "user_code.py:6: error" in out  # copy_many takes sequences of buffers
     assert "user_code.py:7: error" in out  # axis is an int
+
+
+def test_topic_calls_type_check(tmp_path):
+    out, status = run_mypy(tmp_path, """
+        import numpy as np
+        from fastcopy.shm import MessagesLost, Subscriber, Topic
+
+        def fan_out(name: str) -> None:
+            t: Topic = Topic.create(name, slot_bytes=1 << 20, slots=8, history=2, overflow="drop")
+            t.send(np.zeros(4), timeout=1.0)
+            with t.loan((2, 2), np.float32) as a:
+                a[:] = 1
+            n: int = t.subscribers + t.published
+            s: Subscriber = Topic.subscribe(name)
+            try:
+                x = s.recv(timeout=0.5)
+                s.recv(out=np.empty(4))
+                v: np.ndarray = s.recv_view()
+            except MessagesLost as e:
+                lost: int = e.count + s.lost
+            held: int = s.held_views + s.held_bytes
+            s.close()
+            t.close()
+            t.unlink()
+    """)
+    assert status == 0, out
+    out, status = run_mypy(tmp_path, """
+        from fastcopy.shm import Topic
+        Topic.create("x", slot_bytes="big")
+        Topic.create("x")
+    """)
+    assert status == 1
+    assert "user_code.py:3: error" in out and "user_code.py:4: error" in out

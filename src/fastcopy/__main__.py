@@ -63,6 +63,8 @@ def _shm(args: argparse.Namespace) -> int:
         creator = (f"{seg['creator_pid']} ({'alive' if seg['creator_alive'] else 'gone'})"
                    if seg["creator_pid"] else "unknown")
         state = "stale" if seg["stale"] else ("in use" if seg["creator_alive"] or seg["ends_alive"] else "unknown")
+        if seg.get("kind") == "topic":
+            state += f" (topic, {len(seg['subscriber_pids'])} subscriber records)"
         print(f"{seg['name']:<40} {seg['bytes']:>12} {creator:>16} {seg['producer_pid'] or '-':>9} "
               f"{seg['consumer_pid'] or '-':>9}  {state}")
     return 0

@@ -52,6 +52,9 @@ __all__ = [
     "ChannelCorrupted",
     "PeerDied",
     "ChannelClosed",
+    "MessagesLost",
+    "Topic",
+    "Subscriber",
     "DEFAULT_CAPACITY",
     "list_segments",
     "clean_segments",
@@ -78,6 +81,19 @@ class PeerDied(ChannelError):
 
 class ChannelClosed(ChannelError):
     """The other end closed the channel (recv: and every sent message was received)."""
+
+
+class MessagesLost(ChannelError):
+    """A :class:`Subscriber` of a topic with ``overflow="drop"`` fell behind: ``count``
+    messages were overwritten before it read them (never handed out torn). The next
+    ``recv`` continues with the oldest message still in the ring."""
+
+    def __init__(self, count: int, message: Optional[str] = None) -> None:
+        super().__init__(message or f"{count} messages were lost (overwritten before they were read)")
+        self.count = count
+
+    def __reduce__(self):  # type: ignore[override]
+        return (MessagesLost, (self.count, str(self)))
 
 
 def _encode_dtype(dtype: np.dtype) -> Any:
@@ -173,6 +189,7 @@ class LoanedArray(np.ndarray):
 
 
 _core._shm_set_loaned_array_type(LoanedArray)
+_core._shm_set_messages_lost_type(MessagesLost)
 
 _ShapeArg = Union[int, Sequence[int]]
 
@@ -208,6 +225,40 @@ def _unlink_created_in_multiprocessing_child() -> None:
     mp_util.Finalize(None, _unlink_created_at_exit, exitpriority=0)
 
 
+def _loan_args(what: str, shape: Any, dtype: Any) -> Tuple[Tuple[int, ...], np.dtype]:
+    """(dims, dtype) of a loan request; TypeError naming ``what`` for bad arguments."""
+    # The common cases (an int, a tuple of ints, a numpy dtype) are checked with type() only:
+    # a loan is a per-message call, and the general checks cost 3 us of a 5 us loan + publish
+    # (Zen 3 VM).
+    dims: Tuple[int, ...]
+    kind = type(shape)
+    if kind is int:
+        dims = (shape,)
+    elif kind is tuple and all(type(d) is int for d in shape):
+        dims = shape
+    elif isinstance(shape, bool):
+        raise TypeError(f"{what}: shape must be an int or a sequence of ints, got bool")
+    elif hasattr(type(shape), "__index__"):
+        dims = (shape.__index__(),)
+    else:
+        try:
+            dims = tuple(d.__index__() for d in shape)
+        except (TypeError, AttributeError):
+            raise TypeError(f"{what}: shape must be an int or a sequence of ints, got {shape!r}") from None
+        if any(isinstance(d, bool) for d in shape):
+            raise TypeError(f"{what}: shape must be an int or a sequence of ints, got a bool in it")
+    if isinstance(dtype, np.dtype):
+        dt = dtype
+    else:
+        try:
+            dt = np.dtype(dtype)
+        except TypeError as e:
+            raise TypeError(f"{what}: not a dtype: {dtype!r} ({e})") from None
+    if dt.hasobject:
+        raise TypeError(f"{what}: arrays of dtype {dt} hold Python object pointers, which cannot cross processes")
+    return dims, dt
+
+
 def _name_arg(method: str, name: Any) -> str:
     if not isinstance(name, str):
         raise TypeError(f"Channel.{method}: name must be a str, got {type(name).__name__}")
@@ -216,21 +267,6 @@ def _name_arg(method: str, name: Any) -> str:
 
 def _default_name() -> str:
     return f"fastcopy-{os.getpid()}-{secrets.token_hex(6)}"
-
-
-def _loan_shape(shape: Any) -> Tuple[int, ...]:
-    """The dimensions of a loan's ``shape`` argument (an int or a sequence of ints; no bools)."""
-    if isinstance(shape, bool):
-        raise TypeError("Channel.loan: shape must be an int or a sequence of ints, got bool")
-    if hasattr(type(shape), "__index__"):
-        return (shape.__index__(),)
-    try:
-        dims = tuple(d.__index__() for d in shape)
-    except (TypeError, AttributeError):
-        raise TypeError(f"Channel.loan: shape must be an int or a sequence of ints, got {shape!r}") from None
-    if any(isinstance(d, bool) for d in shape):
-        raise TypeError("Channel.loan: shape must be an int or a sequence of ints, got a bool in it")
-    return dims
 
 
 class Channel(_core.ShmRing):
@@ -331,25 +367,7 @@ class Channel(_core.ShmRing):
         (exception in the ``with`` block, :meth:`discard`, garbage collected, channel closed)
         sends nothing and frees its space.
         """
-        # The common cases (an int, a tuple of ints, a numpy dtype) are checked with type()
-        # only: a loan is a per-message call, and the general checks cost 3 us of the 5.
-        dims: Tuple[int, ...]
-        kind = type(shape)
-        if kind is int:
-            dims = (shape,)  # type: ignore[assignment]
-        elif kind is tuple and all(type(d) is int for d in shape):  # type: ignore[union-attr]
-            dims = shape  # type: ignore[assignment]
-        else:
-            dims = _loan_shape(shape)
-        if isinstance(dtype, np.dtype):
-            dt = dtype
-        else:
-            try:
-                dt = np.dtype(dtype)
-            except TypeError as e:
-                raise TypeError(f"Channel.loan: not a dtype: {dtype!r} ({e})") from None
-        if dt.hasobject:
-            raise TypeError(f"Channel.loan: arrays of dtype {dt} hold Python object pointers, which cannot cross processes")
+        dims, dt = _loan_args("Channel.loan", shape, dtype)
         return self._loan(dims, dt, timeout)  # type: ignore[no-any-return]
 
     def __iter__(self) -> Iterator[np.ndarray]:
@@ -372,9 +390,159 @@ def _attach_by_name(cls, name: str) -> "Channel":
 
 
 
+# ---- Topic: one publisher, many subscribers ---------------------------------------------------
+#: Slots of a topic when Topic.create() is not given a number.
+DEFAULT_TOPIC_SLOTS = 8
+#: Subscriber records of a topic when Topic.create() is not given a number.
+DEFAULT_MAX_SUBSCRIBERS = 16
+
+
+def _int_arg(method: str, what: str, value: Any) -> int:
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise TypeError(f"Topic.{method}: {what} must be an int, got {type(value).__name__}")
+    v = int(value.__index__())
+    if v < 0:
+        raise ValueError(f"Topic.{method}: {what} must be >= 0, got {v}")
+    if v >= 2**63:
+        raise ValueError(f"Topic.{method}: {what} is too large: {v}")
+    return v
+
+
+class Topic(_core.ShmTopic):
+    """The publisher of a topic in shared memory: one publisher, any number of subscribers.
+
+    ``Topic.create(name=None, *, slot_bytes, slots=8, history=0, overflow="block",
+    max_subscribers=16)`` makes ``/dev/shm/<name>`` with ``slots`` slots of ``slot_bytes``
+    bytes; message ``k`` lives in slot ``k % slots``. :meth:`subscribe` (in any process, at
+    any time) returns a :class:`Subscriber` that reads every message from its joining point
+    on, in order. ``overflow="block"``: ``send`` waits while a subscriber has not read the
+    message in the slot it needs (dead subscribers are detected and dropped);
+    ``overflow="drop"``: ``send`` overwrites and a subscriber that fell behind gets
+    :class:`MessagesLost`. A slot a subscriber holds as a view (``recv_view``) is never
+    overwritten, in either mode. ``history=k`` lets a late joiner start with the last ``k``
+    messages still in the ring (``k <= slots - 1``). See docs/shm.md, "Topic".
+    """
+
+    _created_here = False
+
+    @classmethod
+    def create(cls, name: Optional[str] = None, *, slot_bytes: int, slots: int = DEFAULT_TOPIC_SLOTS,
+               history: int = 0, overflow: str = "block",
+               max_subscribers: int = DEFAULT_MAX_SUBSCRIBERS) -> "Topic":
+        """A new topic; this object is its publisher. ``name`` defaults to a random
+        ``fastcopy-<pid>-<hex>``; ``FileExistsError`` if it is taken. Messages (payload bytes)
+        may be up to ``slot_bytes``; ``slots`` 2 to 2**20; ``max_subscribers`` 1 to 1024."""
+        if name is None:
+            name = _default_name()
+        if not isinstance(name, str):
+            raise TypeError(f"Topic.create: name must be a str, got {type(name).__name__}")
+        if not isinstance(overflow, str):
+            raise TypeError(f"Topic.create: overflow must be 'block' or 'drop', got {type(overflow).__name__}")
+        sb = _int_arg("create", "slot_bytes", slot_bytes)
+        n = _int_arg("create", "slots", slots)
+        hist = _int_arg("create", "history", history)
+        subs = _int_arg("create", "max_subscribers", max_subscribers)
+        if n >= 2**32 or hist >= 2**32 or subs >= 2**32:
+            raise ValueError("Topic.create: slots, history and max_subscribers must be below 2**32")
+        name = name.lstrip("/")
+        t = cls(name, sb, n, hist, overflow, subs, True)
+        t._created_here = True
+        _created[name] = os.getpid()
+        _unlink_created_in_multiprocessing_child()
+        return t
+
+    @staticmethod
+    def subscribe(name: str) -> "Subscriber":
+        """A new subscriber of the topic ``name`` (``FileNotFoundError`` if there is none,
+        :class:`ChannelCorrupted` if the segment is not a valid topic, :class:`ChannelError`
+        when it has ``max_subscribers`` subscribers already)."""
+        return Subscriber.attach(name)
+
+    def loan(self, shape: _ShapeArg, dtype: Any = np.uint8, timeout: Optional[float] = None) -> LoanedArray:
+        """A writable array in the next slot; ``publish`` it (or leave a ``with`` block) to send
+        it without a copy. Waits for the slot like :meth:`send`. At most ``slot_bytes``."""
+        dims, dt = _loan_args("Topic.loan", shape, dtype)
+        return self._loan(dims, dt, timeout)  # type: ignore[no-any-return]
+
+    def unlink(self) -> bool:  # type: ignore[override]
+        """Removes ``/dev/shm/<name>`` (attached subscribers keep working). False if already gone."""
+        _created.pop(self.name, None)
+        return super().unlink()
+
+    def __enter__(self) -> "Topic":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        """Closes (subscribers get ChannelClosed after the last message); the creator also unlinks."""
+        try:
+            self.close()
+        finally:
+            if self._created_here and _created.get(self.name) == os.getpid():
+                self.unlink()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"published={self.published}"
+        return (f"<fastcopy.shm.Topic name={self.name!r} slots={self.slots} slot_bytes={self.slot_bytes} "
+                f"overflow={self.overflow!r} {state}>")
+
+    def __reduce__(self):
+        raise TypeError("a Topic publisher cannot be pickled; pickle a Subscriber, or pass the name")
+
+
+class Subscriber(_core.ShmTopic):
+    """A subscriber of a :class:`Topic` (from :meth:`Topic.subscribe`).
+
+    ``recv(out=None, timeout=None)`` returns the next message as a new array (or copies it
+    into ``out``); ``recv_view(timeout=None)`` returns it as a read-only array that pins its
+    slot until the array and everything derived from it are gone (``held_views``,
+    ``held_bytes``). ``lost`` counts the messages lost (overflow="drop"); iteration receives
+    until the publisher closes. Picklable: unpickling subscribes again by name (a new
+    subscriber starting at the next message).
+    """
+
+    @classmethod
+    def attach(cls, name: str) -> "Subscriber":
+        if not isinstance(name, str):
+            raise TypeError(f"Topic.subscribe: name must be a str, got {type(name).__name__}")
+        return cls(name.lstrip("/"), 0, 0, 0, "block", 0, False)
+
+    def recv(self, out: Any = None, timeout: Optional[float] = None) -> Any:  # type: ignore[override]
+        """The next message: a new array with the sent dtype and shape, or copied into ``out``
+        (same rules and argument order as Channel.recv). Raises :class:`MessagesLost` when messages were
+        overwritten before this subscriber read them (then ``out`` holds nothing useful),
+        :class:`ChannelClosed` when the publisher closed and every message was read,
+        :class:`PeerDied` when the publisher died, ``TimeoutError``."""
+        return super().recv(out, timeout)
+
+    def __enter__(self) -> "Subscriber":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        while True:
+            try:
+                yield self.recv()
+            except ChannelClosed:
+                return
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"position={self.position} lost={self.lost}"
+        return f"<fastcopy.shm.Subscriber name={self.name!r} {state}>"
+
+    def __reduce__(self):
+        return (_subscribe_by_name, (self.name,))
+
+
+def _subscribe_by_name(name: str) -> Subscriber:
+    return Subscriber.attach(name)
+
+
 # ---- finding and removing stale segments (python -m fastcopy shm --list / --clean) -----------
 _SEGMENT_DIR = "/dev/shm"
 _MAGIC = 0x31484353504F4346  # "FCOPSCH1", the first 8 bytes of every channel segment
+_TOPIC_MAGIC = 0x31504F544F50434F  # "FCOPTOP1", the first 8 bytes of every topic segment
 
 
 def _read_header(path: str) -> Optional[Dict[str, Any]]:
@@ -387,25 +555,50 @@ def _read_header(path: str) -> Optional[Dict[str, Any]]:
             size = os.fstat(f.fileno()).st_size
     except OSError:
         return None
-    if len(head) < 4096 or struct.unpack_from("<Q", head, 0)[0] != _MAGIC:
+    if len(head) < 4096 or struct.unpack_from("<Q", head, 0)[0] not in (_MAGIC, _TOPIC_MAGIC):
         return None
     u32 = lambda off: struct.unpack_from("<I", head, off)[0]  # noqa: E731
     u64 = lambda off: struct.unpack_from("<Q", head, off)[0]  # noqa: E731
+    if struct.unpack_from("<Q", head, 0)[0] == _TOPIC_MAGIC:
+        # A topic: the publisher is the producer; subscribers are in the records after the
+        # header (read from the file below), listed as consumers.
+        subs = []
+        max_subs = min(u32(20), 1024)
+        try:
+            with open(path, "rb") as f:
+                f.seek(4096)
+                table = f.read(128 * max_subs)
+        except OSError:
+            table = b""
+        for i in range(len(table) // 128):
+            state, pid, start = struct.unpack_from("<IIQ", table, 128 * i)
+            if state in (1, 2):
+                subs.append((pid, start, False))
+        return {
+            "kind": "topic", "version": u32(8), "capacity": u64(24) * u32(16), "bytes": size,
+            "creator": (u32(1408), u64(1416)),
+            "producer": (u32(128), u64(136), u32(132) != 0),
+            "consumers": subs,
+        }
     return {
-        "version": u32(8), "capacity": u64(16), "bytes": size,
+        "kind": "channel", "version": u32(8), "capacity": u64(16), "bytes": size,
         "creator": (u32(1408), u64(1416)),
         "producer": (u32(128), u64(136), u32(132) != 0),
         "consumer": (u32(256), u64(264), u32(260) != 0),
+        "consumers": [(u32(256), u64(264), u32(260) != 0)],
     }
 
 
 def list_segments(prefix: str = "", directory: str = _SEGMENT_DIR) -> List[Dict[str, Any]]:
-    """Every fastcopy channel segment in /dev/shm (found by its header, whatever its name)
+    """Every fastcopy channel or topic segment in /dev/shm (found by its header, whatever its name)
     whose name starts with ``prefix``.
 
-    Each entry: ``name``, ``bytes``, ``capacity``, ``creator_pid`` (0: not recorded, made by
-    an older fastcopy), ``creator_alive``, ``producer_pid``/``consumer_pid`` (0: none yet),
-    ``ends_alive`` (a producer or consumer that has not closed is running) and ``stale``: the
+    Each entry: ``name``, ``kind`` (``"channel"`` or ``"topic"``), ``bytes``, ``capacity``
+    (a topic: slots x slot_bytes), ``creator_pid`` (0: not recorded, made by an older
+    fastcopy), ``creator_alive``, ``producer_pid``/``consumer_pid`` (0: none yet; a topic's
+    publisher and first subscriber), ``subscriber_pids`` (a topic's subscriber records),
+    ``ends_alive`` (a producer, publisher, consumer or subscriber that has not closed is
+    running) and ``stale``: the
     creator is recorded and gone and no end is running, so nobody can still use the name
     (processes that have the channel open keep working even when the name is removed).
     """
@@ -423,11 +616,13 @@ def list_segments(prefix: str = "", directory: str = _SEGMENT_DIR) -> List[Dict[
         creator_pid, creator_start = header["creator"]
         creator_alive = creator_pid != 0 and _core.shm_process_alive(creator_pid, creator_start)
         ends_alive = any(pid != 0 and not closed and _core.shm_process_alive(pid, start)
-                         for pid, start, closed in (header["producer"], header["consumer"]))
+                         for pid, start, closed in [header["producer"], *header["consumers"]])
+        consumers = header["consumers"]
         out.append({
-            "name": name, "bytes": header["bytes"], "capacity": header["capacity"],
+            "name": name, "kind": header["kind"], "bytes": header["bytes"], "capacity": header["capacity"],
             "creator_pid": creator_pid, "creator_alive": creator_alive,
-            "producer_pid": header["producer"][0], "consumer_pid": header["consumer"][0],
+            "producer_pid": header["producer"][0], "consumer_pid": consumers[0][0] if consumers else 0,
+            "subscriber_pids": [pid for pid, _, _ in consumers] if header["kind"] == "topic" else [],
             "ends_alive": ends_alive,
             "stale": creator_pid != 0 and not creator_alive and not ends_alive,
         })

@@ -74,7 +74,7 @@ def add_bench_parser(sub: Any) -> argparse.ArgumentParser:
                    help="shortest timed loop per repeat (default 0.02)")
     p.add_argument("--variants", metavar="LIST",
                    help="comma list of variants: fastcopy, a kernel name (avx2 ...), kernels, np.copyto (copyto), "
-                        "dst[...]=src (slice), torch.copy_ (torch), all (default: all); with --ipc: transports (channel, channel_alloc, channel_view, iceoryx2_view, iceoryx2_copy, faster_fifo, zmq, shared_memory, queue, pipe; missing packages are skipped)")
+                        "dst[...]=src (slice), torch.copy_ (torch), all (default: all); with --ipc: transports (channel, channel_alloc, channel_view, iceoryx2_view, iceoryx2_copy, faster_fifo, zmq, shared_memory, queue, pipe; missing packages are skipped), or 'topic' alone: Topic fan-out with 1 and 2 subscribers against Channel (default sizes 64K,1M,16M)")
     place = p.add_mutually_exclusive_group()
     place.add_argument("--offset", type=typed(offset_value), metavar="N",
                        help="place the destination so (dst - src) mod 4096 = N (default 0: both page-aligned)")
@@ -239,6 +239,25 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: List[st
     return 0
 
 
+def _topic(p: argparse.ArgumentParser, args: argparse.Namespace, argv: List[str], kwargs: dict) -> int:
+    """``bench --ipc --variants topic``: Topic with 1 and 2 subscribers against Channel (fastcopy.topic_bench)."""
+    from ..topic_bench import format_topic_table, run_topic_bench
+
+    kwargs = {k: v for k, v in kwargs.items() if k != "transports"}
+    try:
+        results = run_topic_bench(**kwargs)
+    except ValueError as e:
+        p.error(f"argument --ipc: {e}")
+    print(format_topic_table(results))
+    if args.json:
+        doc = system.metadata([sys.executable, "-m", "fastcopy"] + argv)
+        doc.update({"kind": "ipc_topic", "config": results["config"], "topic": results, "results": results["rows"]})
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1, default=str)
+        print(f"\nsaved {len(doc['results'])} results to {args.json}")
+    return 0
+
+
 def _ipc(p: argparse.ArgumentParser, args: argparse.Namespace, argv: List[str]) -> int:
     """``bench --ipc``: fastcopy.shm.Channel (copy and zero copy) against the alternatives (fastcopy.ipc_bench)."""
     for option, given in (("--offset", args.offset is not None), ("--offsets", args.offsets is not None),
@@ -266,8 +285,13 @@ def _ipc(p: argparse.ArgumentParser, args: argparse.Namespace, argv: List[str]) 
         kwargs["min_time"] = args.min_time or 0.05
     if args.variants and "transports" in params:
         kwargs["transports"] = [w.strip() for w in args.variants.split(",") if w.strip()]
+<<<<<<< HEAD
     if args.view_fill:
         kwargs["view_fill"] = args.view_fill
+=======
+    if kwargs.get("transports") == ["topic"]:
+        return _topic(p, args, argv, kwargs)
+>>>>>>> topic
     try:
         results = run_ipc_bench(**kwargs)
     except ValueError as e:

@@ -1,0 +1,779 @@
+// Shared-memory publish/subscribe: see shm_topic.h for the protocol, docs/shm.md for the user view.
+#include "shm_topic.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <limits>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dispatch.h"
+
+namespace fastcopy {
+namespace shm {
+
+namespace {
+
+constexpr double kLivenessSlice = 0.05;           // sleepers check liveness this often (as Channel)
+constexpr double kSpin = 5e-6;                      // spin before sleeping (short: 2-vCPU hosts)
+constexpr std::size_t kReleaseGilBytes = 256 * 1024;  // copies from this size release the GIL
+constexpr std::uint64_t kMaxSlotBytes = std::uint64_t(1) << 40;
+constexpr std::uint64_t kMaxTopicBytes = std::uint64_t(1) << 41;
+constexpr std::uint64_t kMaxHead = std::uint64_t(1) << 62;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield" ::: "memory");
+#endif
+}
+
+std::uint64_t load_seq_cst_u64(const void* p) {
+    return __atomic_load_n(static_cast<const std::uint64_t*>(p), __ATOMIC_SEQ_CST);
+}
+void store_seq_cst_u64(void* p, std::uint64_t v) { __atomic_store_n(static_cast<std::uint64_t*>(p), v, __ATOMIC_SEQ_CST); }
+bool cas_u32(void* p, std::uint32_t expected, std::uint32_t desired) {
+    return __atomic_compare_exchange_n(static_cast<std::uint32_t*>(p), &expected, desired, false, __ATOMIC_SEQ_CST,
+                                       __ATOMIC_SEQ_CST);
+}
+
+struct Gil {
+    const Ring::GilHooks& h;
+    bool released = false;
+    explicit Gil(const Ring::GilHooks& hooks) : h(hooks) {}
+    void release() {
+        if (!released && h.release) { h.release(h.ctx); released = true; }
+    }
+    void acquire() {
+        if (released) { h.acquire(h.ctx); released = false; }
+    }
+    ~Gil() { acquire(); }
+};
+
+void check_name(const std::string& name) {
+    if (name.empty() || name.size() > 200 || name.find('/') != std::string::npos || name == "." || name == "..")
+        throw ShmError("invalid topic name '" + name + "': use 1 to 200 characters without '/'");
+    for (char c : name)
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+            throw ShmError("invalid topic name: control characters are not allowed");
+}
+
+int populate_flag(std::uint64_t bytes) { return bytes <= (std::uint64_t(256) << 20) ? MAP_POPULATE : 0; }
+
+std::string geometry_error(const TopicGeometry& g) {
+    if (g.slots < 2 || g.slots > kTopicMaxSlots)
+        return "slots must be 2 to " + std::to_string(kTopicMaxSlots) + ", got " + std::to_string(g.slots);
+    if (g.slot_bytes < 1 || g.slot_bytes > kMaxSlotBytes)
+        return "slot_bytes must be 1 to 2**40, got " + std::to_string(g.slot_bytes);
+    if (g.max_subs < 1 || g.max_subs > kTopicMaxSubscribers)
+        return "max_subscribers must be 1 to " + std::to_string(kTopicMaxSubscribers) + ", got " +
+               std::to_string(g.max_subs);
+    if (g.history > g.slots - 1)
+        return "history must be 0 to slots - 1 (" + std::to_string(g.slots - 1) + "), got " +
+               std::to_string(g.history);
+    if (static_cast<std::uint32_t>(g.overflow) > 1) return "overflow mode " + std::to_string(static_cast<std::uint32_t>(g.overflow));
+    // slots <= 2^20 and stride <= 2^40 + 2 KiB: the product fits, the sum is bounded below.
+    if (g.total_bytes() > kMaxTopicBytes) return "the segment would exceed 2 TiB";
+    return "";
+}
+
+}  // namespace
+
+struct TopicBusy {
+    Topic& t;
+    explicit TopicBusy(Topic& topic) : t(topic) {
+        std::uint64_t gen = fork_generation();
+        if (t.busy_.exchange(true, std::memory_order_acquire) && t.busy_generation_ == gen)
+            throw ShmError("Topic used from two threads at once; a publisher or subscriber is for one thread at a time");
+        t.busy_generation_ = gen;
+    }
+    ~TopicBusy() { t.busy_.store(false, std::memory_order_release); }
+};
+
+// ---- ledger -----------------------------------------------------------------------------------
+std::uint64_t TopicLedger::floor_locked() const {
+    std::uint64_t f = kNoFloor;
+    for (const auto& kv : held) f = std::min(f, kv.second);
+    return f;
+}
+
+void TopicLedger::settle_locked() {
+    if (record && mapping && generation == fork_generation()) {
+        store_seq_cst_u64(record + kSubFloor, floor_locked());
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        if (!open && held.empty()) {
+            cas_u32(record + kSubState, kSubPinsOnly, kSubFree);
+            record = nullptr;
+        }
+        if (__atomic_load_n(reinterpret_cast<std::uint32_t*>(header + kTOffPubWaiting), __ATOMIC_RELAXED)) {
+            fetch_add_u32(header + kTOffSpaceFutex, 1);
+            futex_wake(header + kTOffSpaceFutex, 1);
+        }
+    }
+    if (!open && held.empty() && loan_id == 0) {
+        record = nullptr;
+        mapping.reset();
+    }
+}
+
+void TopicLedger::release_view(std::uint64_t id) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = held.find(id);
+    if (it == held.end()) return;
+    held.erase(it);
+    auto b = held_bytes.find(id);
+    if (b != held_bytes.end()) {
+        held_bytes_total -= b->second;
+        held_bytes.erase(b);
+    }
+    settle_locked();
+}
+
+void TopicLedger::end_loan(std::uint64_t id) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (loan_id == id) loan_id = 0;
+    settle_locked();
+}
+
+std::uint64_t TopicLedger::views() {
+    std::lock_guard<std::mutex> lock(mu);
+    return held.size();
+}
+
+std::uint64_t TopicLedger::bytes() {
+    std::lock_guard<std::mutex> lock(mu);
+    return held_bytes_total;
+}
+
+// ---- segment ------------------------------------------------------------------------------------
+Topic* Topic::create(const std::string& name, std::uint64_t slot_bytes, std::uint32_t slots, std::uint32_t history,
+                     Overflow overflow, std::uint32_t max_subscribers) {
+    check_name(name);
+    TopicGeometry g;
+    g.slots = slots;
+    g.slot_bytes = slot_bytes;
+    g.history = history;
+    g.overflow = overflow;
+    g.max_subs = max_subscribers;
+    std::string why = geometry_error(g);
+    if (!why.empty()) throw ShmError("Topic.create: " + why);
+    const std::uint64_t total = g.total_bytes();
+    std::string path = "/" + name;
+    int fd = ::shm_open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        int e = errno;
+        throw ShmOsError(e, "cannot create shared memory segment '" + name + "': " + std::strerror(e));
+    }
+    auto fail = [&](int e, const std::string& what) {
+        ::close(fd);
+        ::shm_unlink(path.c_str());
+        throw ShmOsError(e, what + " (is /dev/shm full or too small?): " + std::strerror(e));
+    };
+    if (::ftruncate(fd, static_cast<off_t>(total)) != 0) fail(errno, "cannot size topic segment '" + name + "'");
+    int fe = ::posix_fallocate(fd, 0, static_cast<off_t>(total));
+    if (fe != 0 && fe != EOPNOTSUPP && fe != EINVAL)
+        fail(fe, "cannot allocate " + std::to_string(total) + " bytes for topic segment '" + name + "'");
+    void* p = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED | populate_flag(total), fd, 0);
+    if (p == MAP_FAILED) fail(errno, "cannot map topic segment '" + name + "'");
+    ::close(fd);
+    Topic* t = new Topic();
+    t->name_ = name;
+    t->base_ = static_cast<std::uint8_t*>(p);
+    t->map_bytes_ = total;
+    t->geo_ = g;
+    t->publisher_ = true;
+    t->generation_ = fork_generation();
+    t->pid_ = static_cast<std::uint32_t>(::getpid());
+    t->start_time_ = process_start_time(t->pid_);
+    t->ledger_ = std::make_shared<TopicLedger>();
+    t->ledger_->mapping = std::make_shared<Mapping>(t->base_, total);
+    t->ledger_->header = t->base_;
+    t->ledger_->generation = t->generation_;
+    remove_on_fatal_signal(name);
+    std::uint8_t* b = t->base_;
+    store_release_u32(b + kTOffVersion, kTopicVersion);
+    store_release_u32(b + kTOffHeaderBytes, static_cast<std::uint32_t>(kHeaderBytes));
+    store_release_u32(b + kTOffSlots, slots);
+    store_release_u32(b + kTOffMaxSubs, max_subscribers);
+    store_release_u64(b + kTOffSlotBytes, slot_bytes);
+    store_release_u32(b + kTOffHistory, history);
+    store_release_u32(b + kTOffOverflow, static_cast<std::uint32_t>(overflow));
+    store_release_u64(b + kTOffTotalBytes, total);
+    store_release_u32(b + kTOffPubPid, t->pid_);
+    store_release_u64(b + kTOffPubStart, t->start_time_);
+    store_release_u32(b + kTOffCreatorPid, t->pid_);
+    store_release_u64(b + kTOffCreatorStart, t->start_time_);
+    store_release_u64(b + kTOffMagic, kTopicMagic);  // last: the segment is ready
+    return t;
+}
+
+Topic* Topic::subscribe(const std::string& name) {
+    check_name(name);
+    std::string path = "/" + name;
+    int fd = ::shm_open(path.c_str(), O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) {
+        int e = errno;
+        throw ShmOsError(e, "cannot open shared memory segment '" + name + "': " + std::strerror(e));
+    }
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+        int e = errno;
+        ::close(fd);
+        throw ShmOsError(e, "cannot stat shared memory segment '" + name + "': " + std::strerror(e));
+    }
+    const std::uint64_t size = static_cast<std::uint64_t>(st.st_size);
+    if (size < kHeaderBytes + kTopicSubBytes + 2 * kSlotHdrBytes || size > kMaxTopicBytes) {
+        ::close(fd);
+        throw ShmCorrupted("shared memory segment '" + name + "' has " + std::to_string(size) +
+                           " bytes, which is not the size of a fastcopy topic");
+    }
+    int fe = ::posix_fallocate(fd, 0, static_cast<off_t>(size));  // as Ring::attach: no SIGBUS later
+    if (fe != 0 && fe != EOPNOTSUPP && fe != EINVAL) {
+        ::close(fd);
+        throw ShmOsError(fe, "cannot allocate the " + std::to_string(size) + " bytes of shared memory segment '" +
+                                 name + "' (is /dev/shm full or too small?): " + std::strerror(fe));
+    }
+    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | populate_flag(size), fd, 0);
+    int e = errno;
+    ::close(fd);
+    if (p == MAP_FAILED) throw ShmOsError(e, "cannot map shared memory segment '" + name + "': " + std::strerror(e));
+    auto* b = static_cast<std::uint8_t*>(p);
+    TopicGeometry g;
+    g.slots = load_acquire_u32(b + kTOffSlots);
+    g.max_subs = load_acquire_u32(b + kTOffMaxSubs);
+    g.slot_bytes = load_acquire_u64(b + kTOffSlotBytes);
+    g.history = load_acquire_u32(b + kTOffHistory);
+    std::uint32_t ov = load_acquire_u32(b + kTOffOverflow);
+    g.overflow = static_cast<Overflow>(ov);
+    std::string why;
+    if (load_acquire_u64(b + kTOffMagic) != kTopicMagic) why = "bad magic (not a fastcopy topic, or not initialised yet)";
+    else if (load_acquire_u32(b + kTOffVersion) != kTopicVersion) why = "protocol version " + std::to_string(load_acquire_u32(b + kTOffVersion));
+    else if (load_acquire_u32(b + kTOffHeaderBytes) != kHeaderBytes) why = "header size";
+    else if (ov > 1) why = "overflow mode " + std::to_string(ov);
+    else if (!(why = geometry_error(g)).empty()) {
+    } else if (g.total_bytes() != size || load_acquire_u64(b + kTOffTotalBytes) != size)
+        why = "geometry (" + std::to_string(g.slots) + " slots of " + std::to_string(g.slot_bytes) +
+              " bytes) does not match the segment size " + std::to_string(size);
+    if (!why.empty()) {
+        ::munmap(p, size);
+        throw ShmCorrupted("shared memory segment '" + name + "': " + why);
+    }
+    std::unique_ptr<Topic> t(new Topic());
+    t->name_ = name;
+    t->base_ = b;
+    t->map_bytes_ = size;
+    t->geo_ = g;
+    t->generation_ = fork_generation();
+    t->pid_ = static_cast<std::uint32_t>(::getpid());
+    t->start_time_ = process_start_time(t->pid_);
+    t->ledger_ = std::make_shared<TopicLedger>();
+    t->ledger_->mapping = std::make_shared<Mapping>(b, size);
+    t->ledger_->header = b;
+    t->ledger_->generation = t->generation_;
+    // Claim a free record: free -> 3 (being claimed, ignored by the publisher) together with our
+    // pid in one 64-bit CAS of the word [state | pid << 32], fill it, then active. Records of
+    // processes that are gone are freed on the way, also one whose claimer died half-way (its
+    // start time may not be written yet: only the pid is checked for those).
+    constexpr std::uint32_t kClaiming = 3;
+    const std::uint64_t mine = (std::uint64_t(t->pid_) << 32) | kClaiming;
+    std::uint8_t* rec = nullptr;
+    for (std::uint32_t i = 0; i < g.max_subs && !rec; ++i) {
+        std::uint8_t* r = t->record(i);
+        auto* word64 = reinterpret_cast<std::uint64_t*>(r + kSubState);
+        std::uint64_t w = __atomic_load_n(word64, __ATOMIC_SEQ_CST);
+        const std::uint32_t st_now = static_cast<std::uint32_t>(w);
+        const std::uint32_t pid_now = static_cast<std::uint32_t>(w >> 32);
+        if (st_now == kSubActive || st_now == kSubPinsOnly || st_now == kClaiming) {
+            std::uint64_t start = st_now == kClaiming ? 0 : load_acquire_u64(r + kSubStart);
+            if (process_alive(pid_now, start)) continue;
+            const std::uint64_t freed = w & ~std::uint64_t(0xffffffffu);
+            if (!__atomic_compare_exchange_n(word64, &w, freed, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) continue;
+            w = freed;
+        } else if (st_now != kSubFree) {
+            continue;  // garbage: leave it
+        }
+        if (__atomic_compare_exchange_n(word64, &w, mine, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+            rec = r;
+            t->record_index_ = i;
+        }
+    }
+    if (!rec)
+        throw ShmError("topic '" + name + "' has " + std::to_string(g.max_subs) +
+                       " subscribers already (its max_subscribers)");
+    store_release_u64(rec + kSubStart, t->start_time_);
+    store_release_u64(rec + kSubCursor, 0);  // holds a blocking publisher back until the real cursor is set
+    store_release_u64(rec + kSubFloor, kNoFloor);
+    if (!cas_u32(rec + kSubState, kClaiming, kSubActive))
+        throw ShmError("topic '" + name + "': the subscriber record was taken while it was being claimed");
+    const std::uint64_t h = load_seq_cst_u64(b + kTOffHead);
+    if (h > kMaxHead) {
+        store_release_u32(rec + kSubState, kSubFree);
+        throw ShmCorrupted("shared memory segment '" + name + "': head " + std::to_string(h) + " is out of range");
+    }
+    std::uint64_t start = h >= g.slots - 1 ? h - (g.slots - 1) : 0;
+    if (h >= g.history) start = std::max(start, h - g.history);
+    t->head_ = h;
+    t->cursor_ = start;
+    t->ledger_->record = rec;
+    store_seq_cst_u64(rec + kSubCursor, start);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    t->wake_publisher();
+    return t.release();
+}
+
+Topic::~Topic() {
+    try {
+        busy_.store(false);
+        close();
+    } catch (...) {
+    }
+}
+
+void Topic::close() {
+    if (!base_) return;
+    if (busy_.load(std::memory_order_acquire))
+        throw ShmError("cannot close a Topic while another thread is using it");
+    const bool mine = generation_ == fork_generation();
+    std::lock_guard<std::mutex> lock(ledger_->mu);
+    ledger_->open = false;
+    if (mine && publisher_) {
+        store_release_u32(word(kTOffPubClosed), 1);
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        fetch_add_u32(word(kTOffDataFutex), 1);
+        futex_wake(word(kTOffDataFutex), 1 << 30);
+    } else if (mine && ledger_->record) {
+        // Views still held keep pinning their slots (state 2) until they are gone.
+        std::uint8_t* rec = ledger_->record;
+        if (ledger_->held.empty()) {
+            cas_u32(rec + kSubState, kSubActive, kSubFree);
+            ledger_->record = nullptr;
+        } else {
+            cas_u32(rec + kSubState, kSubActive, kSubPinsOnly);
+        }
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        fetch_add_u32(word(kTOffSpaceFutex), 1);
+        futex_wake(word(kTOffSpaceFutex), 1);
+    }
+    if (!mine) ledger_->record = nullptr;  // a forked child's copy: the record is the parent's
+    ledger_->settle_locked();
+    base_ = nullptr;
+}
+
+bool Topic::unlink() {
+    if (unlinked_) return false;
+    unlinked_ = true;
+    keep_on_fatal_signal(name_);
+    if (::shm_unlink(("/" + name_).c_str()) != 0) {
+        int e = errno;
+        if (e == ENOENT) return false;
+        throw ShmOsError(e, "cannot unlink shared memory segment '" + name_ + "': " + std::strerror(e));
+    }
+    return true;
+}
+
+void Topic::corrupt(const std::string& why) {
+    broken_ = why;
+    throw ShmCorrupted(why);
+}
+
+void Topic::check_usable(bool want_publisher) {
+    if (!base_) throw ShmUseAfterClose(std::string("operation on a closed Topic ") +
+                                       (publisher_ ? "publisher" : "subscriber"));
+    if (!broken_.empty()) throw ShmCorrupted("topic is broken: " + broken_);
+    if (generation_ != fork_generation())
+        throw ShmError(std::string("this Topic ") + (publisher_ ? "publisher" : "subscriber") +
+                       " belongs to the process that opened it; after fork, subscribe again in the child");
+    if (want_publisher != publisher_)
+        throw ShmError(publisher_ ? "this is the Topic's publisher; use Topic.subscribe(name) to receive"
+                                  : "this is a Topic subscriber; only the publisher (Topic.create) sends");
+}
+
+void Topic::check_header() {
+    const std::uint8_t* b = base_;
+    if (load_acquire_u64(b + kTOffMagic) != kTopicMagic || load_acquire_u32(b + kTOffVersion) != kTopicVersion ||
+        load_acquire_u32(b + kTOffSlots) != geo_.slots || load_acquire_u64(b + kTOffSlotBytes) != geo_.slot_bytes ||
+        load_acquire_u32(b + kTOffMaxSubs) != geo_.max_subs ||
+        load_acquire_u32(b + kTOffOverflow) != static_cast<std::uint32_t>(geo_.overflow))
+        corrupt("topic header is corrupt: magic, version or geometry changed after attach");
+    if (publisher_ && load_acquire_u64(b + kTOffHead) != head_)
+        corrupt("topic header is corrupt: head changed by someone other than the publisher");
+}
+
+// ---- publisher ------------------------------------------------------------------------------------
+bool Topic::slot_free(std::uint64_t k, bool floors_only, bool check_liveness) {
+    if (k < geo_.slots) return true;  // the slot was never written
+    const std::uint64_t old = k - geo_.slots;
+    const bool cursors = !floors_only && geo_.overflow == Overflow::Block;
+    for (std::uint32_t i = 0; i < geo_.max_subs; ++i) {
+        std::uint8_t* r = record(i);
+        std::uint32_t st = __atomic_load_n(reinterpret_cast<std::uint32_t*>(r + kSubState), __ATOMIC_SEQ_CST);
+        if (st != kSubActive && st != kSubPinsOnly) continue;  // free, being claimed, or garbage
+        bool blocked = false;
+        if (cursors && st == kSubActive && load_seq_cst_u64(r + kSubCursor) <= old) blocked = true;
+        if (!blocked) {
+            std::uint64_t floor = load_seq_cst_u64(r + kSubFloor);
+            if (floor != kNoFloor && floor <= old) blocked = true;
+        }
+        if (!blocked) continue;
+        if (check_liveness && !process_alive(load_acquire_u32(r + kSubPid), load_acquire_u64(r + kSubStart))) {
+            cas_u32(r + kSubState, st, kSubFree);  // dead: drop it (a concurrent detach wins the CAS, fine)
+            continue;
+        }
+        return false;
+    }
+    return true;
+}
+
+bool Topic::acquire_slot(double deadline, const GilHooks& hooks) {
+    const std::uint64_t k = head_;
+    auto wait_free = [&](bool floors_only) -> bool {
+        if (slot_free(k, floors_only, false)) return true;
+        const double spin_until = std::min(deadline, monotonic_seconds() + kSpin);
+        for (unsigned i = 1;; ++i) {
+            for (int j = 0; j < 16; ++j) cpu_relax();
+            if (slot_free(k, floors_only, false)) return true;
+            if ((i & 7) == 0 && monotonic_seconds() >= spin_until) break;
+        }
+        Gil gil(hooks);
+        gil.release();
+        void* fut = word(kTOffSpaceFutex);
+        void* flag = word(kTOffPubWaiting);
+        struct FlagReset {
+            void* f;
+            ~FlagReset() { __atomic_store_n(static_cast<std::uint32_t*>(f), 0u, __ATOMIC_SEQ_CST); }
+        } reset{flag};
+        double last_check = 0;
+        for (;;) {
+            std::uint32_t v = load_acquire_u32(fut);
+            __atomic_store_n(static_cast<std::uint32_t*>(flag), 1u, __ATOMIC_SEQ_CST);
+            __atomic_thread_fence(__ATOMIC_SEQ_CST);
+            check_header();
+            double now = monotonic_seconds();
+            bool liveness = now - last_check >= kLivenessSlice;
+            if (liveness) last_check = now;
+            if (slot_free(k, floors_only, liveness)) return true;
+            if (now >= deadline) return false;
+            int fr = futex_wait(fut, v, std::min(deadline - now, kLivenessSlice));
+            if ((fr == EINTR || fr == ETIMEDOUT) && hooks.check_signals && gil.released) {
+                gil.acquire();
+                int pending = hooks.check_signals(hooks.ctx);
+                gil.release();
+                if (pending) throw ShmInterrupted();
+            }
+        }
+    };
+    if (!loan_marked_) {
+        if (!wait_free(false)) return false;
+        // Mark the slot, then look at the pins again (the publisher's half of the handshake).
+        store_seq_cst_u64(slot(k), 2 * k + 1);
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        loan_marked_ = true;
+    }
+    // The mark stays on a timeout: the old message is given up, the next send reuses the mark.
+    return wait_free(true);
+}
+
+void Topic::finish_slot(const void* hdr, std::size_t hdr_len) {
+    const std::uint64_t k = head_;
+    std::uint8_t* s = slot(k);
+    std::memcpy(s + kSlotMsgHdrOff, hdr, hdr_len);
+    reinterpret_cast<MsgHeader*>(s + kSlotMsgHdrOff)->seq = k;
+    store_release_u64(s, 2 * k + 2);
+    loan_marked_ = false;
+    head_ = k + 1;
+    store_release_u64(word(kTOffHead), head_);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    wake_subscribers();
+}
+
+void Topic::wake_subscribers() {
+    if (__atomic_load_n(reinterpret_cast<std::uint32_t*>(word(kTOffSubWaiting)), __ATOMIC_RELAXED)) {
+        fetch_add_u32(word(kTOffDataFutex), 1);
+        futex_wake(word(kTOffDataFutex), 1 << 30);
+    }
+}
+
+void Topic::wake_publisher() {
+    if (__atomic_load_n(reinterpret_cast<std::uint32_t*>(word(kTOffPubWaiting)), __ATOMIC_RELAXED)) {
+        fetch_add_u32(word(kTOffSpaceFutex), 1);
+        futex_wake(word(kTOffSpaceFutex), 1);
+    }
+}
+
+bool Topic::send(const void* hdr, std::size_t hdr_len, const void* payload, std::size_t payload_len,
+                 double timeout_s, const GilHooks& hooks) {
+    TopicBusy busy(*this);
+    check_usable(true);
+    check_header();
+    if (hdr_len > kSlotHdrBytes - kSlotMsgHdrOff || hdr_len % kAlign != 0)
+        throw ShmError("internal error: message header length " + std::to_string(hdr_len));
+    if (payload_len > geo_.slot_bytes)
+        throw ShmError("message of " + std::to_string(payload_len) + " bytes is larger than slot_bytes (" +
+                       std::to_string(geo_.slot_bytes) + ")");
+    {
+        std::lock_guard<std::mutex> lock(ledger_->mu);
+        if (ledger_->loan_id != 0)
+            throw ShmError("a loaned array is outstanding on this topic: publish() or discard() it before send()");
+    }
+    const double deadline = timeout_s < 0 ? std::numeric_limits<double>::infinity() : monotonic_seconds() + timeout_s;
+    if (!acquire_slot(deadline, hooks)) return false;
+    {
+        Gil gil(hooks);
+        if (payload_len >= kReleaseGilBytes) gil.release();
+        if (payload_len) copy_bytes(slot(head_) + kSlotHdrBytes, payload, payload_len, Region::ToShared);
+    }
+    finish_slot(hdr, hdr_len);
+    return true;
+}
+
+std::uint8_t* Topic::loan(const void* hdr, std::size_t hdr_len, std::size_t payload_len, double timeout_s,
+                          const GilHooks& hooks, std::uint64_t& id) {
+    TopicBusy busy(*this);
+    check_usable(true);
+    check_header();
+    if (hdr_len > kSlotHdrBytes - kSlotMsgHdrOff || hdr_len % kAlign != 0)
+        throw ShmError("internal error: message header length " + std::to_string(hdr_len));
+    if (payload_len > geo_.slot_bytes)
+        throw ShmError("a loan of " + std::to_string(payload_len) + " bytes is larger than slot_bytes (" +
+                       std::to_string(geo_.slot_bytes) + ")");
+    {
+        std::lock_guard<std::mutex> lock(ledger_->mu);
+        if (ledger_->loan_id != 0)
+            throw ShmError("a loaned array is outstanding on this topic: publish() or discard() it first "
+                           "(one loan at a time)");
+    }
+    const double deadline = timeout_s < 0 ? std::numeric_limits<double>::infinity() : monotonic_seconds() + timeout_s;
+    if (!acquire_slot(deadline, hooks)) return nullptr;
+    std::memcpy(loan_hdr_, hdr, hdr_len);
+    loan_hdr_len_ = hdr_len;
+    std::lock_guard<std::mutex> lock(ledger_->mu);
+    id = ledger_->next_id++;
+    ledger_->loan_id = id;
+    return slot(head_) + kSlotHdrBytes;
+}
+
+void Topic::publish_loan(std::uint64_t id) {
+    TopicBusy busy(*this);
+    {
+        std::lock_guard<std::mutex> lock(ledger_->mu);
+        if (id == 0 || ledger_->loan_id != id)
+            throw ShmError("this array is not the topic's outstanding loan (it was published or discarded "
+                           "already, or belongs to another topic)");
+        ledger_->loan_id = 0;
+    }
+    check_usable(true);
+    check_header();
+    if (!loan_marked_) throw ShmError("internal error: publish without a reserved slot");
+    finish_slot(loan_hdr_, loan_hdr_len_);
+}
+
+std::uint32_t Topic::subscriber_count() {
+    if (!base_) return 0;
+    std::uint32_t n = 0;
+    for (std::uint32_t i = 0; i < geo_.max_subs; ++i) {
+        std::uint8_t* r = record(i);
+        std::uint32_t st = load_acquire_u32(r + kSubState);
+        if (st != kSubActive) continue;
+        if (process_alive(load_acquire_u32(r + kSubPid), load_acquire_u64(r + kSubStart))) ++n;
+        else cas_u32(r + kSubState, st, kSubFree);
+    }
+    return n;
+}
+
+// ---- subscriber ----------------------------------------------------------------------------------
+std::uint64_t Topic::read_head_checked() {
+    std::uint64_t h = load_acquire_u64(word(kTOffHead));
+    if (h < head_ || h > kMaxHead)
+        corrupt("topic header is corrupt: head " + std::to_string(h) + " went back from " + std::to_string(head_));
+    if (geo_.overflow == Overflow::Block && h > cursor_ + geo_.slots)
+        corrupt("topic header is corrupt: head " + std::to_string(h) + " is more than " + std::to_string(geo_.slots) +
+                " slots ahead of this subscriber (" + std::to_string(cursor_) + ") in block mode");
+    head_ = h;
+    return h;
+}
+
+void Topic::lose(std::uint64_t c, const char* how) {
+    peeked_seq_ = ~std::uint64_t(0);
+    if (geo_.overflow != Overflow::Drop)
+        corrupt(std::string("topic is corrupt: message ") + std::to_string(c) + " was " + how +
+                " although the topic blocks for its subscribers");
+    const std::uint64_t h = read_head_checked();
+    // The slot of c was rewritten for c + N or later, which the publisher starts at head c + N.
+    if (h < c + geo_.slots)
+        corrupt("topic is corrupt: message " + std::to_string(c) + " was " + how + " but head is only " +
+                std::to_string(h));
+    const std::uint64_t next = std::max(c + 1, h - geo_.slots);  // the oldest one that may be intact
+    const std::uint64_t n = next - c;
+    cursor_ = next;
+    lost_ += n;
+    store_release_u64(ledger_->record + kSubCursor, cursor_);
+    throw ShmMessagesLost(n, std::to_string(n) + (n == 1 ? " message was" : " messages were") +
+                                 " overwritten before this subscriber read " + (n == 1 ? "it" : "them") +
+                                 " (overflow='drop'); the next recv continues with message " + std::to_string(next));
+}
+
+bool Topic::next(TopicMsg& msg, double timeout_s, const GilHooks& hooks) {
+    TopicBusy busy(*this);
+    check_usable(false);
+    check_header();
+    peeked_seq_ = ~std::uint64_t(0);
+    const double deadline = timeout_s < 0 ? std::numeric_limits<double>::infinity() : monotonic_seconds() + timeout_s;
+    if (read_head_checked() <= cursor_) {  // read every time: validates head (cheap, one line)
+        auto ready = [&] { return read_head_checked() > cursor_; };
+        const double spin_until = std::min(deadline, monotonic_seconds() + kSpin);
+        bool got = false;
+        for (unsigned i = 1; !got; ++i) {
+            for (int j = 0; j < 16; ++j) cpu_relax();
+            got = ready();
+            if ((i & 7) == 0 && monotonic_seconds() >= spin_until) break;
+        }
+        if (!got) {
+            Gil gil(hooks);
+            gil.release();
+            void* fut = word(kTOffDataFutex);
+            fetch_add_u32(word(kTOffSubWaiting), 1);
+            struct Leave {
+                void* w;
+                ~Leave() { __atomic_fetch_sub(static_cast<std::uint32_t*>(w), 1u, __ATOMIC_SEQ_CST); }
+            } leave{word(kTOffSubWaiting)};
+            double last_check = monotonic_seconds();
+            for (;;) {
+                std::uint32_t v = load_acquire_u32(fut);
+                __atomic_thread_fence(__ATOMIC_SEQ_CST);
+                check_header();
+                if (ready()) break;
+                if (load_acquire_u32(word(kTOffPubClosed)) != 0) {
+                    if (ready()) break;
+                    throw ShmClosed("the publisher closed the topic (every message was received)");
+                }
+                double now = monotonic_seconds();
+                if (now >= deadline) return false;
+                if (now - last_check >= kLivenessSlice) {
+                    last_check = now;
+                    std::uint32_t pid = load_acquire_u32(word(kTOffPubPid));
+                    if (!process_alive(pid, load_acquire_u64(word(kTOffPubStart)))) {
+                        if (ready()) break;
+                        throw ShmPeerDied("the publisher (pid " + std::to_string(pid) +
+                                          ") died before sending the next message");
+                    }
+                }
+                int fr = futex_wait(fut, v, std::min(deadline - now, kLivenessSlice));
+                if ((fr == EINTR || fr == ETIMEDOUT) && hooks.check_signals && gil.released) {
+                    gil.acquire();
+                    int pending = hooks.check_signals(hooks.ctx);
+                    gil.release();
+                    if (pending) throw ShmInterrupted();
+                }
+            }
+        }
+    }
+    const std::uint64_t c = cursor_;
+    const std::uint8_t* s = slot(c);
+    const std::uint64_t s1 = load_acquire_u64(s);
+    if (s1 != 2 * c + 2) {
+        if (s1 > 2 * c + 2) lose(c, "overwritten");
+        corrupt("topic is corrupt: slot state " + std::to_string(s1) + " for published message " + std::to_string(c));
+    }
+    // Copy the header out (bounded whatever it says), confirm the snapshot, then validate it.
+    MsgHeader h;
+    std::memcpy(&h, s + kSlotMsgHdrOff, sizeof h);
+    std::uint8_t extra[8 * kMaxNdim + kMaxDtypeLen];
+    const std::size_t extra_len = std::min<std::size_t>(sizeof extra, 8ull * std::min(h.ndim, kMaxNdim) +
+                                                                          std::min(h.dtype_len, kMaxDtypeLen));
+    std::memcpy(extra, s + kSlotMsgHdrOff + sizeof h, extra_len);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (__atomic_load_n(reinterpret_cast<const std::uint64_t*>(s), __ATOMIC_RELAXED) != s1) lose(c, "overwritten");
+    std::string why;
+    const std::uint64_t expect_len = pad64(sizeof(MsgHeader) + 8ull * h.ndim + h.dtype_len);
+    if (h.magic != kMsgMagic) why = "bad message magic";
+    else if (h.seq != c) why = "message number " + std::to_string(h.seq) + " in the slot of " + std::to_string(c);
+    else if (h.ndim > kMaxNdim) why = "ndim " + std::to_string(h.ndim) + " > " + std::to_string(kMaxNdim);
+    else if (h.dtype_len == 0 || h.dtype_len > kMaxDtypeLen) why = "dtype length " + std::to_string(h.dtype_len);
+    else if (h.header_len != expect_len) why = "header length " + std::to_string(h.header_len);
+    else if (h.payload_len > geo_.slot_bytes)
+        why = "payload length " + std::to_string(h.payload_len) + " > slot_bytes " + std::to_string(geo_.slot_bytes);
+    if (!why.empty()) corrupt("message header is corrupt: " + why);
+    MsgInfo& info = msg.info;
+    info.header_len = h.header_len;
+    info.payload_len = h.payload_len;
+    info.ndim = h.ndim;
+    std::uint64_t count = 1;
+    for (std::uint32_t i = 0; i < h.ndim; ++i) {
+        std::memcpy(&info.shape[i], extra + 8 * i, 8);
+        if (info.shape[i] > (std::uint64_t(1) << 62) || __builtin_mul_overflow(count, info.shape[i], &count))
+            corrupt("message header is corrupt: shape overflows");
+    }
+    info.dtype.assign(reinterpret_cast<const char*>(extra + 8 * h.ndim), h.dtype_len);
+    for (char ch : info.dtype)
+        if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) > 0x7e)
+            corrupt("message header is corrupt: dtype string is not printable ASCII");
+    msg.seq = c;
+    msg.state = s1;
+    msg.payload = s + kSlotHdrBytes;
+    peeked_seq_ = c;
+    return true;
+}
+
+void Topic::consume(const TopicMsg& msg, void* dst, const GilHooks& hooks) {
+    TopicBusy busy(*this);
+    check_usable(false);
+    if (peeked_seq_ != msg.seq || msg.seq != cursor_) throw ShmError("internal error: consume() without next()");
+    peeked_seq_ = ~std::uint64_t(0);
+    const std::uint64_t c = cursor_;
+    const std::uint8_t* s = slot(c);
+    {
+        Gil gil(hooks);
+        if (msg.info.payload_len >= kReleaseGilBytes) gil.release();
+        if (msg.info.payload_len) copy_bytes(dst, msg.payload, msg.info.payload_len, Region::FromShared);
+    }
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (__atomic_load_n(reinterpret_cast<const std::uint64_t*>(s), __ATOMIC_RELAXED) != msg.state)
+        lose(c, "overwritten while it was copied");
+    cursor_ = c + 1;
+    store_release_u64(ledger_->record + kSubCursor, cursor_);
+    if (geo_.overflow == Overflow::Block) {
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        wake_publisher();
+    }
+}
+
+std::uint64_t Topic::take_view(const TopicMsg& msg) {
+    TopicBusy busy(*this);
+    check_usable(false);
+    if (peeked_seq_ != msg.seq || msg.seq != cursor_) throw ShmError("internal error: take_view() without next()");
+    peeked_seq_ = ~std::uint64_t(0);
+    const std::uint64_t c = cursor_;
+    std::uint64_t id;
+    bool pinned;
+    {
+        std::lock_guard<std::mutex> lock(ledger_->mu);
+        id = ledger_->next_id++;
+        ledger_->held[id] = c;
+        // The subscriber's half of the handshake: pin (seq_cst), then look at the slot again.
+        store_seq_cst_u64(ledger_->record + kSubFloor, ledger_->floor_locked());
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        pinned = load_seq_cst_u64(slot(c)) == msg.state;
+        if (pinned) {
+            ledger_->held_bytes[id] = msg.info.payload_len;
+            ledger_->held_bytes_total += msg.info.payload_len;
+        } else {
+            ledger_->held.erase(id);
+            ledger_->settle_locked();
+        }
+    }
+    if (!pinned) lose(c, "overwritten before the view was pinned");
+    cursor_ = c + 1;
+    store_release_u64(ledger_->record + kSubCursor, cursor_);
+    if (geo_.overflow == Overflow::Block) {
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        wake_publisher();
+    }
+    return id;
+}
+
+}  // namespace shm
+}  // namespace fastcopy

@@ -1,0 +1,655 @@
+"""fastcopy.shm.Topic: one publisher, many subscribers (block and drop modes, history, views,
+peer death, hostile segments). Process tests spawn few children and small messages: the whole
+file runs in about 20-30 s on a 2-vCPU machine."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import pickle
+import signal
+import struct
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fastcopy
+from fastcopy import shm
+from fastcopy.shm import ChannelClosed, ChannelCorrupted, ChannelError, MessagesLost, PeerDied, Subscriber, Topic
+
+from conftest import no_subprocess
+
+# Children import the same fastcopy as this process: the installed package in CI, src/ with a
+# developer build (a plain checkout's src/ has no compiled _core).
+SRC = Path(fastcopy.__file__).resolve().parent.parent
+PREFIX = f"fctopic-{os.getpid()}-"
+_counter = [0]
+
+# Segment layout (cpp/shm_topic.h).
+OFF_MAGIC, OFF_VERSION, OFF_SLOTS, OFF_MAXSUBS, OFF_SLOTBYTES, OFF_HISTORY, OFF_OVERFLOW, OFF_TOTAL = \
+    0, 8, 16, 20, 24, 32, 36, 40
+OFF_HEAD = 512
+SLOT_HDR = 2048
+
+
+def fresh_name(tag: str) -> str:
+    _counter[0] += 1
+    return f"{PREFIX}{tag}-{_counter[0]}"
+
+
+def child_env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def spawn(code: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=child_env())
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers():
+    yield
+    left = [n for n in os.listdir("/dev/shm") if n.startswith(PREFIX)]
+    for n in left:
+        os.unlink("/dev/shm/" + n)
+    assert not left, left
+
+
+def slot_state_offset(t: Topic, seq: int) -> int:
+    stride = SLOT_HDR + (t.slot_bytes + 63) // 64 * 64
+    return 4096 + t.max_subscribers * 128 + (seq % t.slots) * stride
+
+
+def patch(name: str, offset: int, fmt: str, value) -> None:
+    with open("/dev/shm/" + name, "r+b") as f:
+        with mmap.mmap(f.fileno(), 0) as m:
+            struct.pack_into(fmt, m, offset, value)
+
+
+def peek(name: str, offset: int, fmt: str):
+    with open("/dev/shm/" + name, "rb") as f:
+        f.seek(offset)
+        return struct.unpack(fmt, f.read(struct.calcsize(fmt)))[0]
+
+
+# ---- in one process ------------------------------------------------------------------------------
+def test_every_subscriber_reads_every_message_in_order():
+    with Topic.create(fresh_name("basic"), slot_bytes=1024, slots=4) as t:
+        subs = [Topic.subscribe(t.name) for _ in range(3)]
+        assert t.subscribers == 3
+        out = np.empty(3, np.int16)
+        for k in range(10):
+            t.send(np.arange(3, dtype=np.int16) + k)
+            for i, s in enumerate(subs):
+                if i == 0:
+                    got = s.recv(timeout=1)
+                elif i == 1:
+                    got = s.recv(timeout=1, out=out)
+                    assert got is out
+                else:
+                    got = s.recv_view(timeout=1)
+                assert got.dtype == np.int16 and got.tolist() == [k, k + 1, k + 2]
+                del got
+        t.send(b"raw bytes")
+        assert subs[0].recv().tobytes() == b"raw bytes"
+        t.close()
+        assert [a.tobytes() for a in subs[1]] == [b"raw bytes"]
+        with pytest.raises(ChannelClosed):
+            subs[0].recv(timeout=1)
+        for s in subs:
+            s.close()
+
+
+def test_views_are_read_only_pin_their_slot_and_block_the_publisher():
+    with Topic.create(fresh_name("view"), slot_bytes=256, slots=2) as t, Topic.subscribe(t.name) as s:
+        t.send(np.full(8, 1.0))
+        v = s.recv_view()
+        assert not v.flags.writeable
+        with pytest.raises(ValueError):
+            v.flags.writeable = True
+        derived = v[2:5]
+        del v
+        assert (s.held_views, s.held_bytes) == (1, 64)
+        t.send(np.full(8, 2.0))
+        assert s.recv().tolist() == [2.0] * 8
+        # The slot of message 0 is pinned by `derived`: message 2 cannot be written.
+        with pytest.raises(TimeoutError):
+            t.send(np.full(8, 3.0), timeout=0.1)
+        assert derived.tolist() == [1.0] * 3
+        del derived
+        assert (s.held_views, s.held_bytes) == (0, 0)
+        t.send(np.full(8, 3.0), timeout=1)
+        assert s.recv(timeout=1)[0] == 3.0
+
+
+def test_view_outlives_close_and_still_pins_in_drop_mode():
+    with Topic.create(fresh_name("pin"), slot_bytes=64, slots=2, overflow="drop") as t:
+        s = Topic.subscribe(t.name)
+        t.send(np.array([7]))
+        v = s.recv_view()
+        s.close()
+        assert t.subscribers == 0
+        t.send(np.array([8]))
+        with pytest.raises(TimeoutError):  # drop mode still never overwrites a held view
+            t.send(np.array([9]), timeout=0.1)
+        assert v.tolist() == [7]
+        del v
+        t.send(np.array([9]), timeout=1)
+
+
+def test_loans():
+    with Topic.create(fresh_name("loan"), slot_bytes=4096, slots=2) as t, Topic.subscribe(t.name) as s:
+        with t.loan((4, 4), np.float32) as a:
+            assert isinstance(a, shm.LoanedArray) and a.flags.writeable
+            a[:] = 5
+        assert s.recv().tolist() == [[5.0] * 4] * 4
+        a = t.loan(3, np.int64)
+        with pytest.raises(ChannelError, match="outstanding"):
+            t.send(np.zeros(1))
+        t.discard(a)
+        t.send(np.array([1, 2]))  # the discarded loan sent nothing
+        assert s.recv().tolist() == [1, 2]
+        with pytest.raises(ValueError, match="slot_bytes"):
+            t.loan(4097)
+        with pytest.raises(TypeError, match="Topic.loan"):
+            t.loan("3")
+
+
+def test_too_large_message_names_the_limit_and_sends_nothing():
+    with Topic.create(fresh_name("big"), slot_bytes=100, slots=2) as t, Topic.subscribe(t.name) as s:
+        with pytest.raises(ValueError, match=r"slot_bytes \(100\)"):
+            t.send(np.zeros(101, np.uint8))
+        assert t.published == 0
+        t.send(np.zeros(100, np.uint8))
+        assert s.recv().nbytes == 100
+
+
+@pytest.mark.parametrize("history", [0, 2, 3])
+def test_late_joiner(history):
+    with Topic.create(fresh_name("late"), slot_bytes=64, slots=4, history=history) as t:
+        early = Topic.subscribe(t.name)
+        for k in range(6):
+            t.send(np.array([k]))
+            assert early.recv().tolist() == [k]
+        late = Topic.subscribe(t.name)
+        t.send(np.array([6]))
+        got = [late.recv(timeout=1)[0] for _ in range(history + 1)]
+        assert got == list(range(6 - history, 7))
+        assert late.lost == 0
+        with pytest.raises(TimeoutError):
+            late.recv(timeout=0.05)
+        early.close()
+        late.close()
+
+
+def test_history_is_at_most_slots_minus_one():
+    with pytest.raises(ValueError, match="history"):
+        Topic.create(fresh_name("hist"), slot_bytes=64, slots=4, history=4)
+
+
+def test_drop_mode_counts_exactly_what_a_stalled_subscriber_lost():
+    with Topic.create(fresh_name("drop"), slot_bytes=64, slots=4, overflow="drop") as t:
+        fast, slow = Topic.subscribe(t.name), Topic.subscribe(t.name)
+        received, lost = [], 0
+        for k in range(200):
+            t.send(np.array([k]), timeout=0)  # drop mode never waits for a reader
+            assert fast.recv()[0] == k
+            if k % 37 == 0:  # the slow one reads now and then, a few messages at a time
+                for _ in range(3):
+                    try:
+                        received.append(int(slow.recv(timeout=0)[0]))
+                    except MessagesLost as e:
+                        lost += e.count
+                    except TimeoutError:
+                        break
+        t.close()
+        while True:
+            try:
+                received.append(int(slow.recv(timeout=1)[0]))
+            except MessagesLost as e:
+                lost += e.count
+            except ChannelClosed:
+                break
+        assert lost > 0 and lost + len(received) == 200 and slow.lost == lost
+        assert received == sorted(set(received))
+        fast.close()
+        slow.close()
+
+
+def test_errors_and_argument_types():
+    name = fresh_name("err")
+    with pytest.raises(TypeError, match="slot_bytes"):
+        Topic.create(name, slot_bytes="1")
+    with pytest.raises(TypeError, match="slots"):
+        Topic.create(name, slot_bytes=64, slots=2.0)
+    with pytest.raises(TypeError, match="name"):
+        Topic.create(5, slot_bytes=64)
+    with pytest.raises(ValueError, match="overflow"):
+        Topic.create(name, slot_bytes=64, overflow="lossy")
+    with pytest.raises(ValueError, match="slots"):
+        Topic.create(name, slot_bytes=64, slots=1)
+    with pytest.raises(TypeError, match="name"):
+        Topic.subscribe(None)
+    with pytest.raises(FileNotFoundError):
+        Topic.subscribe(name)
+    with Topic.create(name, slot_bytes=64, max_subscribers=1) as t:
+        with pytest.raises(FileExistsError):
+            Topic.create(name, slot_bytes=64)
+        s = Topic.subscribe(name)
+        with pytest.raises(ChannelError, match="max_subscribers"):
+            Topic.subscribe(name)
+        with pytest.raises(TypeError, match="timeout"):
+            s.recv(timeout="1")
+        with pytest.raises(TypeError, match="timeout"):
+            t.send(b"x", timeout="1")
+        with pytest.raises(TypeError, match="send"):
+            t.send(object())
+        with pytest.raises(ChannelError, match="is a Topic subscriber"):
+            s.send(b"x")
+        with pytest.raises(ChannelError, match="is the Topic's publisher"):
+            t.recv()
+        t.send(np.arange(4))
+        with pytest.raises(ValueError, match="stays in the topic"):
+            s.recv(out=np.empty(5, np.int64))
+        assert s.recv().tolist() == [0, 1, 2, 3]
+        with pytest.raises(TimeoutError):
+            s.recv(timeout=0.01)
+        s.close()
+        s.close()  # idempotent
+        with pytest.raises(ValueError):
+            s.recv()
+        with pytest.raises(ValueError):
+            s.recv_view()
+        assert Topic.subscribe(name).close() is None  # the record was freed
+        t.close()
+        with pytest.raises(ValueError):
+            t.send(b"x")
+
+
+def test_ctrl_c_while_waiting():
+    with Topic.create(fresh_name("intr"), slot_bytes=64) as t, Topic.subscribe(t.name) as s:
+        old = signal.signal(signal.SIGALRM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.1)
+            start = time.monotonic()
+            with pytest.raises(KeyboardInterrupt):
+                s.recv()
+            assert time.monotonic() - start < 1.0
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+        t.send(np.array([1]))  # still usable
+        assert s.recv(timeout=1).tolist() == [1]
+
+
+def test_ctrl_c_while_the_publisher_waits_for_a_subscriber():
+    with Topic.create(fresh_name("intrpub"), slot_bytes=64, slots=2) as t, Topic.subscribe(t.name) as s:
+        t.send(np.array([0]))
+        t.send(np.array([1]))
+        old = signal.signal(signal.SIGALRM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.1)
+            start = time.monotonic()
+            with pytest.raises(KeyboardInterrupt):
+                t.send(np.array([2]))  # slot 0 still holds message 0, unread
+            assert time.monotonic() - start < 1.0
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+        assert t.published == 2  # nothing was sent
+        assert [int(s.recv(timeout=1)[0]) for _ in range(2)] == [0, 1]
+        t.send(np.array([2]), timeout=1)
+        assert s.recv(timeout=1).tolist() == [2]
+
+
+def test_subscriber_pickles_by_name_and_listed_as_segment():
+    with Topic.create(fresh_name("pkl"), slot_bytes=64, slots=4, history=1) as t:
+        t.send(np.array([3]))
+        s = pickle.loads(pickle.dumps(Topic.subscribe(t.name)))
+        assert isinstance(s, Subscriber) and s.recv(timeout=1).tolist() == [3]
+        with pytest.raises(TypeError):
+            pickle.dumps(t)
+        [seg] = [x for x in shm.list_segments(PREFIX) if x["name"] == t.name]
+        assert seg["kind"] == "topic" and seg["creator_pid"] == os.getpid() and not seg["stale"]
+        s.close()
+
+
+def test_mutable_header_fields_are_checked_at_subscribe():
+    cases = [(OFF_MAGIC, "<Q", 1), (OFF_VERSION, "<I", 99), (OFF_SLOTS, "<I", 1), (OFF_SLOTS, "<I", 3),
+             (OFF_SLOTS, "<I", 1 << 30), (OFF_MAXSUBS, "<I", 0), (OFF_MAXSUBS, "<I", 5000),
+             (OFF_SLOTBYTES, "<Q", 0), (OFF_SLOTBYTES, "<Q", 1 << 60), (OFF_HISTORY, "<I", 4),
+             (OFF_OVERFLOW, "<I", 7), (OFF_TOTAL, "<Q", 12345), (OFF_HEAD, "<Q", 1 << 63)]
+    for off, fmt, value in cases:
+        with Topic.create(fresh_name("hdr"), slot_bytes=64, slots=4) as t:
+            patch(t.name, off, fmt, value)
+            with pytest.raises(ChannelCorrupted):
+                Topic.subscribe(t.name)
+
+
+@pytest.mark.parametrize("mode", ["block", "drop"])
+@pytest.mark.parametrize("field", ["state_low", "state_odd_high", "head_back", "head_far", "payload_len",
+                                   "ndim", "dtype_len", "seq", "dtype", "shape", "slots_after_attach"])
+def test_hostile_segment_gives_channel_corrupted(mode, field):
+    def corrupt(t):
+        st = slot_state_offset(t, 1)
+        msg = st + 64
+        if field == "state_low":
+            patch(t.name, st, "<Q", 1)
+        elif field == "state_odd_high":  # "being overwritten" but head does not say so
+            patch(t.name, st, "<Q", 2 * 9 + 1)
+        elif field == "head_back":
+            patch(t.name, OFF_HEAD, "<Q", 0)
+        elif field == "head_far":
+            patch(t.name, OFF_HEAD, "<Q", 1 << 63)
+        elif field == "payload_len":
+            patch(t.name, msg + 8, "<Q", 1 << 40)
+        elif field == "ndim":
+            patch(t.name, msg + 20, "<I", 65)
+        elif field == "dtype_len":
+            patch(t.name, msg + 16, "<I", 0)
+        elif field == "seq":
+            patch(t.name, msg + 24, "<Q", 5)
+        elif field == "dtype":
+            patch(t.name, msg + 40, "3s", b"zzz")
+        elif field == "shape":
+            patch(t.name, msg + 32, "<Q", 1000)
+        elif field == "slots_after_attach":
+            patch(t.name, OFF_SLOTS, "<I", 2)
+
+    with Topic.create(fresh_name("msg"), slot_bytes=64, slots=4, overflow=mode) as t:
+        s = Topic.subscribe(t.name)
+        t.send(np.arange(4, dtype=np.int32))
+        t.send(np.arange(4, dtype=np.int32))
+        assert s.recv(timeout=1).tolist() == [0, 1, 2, 3]
+        corrupt(t)
+        with pytest.raises(ChannelCorrupted):
+            s.recv(timeout=1)
+        with pytest.raises(ChannelCorrupted):  # and it stays broken
+            s.recv_view(timeout=1)
+        s.close()
+
+
+# ---- across processes ------------------------------------------------------------------------------
+SUBSCRIBER = r"""
+import sys, time, zlib
+import numpy as np
+from fastcopy.shm import Topic, ChannelClosed
+name, stall_after = sys.argv[1], int(sys.argv[2])
+s = Topic.subscribe(name)
+print("ready", flush=True)
+n, chain = 0, 0
+while True:
+    if n == stall_after:
+        print("stalled", n, flush=True)
+        time.sleep(600)
+    try:
+        a = s.recv(timeout=30)
+    except ChannelClosed:
+        break
+    b = a.tobytes()
+    seq, crc = int.from_bytes(b[:8], "little"), int.from_bytes(b[8:12], "little")
+    if seq != n or zlib.crc32(b[12:]) != crc:
+        print("bad", n, seq, flush=True)
+        sys.exit(1)
+    chain = zlib.crc32(b[:12], chain)
+    n += 1
+print("done", n, chain, flush=True)
+"""
+
+
+@no_subprocess
+def test_three_subscribers_get_10k_random_messages_and_a_killed_one_is_dropped():
+    count, slots, stall_at = 10_000, 32, 2_000
+    rng = np.random.default_rng(5)
+    pool = rng.integers(0, 256, size=1 << 16, dtype=np.uint8).tobytes()
+    with Topic.create(fresh_name("fan"), slot_bytes=2048, slots=slots) as t:
+        children = [spawn(SUBSCRIBER, t.name, str(-1)) for _ in range(3)]
+        victim = spawn(SUBSCRIBER, t.name, str(stall_at))
+        try:
+            for c in children + [victim]:
+                assert c.stdout.readline().strip() == "ready", c.stderr.read()
+            assert t.subscribers == 4
+            sent = [0]
+            blocked_at = []
+
+            def kill_victim():
+                line = victim.stdout.readline().split()
+                assert line[:2] == ["stalled", str(stall_at)]
+                # Wait until the publisher is stuck on the stalled subscriber (no progress for
+                # 0.3 s; at most 20 s on a loaded machine), then kill it.
+                last, still_since, deadline = -1, time.monotonic(), time.monotonic() + 20
+                while time.monotonic() < deadline:
+                    if sent[0] != last:
+                        last, still_since = sent[0], time.monotonic()
+                    elif time.monotonic() - still_since > 0.3:
+                        break
+                    time.sleep(0.01)
+                blocked_at.append(sent[0])
+                victim.kill()
+
+            killer = threading.Thread(target=kill_victim)
+            killer.start()
+            chain = 0
+            sizes = rng.integers(12, 2049, size=count)
+            offsets = rng.integers(0, len(pool) - 2048, size=count)
+            for k in range(count):
+                rest = pool[offsets[k]:offsets[k] + sizes[k] - 12]
+                head = k.to_bytes(8, "little") + zlib.crc32(rest).to_bytes(4, "little")
+                chain = zlib.crc32(head, chain)
+                t.send(np.frombuffer(head + rest, np.uint8), timeout=30)
+                sent[0] = k + 1
+            killer.join()
+            t.close()
+            # Blocked on the stalled subscriber until it was killed, at most `slots` past it.
+            assert stall_at <= blocked_at[0] <= stall_at + slots, blocked_at
+            for c in children:
+                out, err = c.communicate(timeout=60)
+                assert out.split() == ["done", str(count), str(chain)], (out, err)
+        finally:
+            for c in children + [victim]:
+                c.kill()
+                c.wait()
+
+
+DROP_PUBLISHER = r"""
+import sys, time
+import numpy as np
+from fastcopy.shm import Topic
+name, count = sys.argv[1], int(sys.argv[2])
+with Topic.create(name, slot_bytes=1 << 19, slots=4, overflow="drop") as t:
+    deadline = time.monotonic() + 30
+    while t.subscribers < 1 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    msg = np.empty(65536, np.uint64)
+    for k in range(count):
+        msg.fill(k)
+        t.send(msg, timeout=30)  # waits only for a held view
+        if (k // 200) % 2 == 0 and k % 8 == 7:
+            # Paced in every other stretch of 200: the subscriber keeps up (views, whole runs of
+            # messages); unpaced stretches overwrite slots while it copies them (torn copies).
+            time.sleep(0.0005)
+    print("published", count, flush=True)
+"""
+
+
+@no_subprocess
+def test_drop_mode_against_a_running_publisher_never_tears_and_counts_exactly():
+    count = 2000
+    name = fresh_name("dropx")
+    pub = spawn(DROP_PUBLISHER, name, str(count))
+    try:
+        deadline = time.monotonic() + 30
+        while not os.path.exists("/dev/shm/" + name):
+            assert time.monotonic() < deadline and pub.poll() is None, pub.stderr.read()
+            time.sleep(0.005)
+        time.sleep(0.05)
+        s = Topic.subscribe(name)
+        expected, received, lost_total, views_checked = 0, 0, 0, 0
+        held = []
+        while True:
+            try:
+                if expected % 11 == 5 and not held:  # one view at a time: it blocks the publisher
+                    got = s.recv_view(timeout=30)
+                    held.append((expected, got))
+                else:
+                    got = s.recv(timeout=30)
+            except MessagesLost as e:
+                assert e.count >= 1
+                expected += e.count
+                lost_total += e.count
+                continue
+            except ChannelClosed:
+                break
+            assert got.shape == (65536,) and got[0] == expected and (got == expected).all(), (expected, got[:4])
+            expected += 1
+            received += 1
+            if received % 50 == 0:
+                time.sleep(0.002)  # fall behind now and then
+            if held and expected - held[0][0] >= 3:  # the slot had 3 chances to be rewritten
+                seq, view = held.pop()
+                assert (view == seq).all()  # views never change under the reader, even in drop mode
+                views_checked += 1
+                del view, got  # the last references: the pin goes
+        out, err = pub.communicate(timeout=30)
+        assert out.split() == ["published", str(count)], err
+        assert received + lost_total == count == expected and s.lost == lost_total
+        assert lost_total > 0 and views_checked > 0
+        held.clear()
+        s.close()
+    finally:
+        pub.kill()
+        pub.wait()
+        if os.path.exists("/dev/shm/" + name):
+            os.unlink("/dev/shm/" + name)
+
+
+DYING_PUBLISHER = r"""
+import sys, time
+import numpy as np
+from fastcopy.shm import Topic
+t = Topic.create(sys.argv[1], slot_bytes=64, slots=4, history=3)
+for k in range(3):
+    t.send(np.array([k]))
+print("sent", flush=True)
+time.sleep(600)
+"""
+
+
+@no_subprocess
+def test_publisher_death_gives_peer_died_after_its_messages():
+    name = fresh_name("dead")
+    pub = spawn(DYING_PUBLISHER, name)
+    try:
+        assert pub.stdout.readline().strip() == "sent", pub.stderr.read()
+        s = Topic.subscribe(name)
+        pub.kill()
+        pub.wait()
+        assert [int(s.recv(timeout=5)[0]) for _ in range(3)] == [0, 1, 2]
+        start = time.monotonic()
+        with pytest.raises(PeerDied):
+            s.recv(timeout=10)
+        assert time.monotonic() - start < 2.0
+        s.close()
+        assert [x["stale"] for x in shm.list_segments(name)] == [True]
+        assert shm.clean_segments(name) == [name]
+    finally:
+        pub.kill()
+        pub.wait()
+
+
+@no_subprocess
+def test_topic_benchmark_reports_per_subscriber_throughput_and_ratios():
+    from fastcopy.topic_bench import format_topic_table, run_topic_bench
+
+    r = run_topic_bench(sizes=[1 << 16], repeats=1, min_time=0.01)
+    assert {(row["config"], row["size"]) for row in r["rows"]} == {(c, 1 << 16) for c in ("channel", "topic1", "topic2")}
+    assert all(row["gbps"] > 0 for row in r["rows"])
+    assert [len(row["runs"][0]) for row in r["rows"]] == [1, 1, 2]  # topic2: both subscribers measured
+    assert set(r["ratios"][1 << 16]) == {"topic1", "topic2"}
+    assert "topic2/channel" in format_topic_table(r)
+    with pytest.raises(ValueError, match="configuration"):
+        run_topic_bench(configs=["nope"])
+
+
+FUZZ = r"""
+import mmap, os, random, sys
+import numpy as np
+from fastcopy.shm import ChannelError, Topic
+rng = np.random.default_rng(int(sys.argv[2]))
+pick = random.Random(int(sys.argv[2]))
+outcomes = {}
+for round_ in range(150):
+    name = f"{sys.argv[1]}-{round_}"
+    mode = "drop" if round_ % 2 else "block"
+    with Topic.create(name, slot_bytes=256, slots=4, history=3, overflow=mode) as t:
+        for k in range(3):
+            t.send(np.arange(k + 1, dtype=np.float64))
+        subs = [Topic.subscribe(name)]
+        with open("/dev/shm/" + name, "r+b") as f, mmap.mmap(f.fileno(), 0) as m:
+            slots0 = 4096 + 16 * 128
+            regions = [(0, 64), (512, 8), (4096, 16 * 128), (slots0, 4 * (2048 + 256))]
+            for _ in range(int(rng.integers(1, 6))):
+                start, length = regions[int(rng.integers(len(regions)))]
+                off = start + int(rng.integers(0, length - 7)) // 8 * 8
+                value = pick.choice([0, 1, 2, 3, 5, 7, 64, 255, 2**31, 2**32 - 1, 2**62, 2**64 - 1,
+                                     pick.getrandbits(64)])
+                m[off:off + 8] = value.to_bytes(8, "little")
+            try:
+                subs.append(Topic.subscribe(name))
+            except ChannelError as e:
+                outcomes[type(e).__name__] = outcomes.get(type(e).__name__, 0) + 1
+            for s in subs:
+                for call in range(4):
+                    try:
+                        a = s.recv_view(timeout=0) if call % 2 else s.recv(timeout=0)
+                        assert a.nbytes <= 256
+                        outcomes["message"] = outcomes.get("message", 0) + 1
+                        del a
+                    except (ChannelError, TimeoutError) as e:
+                        outcomes[type(e).__name__] = outcomes.get(type(e).__name__, 0) + 1
+                try:
+                    t.send(np.zeros(4), timeout=0)
+                except (ChannelError, TimeoutError) as e:
+                    outcomes["send " + type(e).__name__] = outcomes.get("send " + type(e).__name__, 0) + 1
+            for s in subs:
+                s.close()
+print(sorted(outcomes.items()), file=sys.stderr); print(sorted(outcomes))
+"""
+
+
+@no_subprocess
+def test_random_hostile_segments_never_crash(tmp_path):
+    script = tmp_path / "fuzz.py"
+    script.write_text(FUZZ)
+    proc = subprocess.run([sys.executable, str(script), fresh_name("fuzz"), "11"], capture_output=True, text=True,
+                          timeout=120, env=child_env())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "ChannelCorrupted" in proc.stdout and "message" in proc.stdout, proc.stdout
+
+
+@no_subprocess
+def test_records_of_dead_processes_are_reused_even_half_claimed():
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    with Topic.create(fresh_name("reuse"), slot_bytes=64, max_subscribers=1) as t:
+        record = 4096
+        for state in (1, 2, 3):  # active, closed with pins, being claimed
+            with open("/dev/shm/" + t.name, "r+b") as f, mmap.mmap(f.fileno(), 0) as m:
+                struct.pack_into("<II", m, record, state, os.getpid())  # a live process holds it
+            with pytest.raises(ChannelError, match="max_subscribers"):
+                Topic.subscribe(t.name)
+            with open("/dev/shm/" + t.name, "r+b") as f, mmap.mmap(f.fileno(), 0) as m:
+                struct.pack_into("<IIQ", m, record, state, dead.pid, 0)  # a process that is gone
+            s = Topic.subscribe(t.name)
+            assert peek(t.name, record + 4, "<I") == os.getpid() and t.subscribers == 1
+            s.close()
+            assert peek(t.name, record, "<I") == 0
