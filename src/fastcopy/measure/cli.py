@@ -285,13 +285,12 @@ def _ipc(p: argparse.ArgumentParser, args: argparse.Namespace, argv: List[str]) 
         kwargs["min_time"] = args.min_time or 0.05
     if args.variants and "transports" in params:
         kwargs["transports"] = [w.strip() for w in args.variants.split(",") if w.strip()]
-<<<<<<< HEAD
+    if kwargs.get("transports") == ["topic"]:
+        if args.view_fill:
+            p.error("argument --view-fill: does not apply to --variants topic")
+        return _topic(p, args, argv, kwargs)
     if args.view_fill:
         kwargs["view_fill"] = args.view_fill
-=======
-    if kwargs.get("transports") == ["topic"]:
-        return _topic(p, args, argv, kwargs)
->>>>>>> topic
     try:
         results = run_ipc_bench(**kwargs)
     except ValueError as e:
