@@ -66,6 +66,43 @@ bool process_alive(std::uint32_t pid, std::uint64_t start_time);
 std::uint64_t process_start_time(std::uint32_t pid);
 double monotonic_seconds();
 
+// How long a waiter spins before it sleeps on a futex, learnt per waiting end (see the
+// comment at kSpinMin in shm_sync.cpp for the rule and the measurements behind it). Used by
+// the Channel's waits at the start of a message and by the Topic's publisher and subscribers.
+class AdaptiveSpin {
+public:
+    // Seconds to spin in this wait (0: sleep at once).
+    double budget();
+    // Spins until ready() or `seconds` passed (from `start`); true when ready() held. With
+    // `learn` (a wait of budget() seconds), records the outcome. The caller sleeps when it
+    // returns false.
+    template <class Ready>
+    bool spin(Ready&& ready, double start, double seconds, bool learn) {
+        const double until = start + seconds;
+        for (unsigned i = 1;; ++i) {
+            poll_pause(i);
+            if (ready()) {
+                if (learn && seconds > 0) caught(monotonic_seconds() - start);
+                return true;
+            }
+            if ((i & 7) == 0 && monotonic_seconds() >= until) break;
+        }
+        if (learn && seconds > 0) missed();
+        return false;
+    }
+    // The answer came after a sleep, `waited` seconds after the wait started.
+    void slept(double waited);
+    // One polling round: a short burst of pause instructions at first, then sched_yield().
+    static void poll_pause(unsigned round);
+
+private:
+    void caught(double waited);
+    void missed();
+    bool spinning_ = false;
+    unsigned failures_ = 0, probes_ = 0;
+    double last_wait_s_ = 0;  // seconds the last wait took
+};
+
 // ---- segment layout -----------------------------------------------------------------------
 constexpr std::uint64_t kMagic = 0x31484353504f4346ull;  // "FCOPSCH1" little-endian
 constexpr std::uint32_t kVersion = 1;
@@ -285,9 +322,7 @@ private:
     std::uint32_t peeked_hdr_ = 0;        // header_len of the message peek() validated
     std::uint64_t peeked_payload_ = 0;
     bool peeked_ = false;
-    bool spinning_ = false;               // adaptive spin state (see wait())
-    unsigned spin_failures_ = 0, probe_count_ = 0;
-    double last_wait_s_ = 0;             // seconds the last adaptive wait took
+    AdaptiveSpin spin_;                   // at the start of a message (see wait())
     std::atomic<bool> busy_{false};
     std::uint64_t busy_generation_ = 0;   // fork generation when busy_ was set
     friend struct BusyGuard;

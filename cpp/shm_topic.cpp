@@ -18,19 +18,10 @@ namespace shm {
 namespace {
 
 constexpr double kLivenessSlice = 0.05;           // sleepers check liveness this often (as Channel)
-constexpr double kSpin = 5e-6;                      // spin before sleeping (short: 2-vCPU hosts)
 constexpr std::size_t kReleaseGilBytes = 256 * 1024;  // copies from this size release the GIL
 constexpr std::uint64_t kMaxSlotBytes = std::uint64_t(1) << 40;
 constexpr std::uint64_t kMaxTopicBytes = std::uint64_t(1) << 41;
 constexpr std::uint64_t kMaxHead = std::uint64_t(1) << 62;
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    asm volatile("yield" ::: "memory");
-#endif
-}
 
 std::uint64_t load_seq_cst_u64(const void* p) {
     return __atomic_load_n(static_cast<const std::uint64_t*>(p), __ATOMIC_SEQ_CST);
@@ -432,12 +423,9 @@ bool Topic::acquire_slot(double deadline, const GilHooks& hooks) {
     const std::uint64_t k = head_;
     auto wait_free = [&](bool floors_only) -> bool {
         if (slot_free(k, floors_only, false)) return true;
-        const double spin_until = std::min(deadline, monotonic_seconds() + kSpin);
-        for (unsigned i = 1;; ++i) {
-            for (int j = 0; j < 16; ++j) cpu_relax();
-            if (slot_free(k, floors_only, false)) return true;
-            if ((i & 7) == 0 && monotonic_seconds() >= spin_until) break;
-        }
+        const double start = monotonic_seconds();
+        auto free_now = [&] { return slot_free(k, floors_only, false); };
+        if (spin_.spin(free_now, start, std::min(deadline - start, spin_.budget()), true)) return true;
         Gil gil(hooks);
         gil.release();
         void* fut = word(kTOffSpaceFutex);
@@ -455,7 +443,10 @@ bool Topic::acquire_slot(double deadline, const GilHooks& hooks) {
             double now = monotonic_seconds();
             bool liveness = now - last_check >= kLivenessSlice;
             if (liveness) last_check = now;
-            if (slot_free(k, floors_only, liveness)) return true;
+            if (slot_free(k, floors_only, liveness)) {
+                spin_.slept(monotonic_seconds() - start);
+                return true;
+            }
             if (now >= deadline) return false;
             int fr = futex_wait(fut, v, std::min(deadline - now, kLivenessSlice));
             if ((fr == EINTR || fr == ETIMEDOUT) && hooks.check_signals && gil.released) {
@@ -624,14 +615,8 @@ bool Topic::next(TopicMsg& msg, double timeout_s, const GilHooks& hooks) {
     const double deadline = timeout_s < 0 ? std::numeric_limits<double>::infinity() : monotonic_seconds() + timeout_s;
     if (read_head_checked() <= cursor_) {  // read every time: validates head (cheap, one line)
         auto ready = [&] { return read_head_checked() > cursor_; };
-        const double spin_until = std::min(deadline, monotonic_seconds() + kSpin);
-        bool got = false;
-        for (unsigned i = 1; !got; ++i) {
-            for (int j = 0; j < 16; ++j) cpu_relax();
-            got = ready();
-            if ((i & 7) == 0 && monotonic_seconds() >= spin_until) break;
-        }
-        if (!got) {
+        const double start = monotonic_seconds();
+        if (!spin_.spin(ready, start, std::min(deadline - start, spin_.budget()), true)) {
             Gil gil(hooks);
             gil.release();
             void* fut = word(kTOffDataFutex);
@@ -669,6 +654,7 @@ bool Topic::next(TopicMsg& msg, double timeout_s, const GilHooks& hooks) {
                     if (pending) throw ShmInterrupted();
                 }
             }
+            spin_.slept(monotonic_seconds() - start);
         }
     }
     const std::uint64_t c = cursor_;

@@ -218,6 +218,7 @@ private:
     std::string broken_;
     std::uint8_t loan_hdr_[kSlotHdrBytes];
     std::size_t loan_hdr_len_ = 0;
+    AdaptiveSpin spin_;          // before sleeping in a wait (publisher: for a slot; subscriber: for data)
     bool loan_marked_ = false;   // the slot of head_ is marked 2k+1 (loan, discarded loan, or a timed-out wait)
     std::atomic<bool> busy_{false};
     std::uint64_t busy_generation_ = 0;
