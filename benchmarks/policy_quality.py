@@ -170,6 +170,18 @@ def main(argv: List[str]) -> int:
         print(f"{c:>5}: {len(rows)} points: geometric mean {geo:.3f}, minimum {worst[f'ratio_{c}']:.3f} "
               f"(at {human_size(worst['size'])} offset {worst['offset']}, best there {worst['best']}); "
               f"points below 0.85: {summary[c]['below_0.85']}, below 0.90: {summary[c]['below_0.90']}")
+        # Where the choice ran the best variant's own kernel, a low ratio is two timings of the
+        # same code (noise of this run); the points where it chose another kernel are the ones
+        # that say something about the policy.
+        same = [r[f"ratio_{c}"] / (r["gbps"][r["picks"][c]] / r["gbps"][r["best"]])
+                for r in rows if r["picks"][c] in r["gbps"]]
+        other = [r for r in rows if r["picks"][c] != r["best"]]
+        summary[c]["same_kernel_timing_spread"] = [min(same), max(same)] if same else None
+        summary[c]["min_where_another_kernel_chosen"] = min((r[f"ratio_{c}"] for r in other), default=None)
+        if same:
+            print(f"{'':>5}  {c} against its own kernel forced: {min(same):.3f}-{max(same):.3f} (timing noise); "
+                  f"points where it chose another kernel than the best: {len(other)}"
+                  + (f", minimum ratio there {summary[c]['min_where_another_kernel_chosen']:.3f}" if other else ""))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"points": rows, "summary": summary, "policy": info["policy"], "profile": args.profile,
