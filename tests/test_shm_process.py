@@ -37,6 +37,19 @@ def shm_names(prefix: str):
     return {n for n in os.listdir("/dev/shm") if n.startswith(prefix)}
 
 
+@pytest.fixture(autouse=True)
+def _remove_this_runs_segments():
+    # A scenario that fails half-way (for example under a planted bug of the mutation check)
+    # leaves its segments behind; each test has already asserted that a passing run leaves
+    # none, so whatever is left carries this run's prefix and is removed here.
+    yield
+    for name in shm_names(PREFIX):
+        try:
+            os.unlink("/dev/shm/" + name)
+        except FileNotFoundError:
+            pass
+
+
 def run_script(tmp_path: Path, code: str, *args: str, timeout: float = 120.0):
     script = tmp_path / "scenario.py"
     script.write_text(textwrap.dedent(code))
