@@ -311,15 +311,27 @@ def test_ctrl_c_while_the_publisher_waits_for_a_subscriber():
         assert s.recv(timeout=1).tolist() == [2]
 
 
-def test_subscriber_pickles_by_name_and_listed_as_segment():
+def test_subscriber_pickles_by_name():
     with Topic.create(fresh_name("pkl"), slot_bytes=64, slots=4, history=1) as t:
         t.send(np.array([3]))
         s = pickle.loads(pickle.dumps(Topic.subscribe(t.name)))
         assert isinstance(s, Subscriber) and s.recv(timeout=1).tolist() == [3]
         with pytest.raises(TypeError):
             pickle.dumps(t)
+        s.close()
+
+
+# Under qemu-user (the emulated aarch64 CI run, which sets FASTCOPY_NO_SUBPROCESS=1) the
+# emulator remaps absolute paths into its root filesystem, and a directory listing of /dev/shm
+# did not show a segment the same process had just created.
+@pytest.mark.skipif(os.environ.get("FASTCOPY_NO_SUBPROCESS") == "1",
+                    reason="listing /dev/shm under qemu-user goes through its path remapping")
+def test_topic_listed_as_segment():
+    with Topic.create(fresh_name("lst"), slot_bytes=64, slots=4) as t:
+        s = Topic.subscribe(t.name)
         [seg] = [x for x in shm.list_segments(PREFIX) if x["name"] == t.name]
         assert seg["kind"] == "topic" and seg["creator_pid"] == os.getpid() and not seg["stale"]
+        assert seg["subscriber_pids"] == [os.getpid()]
         s.close()
 
 
