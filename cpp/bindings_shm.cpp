@@ -118,6 +118,136 @@ struct DtypeEntry {
     std::size_t itemsize;
 };
 
+// The dtype <-> wire string conversions of one Channel or Topic end, cached.
+class DtypeCodec {
+public:
+    const std::string& wire_of(const py::dtype& dt) {
+        auto it = wire_cache_.find(dt.ptr());
+        if (it != wire_cache_.end()) return it->second.second;
+        std::string w = support().dtype_to_wire(dt).cast<std::string>();
+        if (wire_cache_.size() < 64) return wire_cache_.emplace(dt.ptr(), std::make_pair(py::object(dt), w)).first->second.second;
+        scratch_wire_ = w;
+        return scratch_wire_;
+    }
+    // nullptr when the wire string cannot be decoded (the caller reports it as corrupt).
+    const DtypeEntry* dtype_of(const std::string& wire, std::string& why) {
+        auto it = dtype_cache_.find(wire);
+        if (it != dtype_cache_.end()) return &it->second;
+        py::object dt;
+        try {
+            dt = support().dtype_from_wire(wire);
+        } catch (py::error_already_set& e) {
+            why = "message header is corrupt: dtype '" + wire.substr(0, 80) + "' cannot be decoded (" +
+                  std::string(e.what()).substr(0, 200) + ")";
+            return nullptr;
+        }
+        DtypeEntry entry{dt, dt.attr("itemsize").cast<std::size_t>()};
+        if (dtype_cache_.size() < 256) return &dtype_cache_.emplace(wire, std::move(entry)).first->second;
+        scratch_dtype_ = std::move(entry);
+        return &scratch_dtype_;
+    }
+
+private:
+    std::unordered_map<PyObject*, std::pair<py::object, std::string>> wire_cache_;
+    std::unordered_map<std::string, DtypeEntry> dtype_cache_;
+    std::string scratch_wire_;
+    DtypeEntry scratch_dtype_;
+};
+
+// Builds the message header (MsgHeader, shape, dtype) of `obj` into hdr and calls
+// fn(hdr_len, data, nbytes) while obj's buffer is held. TypeError/ValueError name `what`.
+template <class Fn>
+void with_message(DtypeCodec& codec, py::handle obj, const char* what, std::uint8_t* hdr, Fn fn) {
+    MsgHeader h{};
+    h.magic = shm::kMsgMagic;
+    auto* shape = reinterpret_cast<std::uint64_t*>(hdr + sizeof(MsgHeader));
+    const void* ptr = nullptr;
+    std::size_t nbytes = 0;
+    const std::string* wire = nullptr;
+    Py_buffer view;
+    bool have_view = false;
+    py::array arr;
+    bool is_array = py::isinstance<py::array>(obj);
+    if (!is_array && support().generic_type && PyObject_IsInstance(obj.ptr(), support().generic_type.ptr()) == 1) {
+        arr = support().asarray(obj);
+        is_array = true;
+    } else if (is_array) {
+        arr = py::reinterpret_borrow<py::array>(obj);
+    }
+    if (is_array) {
+        if (!(arr.flags() & py::array::c_style)) arr = support().ascontiguousarray(arr);
+        wire = &codec.wire_of(arr.dtype());
+        std::size_t nd = static_cast<std::size_t>(arr.ndim());
+        if (nd > shm::kMaxNdim) raise(PyExc_ValueError, std::string(what) + ": arrays with more than 64 dimensions are not supported");
+        h.ndim = static_cast<std::uint32_t>(nd);
+        for (std::size_t i = 0; i < nd; ++i) shape[i] = static_cast<std::uint64_t>(arr.shape(i));
+        ptr = arr.data();
+        nbytes = static_cast<std::size_t>(arr.nbytes());
+    } else {
+        if (PyObject_GetBuffer(obj.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) {
+            PyErr_Clear();
+            raise(PyExc_TypeError, std::string(what) + ": expected a numpy array or a C-contiguous buffer, got " +
+                                       Py_TYPE(obj.ptr())->tp_name);
+        }
+        have_view = true;
+        static const std::string u1 = "|u1";
+        wire = &u1;
+        h.ndim = 1;
+        shape[0] = static_cast<std::uint64_t>(view.len);
+        ptr = view.buf;
+        nbytes = static_cast<std::size_t>(view.len);
+    }
+    struct ViewRelease {
+        Py_buffer* v;
+        bool on;
+        ~ViewRelease() { if (on) PyBuffer_Release(v); }
+    } release_view{&view, have_view};
+    if (wire->size() > shm::kMaxDtypeLen)
+        raise(PyExc_ValueError, std::string(what) + ": dtype description longer than 1024 characters is not supported");
+    h.dtype_len = static_cast<std::uint32_t>(wire->size());
+    std::size_t raw = sizeof(MsgHeader) + 8 * h.ndim + h.dtype_len;
+    std::size_t hdr_len = shm::pad64(raw);
+    h.header_len = static_cast<std::uint32_t>(hdr_len);
+    h.payload_len = nbytes;
+    std::memcpy(hdr, &h, sizeof h);
+    std::memcpy(hdr + sizeof(MsgHeader) + 8 * h.ndim, wire->data(), wire->size());
+    std::memset(hdr + raw, 0, hdr_len - raw);
+    fn(hdr_len, ptr, nbytes);
+}
+
+// Builds the header of a loan of `shape_in` elements of `dt` into hdr; returns its length and
+// sets nbytes. `check_size(overflow, count, nbytes)` raises when the payload cannot be loaned.
+template <class Check>
+std::size_t loan_header(DtypeCodec& codec, const py::dtype& dt, const std::vector<std::int64_t>& shape_in,
+                        std::uint8_t* hdr, std::uint64_t& nbytes, Check check_size) {
+    MsgHeader h{};
+    h.magic = shm::kMsgMagic;
+    if (shape_in.size() > shm::kMaxNdim) raise(PyExc_ValueError, "loan: more than 64 dimensions are not supported");
+    auto* shape = reinterpret_cast<std::uint64_t*>(hdr + sizeof(MsgHeader));
+    std::uint64_t count = 1;
+    for (std::size_t i = 0; i < shape_in.size(); ++i) {
+        if (shape_in[i] < 0) raise(PyExc_ValueError, "loan: negative dimension in shape");
+        shape[i] = static_cast<std::uint64_t>(shape_in[i]);
+        if (__builtin_mul_overflow(count, shape[i], &count)) raise(PyExc_ValueError, "loan: shape too large");
+    }
+    nbytes = 0;
+    bool overflow = __builtin_mul_overflow(count, static_cast<std::uint64_t>(dt.itemsize()), &nbytes);
+    check_size(overflow, count, nbytes);
+    const std::string& wire = codec.wire_of(dt);
+    if (wire.size() > shm::kMaxDtypeLen)
+        raise(PyExc_ValueError, "loan: dtype description longer than 1024 characters is not supported");
+    h.ndim = static_cast<std::uint32_t>(shape_in.size());
+    h.dtype_len = static_cast<std::uint32_t>(wire.size());
+    std::size_t raw = sizeof(MsgHeader) + 8 * h.ndim + h.dtype_len;
+    std::size_t hdr_len = shm::pad64(raw);
+    h.header_len = static_cast<std::uint32_t>(hdr_len);
+    h.payload_len = nbytes;
+    std::memcpy(hdr, &h, sizeof h);
+    std::memcpy(hdr + sizeof(MsgHeader) + 8 * h.ndim, wire.data(), wire.size());
+    std::memset(hdr + raw, 0, hdr_len - raw);
+    return hdr_len;
+}
+
 class PyRing {
 public:
     PyRing(const std::string& name, std::size_t capacity, bool create)
@@ -126,65 +256,13 @@ public:
     void send(py::handle obj, const py::object& timeout) {
         double t = timeout_arg(timeout, "send");
         alignas(64) std::uint8_t hdr[sizeof(MsgHeader) + 8 * shm::kMaxNdim + shm::kMaxDtypeLen + 64];
-        MsgHeader h{};
-        h.magic = shm::kMsgMagic;
-        auto* shape = reinterpret_cast<std::uint64_t*>(hdr + sizeof(MsgHeader));
-        const void* ptr = nullptr;
-        std::size_t nbytes = 0;
-        const std::string* wire = nullptr;
-        Py_buffer view;
-        bool have_view = false;
-        py::array arr;
-        bool is_array = py::isinstance<py::array>(obj);
-        if (!is_array && support().generic_type && PyObject_IsInstance(obj.ptr(), support().generic_type.ptr()) == 1) {
-            arr = support().asarray(obj);
-            is_array = true;
-        } else if (is_array) {
-            arr = py::reinterpret_borrow<py::array>(obj);
-        }
-        if (is_array) {
-            if (!(arr.flags() & py::array::c_style)) arr = support().ascontiguousarray(arr);
-            wire = &wire_of(arr.dtype());
-            std::size_t nd = static_cast<std::size_t>(arr.ndim());
-            if (nd > shm::kMaxNdim) raise(PyExc_ValueError, "send: arrays with more than 64 dimensions are not supported");
-            h.ndim = static_cast<std::uint32_t>(nd);
-            for (std::size_t i = 0; i < nd; ++i) shape[i] = static_cast<std::uint64_t>(arr.shape(i));
-            ptr = arr.data();
-            nbytes = static_cast<std::size_t>(arr.nbytes());
-        } else {
-            if (PyObject_GetBuffer(obj.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) {
-                PyErr_Clear();
-                raise(PyExc_TypeError, std::string("send: expected a numpy array or a C-contiguous buffer, got ") +
-                                           Py_TYPE(obj.ptr())->tp_name);
-            }
-            have_view = true;
-            static const std::string u1 = "|u1";
-            wire = &u1;
-            h.ndim = 1;
-            shape[0] = static_cast<std::uint64_t>(view.len);
-            ptr = view.buf;
-            nbytes = static_cast<std::size_t>(view.len);
-        }
-        struct ViewRelease {
-            Py_buffer* v;
-            bool on;
-            ~ViewRelease() { if (on) PyBuffer_Release(v); }
-        } release_view{&view, have_view};
-        if (wire->size() > shm::kMaxDtypeLen)
-            raise(PyExc_ValueError, "send: dtype description longer than 1024 characters is not supported");
-        h.dtype_len = static_cast<std::uint32_t>(wire->size());
-        std::size_t raw = sizeof(MsgHeader) + 8 * h.ndim + h.dtype_len;
-        std::size_t hdr_len = shm::pad64(raw);
-        h.header_len = static_cast<std::uint32_t>(hdr_len);
-        h.payload_len = nbytes;
-        std::memcpy(hdr, &h, sizeof h);
-        std::memcpy(hdr + sizeof(MsgHeader) + 8 * h.ndim, wire->data(), wire->size());
-        std::memset(hdr + raw, 0, hdr_len - raw);
-        PyThreadState* ts = nullptr;
-        Ring::GilHooks hooks{gil_release, gil_acquire, &ts, check_signals};
-        if (!ring_->send(hdr, hdr_len, ptr, nbytes, t, hooks))
-            raise(PyExc_TimeoutError, "send timed out after " + seconds_words(t) +
-                                          ": the ring is full (is the consumer reading?)");
+        with_message(codec_, obj, "send", hdr, [&](std::size_t hdr_len, const void* ptr, std::size_t nbytes) {
+            PyThreadState* ts = nullptr;
+            Ring::GilHooks hooks{gil_release, gil_acquire, &ts, check_signals};
+            if (!ring_->send(hdr, hdr_len, ptr, nbytes, t, hooks))
+                raise(PyExc_TimeoutError, "send timed out after " + seconds_words(t) +
+                                              ": the ring is full (is the consumer reading?)");
+        });
     }
 
     py::object recv(const py::object& out, const py::object& timeout) {
@@ -280,37 +358,19 @@ public:
         double t = timeout_arg(timeout, "loan");
         py::dtype dt = py::reinterpret_borrow<py::dtype>(dtype);
         alignas(64) std::uint8_t hdr[sizeof(MsgHeader) + 8 * shm::kMaxNdim + shm::kMaxDtypeLen + 64];
-        MsgHeader h{};
-        h.magic = shm::kMsgMagic;
-        if (shape_in.size() > shm::kMaxNdim) raise(PyExc_ValueError, "loan: more than 64 dimensions are not supported");
-        auto* shape = reinterpret_cast<std::uint64_t*>(hdr + sizeof(MsgHeader));
-        std::uint64_t count = 1, nbytes = 0;
-        for (std::size_t i = 0; i < shape_in.size(); ++i) {
-            if (shape_in[i] < 0) raise(PyExc_ValueError, "loan: negative dimension in shape");
-            shape[i] = static_cast<std::uint64_t>(shape_in[i]);
-            if (__builtin_mul_overflow(count, shape[i], &count)) raise(PyExc_ValueError, "loan: shape too large");
-        }
-        if (__builtin_mul_overflow(count, static_cast<std::uint64_t>(dt.itemsize()), &nbytes) ||
-            nbytes > ring_->capacity())
-            raise(PyExc_ValueError, "loan: " + std::to_string(count) + " elements of " + std::to_string(dt.itemsize()) +
-                                        " bytes do not fit in the ring (capacity " +
-                                        std::to_string(ring_->capacity()) + " bytes; use send() for larger messages)");
-        const std::string& wire = wire_of(dt);
-        if (wire.size() > shm::kMaxDtypeLen)
-            raise(PyExc_ValueError, "loan: dtype description longer than 1024 characters is not supported");
-        h.ndim = static_cast<std::uint32_t>(shape_in.size());
-        h.dtype_len = static_cast<std::uint32_t>(wire.size());
-        std::size_t raw = sizeof(MsgHeader) + 8 * h.ndim + h.dtype_len;
-        std::size_t hdr_len = shm::pad64(raw);
-        h.header_len = static_cast<std::uint32_t>(hdr_len);
-        h.payload_len = nbytes;
-        if (hdr_len + shm::pad64(nbytes) > ring_->capacity())
+        std::uint64_t nbytes = 0;
+        const std::size_t cap = ring_->capacity();
+        std::size_t hdr_len = loan_header(codec_, dt, shape_in, hdr, nbytes,
+                                          [&](bool overflow, std::uint64_t count, std::uint64_t n) {
+            if (overflow || n > cap)
+                raise(PyExc_ValueError, "loan: " + std::to_string(count) + " elements of " +
+                                            std::to_string(dt.itemsize()) + " bytes do not fit in the ring (capacity " +
+                                            std::to_string(cap) + " bytes; use send() for larger messages)");
+        });
+        if (hdr_len + shm::pad64(nbytes) > cap)
             raise(PyExc_ValueError, "loan: the message (" + std::to_string(hdr_len + shm::pad64(nbytes)) +
                                         " bytes with its header) does not fit in the ring (capacity " +
-                                        std::to_string(ring_->capacity()) + " bytes; use send() for larger messages)");
-        std::memcpy(hdr, &h, sizeof h);
-        std::memcpy(hdr + sizeof(MsgHeader) + 8 * h.ndim, wire.data(), wire.size());
-        std::memset(hdr + raw, 0, hdr_len - raw);
+                                        std::to_string(cap) + " bytes; use send() for larger messages)");
         PyThreadState* ts = nullptr;
         Ring::GilHooks hooks{gil_release, gil_acquire, &ts, check_signals};
         std::uint64_t id = 0;
@@ -416,143 +476,23 @@ private:
         return de;
     }
 
-    const std::string& wire_of(const py::dtype& dt) {
-        auto it = wire_cache_.find(dt.ptr());
-        if (it != wire_cache_.end()) return it->second.second;
-        std::string w = support().dtype_to_wire(dt).cast<std::string>();
-        if (wire_cache_.size() < 64) {
-            auto res = wire_cache_.emplace(dt.ptr(), std::make_pair(py::object(dt), w));
-            return res.first->second.second;
-        }
-        scratch_wire_ = w;
-        return scratch_wire_;
-    }
-
     const DtypeEntry& dtype_of(const std::string& wire) {
-        auto it = dtype_cache_.find(wire);
-        if (it != dtype_cache_.end()) return it->second;
-        py::object dt;
-        try {
-            dt = support().dtype_from_wire(wire);
-        } catch (py::error_already_set& e) {
-            std::string why = "message header is corrupt: dtype '" + wire.substr(0, 80) + "' cannot be decoded (" +
-                              std::string(e.what()).substr(0, 200) + ")";
+        std::string why;
+        const DtypeEntry* de = codec_.dtype_of(wire, why);
+        if (!de) {
             ring_->mark_broken(why);
             raise(support().corrupted, why);
         }
-        DtypeEntry entry{dt, dt.attr("itemsize").cast<std::size_t>()};
-        if (dtype_cache_.size() < 256) return dtype_cache_.emplace(wire, std::move(entry)).first->second;
-        scratch_dtype_ = std::move(entry);
-        return scratch_dtype_;
+        return *de;
     }
 
     std::unique_ptr<Ring> ring_;
-    std::unordered_map<PyObject*, std::pair<py::object, std::string>> wire_cache_;
-    std::unordered_map<std::string, DtypeEntry> dtype_cache_;
-    std::string scratch_wire_;
-    DtypeEntry scratch_dtype_;
+    DtypeCodec codec_;
 };
 
 // ---- Topic (one publisher, many subscribers; see shm_topic.h) -----------------------------------
 using shm::Topic;
 using shm::TopicMsg;
-
-// The dtype <-> wire string conversions of a Topic end, cached like PyRing's.
-class DtypeCodec {
-public:
-    const std::string& wire_of(const py::dtype& dt) {
-        auto it = wire_cache_.find(dt.ptr());
-        if (it != wire_cache_.end()) return it->second.second;
-        std::string w = support().dtype_to_wire(dt).cast<std::string>();
-        if (wire_cache_.size() < 64) return wire_cache_.emplace(dt.ptr(), std::make_pair(py::object(dt), w)).first->second.second;
-        scratch_wire_ = w;
-        return scratch_wire_;
-    }
-    // nullptr when the wire string cannot be decoded (the caller reports it as corrupt).
-    const DtypeEntry* dtype_of(const std::string& wire, std::string& why) {
-        auto it = dtype_cache_.find(wire);
-        if (it != dtype_cache_.end()) return &it->second;
-        py::object dt;
-        try {
-            dt = support().dtype_from_wire(wire);
-        } catch (py::error_already_set& e) {
-            why = "message header is corrupt: dtype '" + wire.substr(0, 80) + "' cannot be decoded (" +
-                  std::string(e.what()).substr(0, 200) + ")";
-            return nullptr;
-        }
-        DtypeEntry entry{dt, dt.attr("itemsize").cast<std::size_t>()};
-        if (dtype_cache_.size() < 256) return &dtype_cache_.emplace(wire, std::move(entry)).first->second;
-        scratch_dtype_ = std::move(entry);
-        return &scratch_dtype_;
-    }
-
-private:
-    std::unordered_map<PyObject*, std::pair<py::object, std::string>> wire_cache_;
-    std::unordered_map<std::string, DtypeEntry> dtype_cache_;
-    std::string scratch_wire_;
-    DtypeEntry scratch_dtype_;
-};
-
-// Builds the message header (MsgHeader, shape, dtype) of `obj` into hdr and calls
-// fn(hdr_len, data, nbytes) while obj's buffer is held. TypeError/ValueError name `what`.
-template <class Fn>
-void with_message(DtypeCodec& codec, py::handle obj, const char* what, std::uint8_t* hdr, Fn fn) {
-    MsgHeader h{};
-    h.magic = shm::kMsgMagic;
-    auto* shape = reinterpret_cast<std::uint64_t*>(hdr + sizeof(MsgHeader));
-    const void* ptr = nullptr;
-    std::size_t nbytes = 0;
-    const std::string* wire = nullptr;
-    Py_buffer view;
-    bool have_view = false;
-    py::array arr;
-    bool is_array = py::isinstance<py::array>(obj);
-    if (!is_array && support().generic_type && PyObject_IsInstance(obj.ptr(), support().generic_type.ptr()) == 1) {
-        arr = support().asarray(obj);
-        is_array = true;
-    } else if (is_array) {
-        arr = py::reinterpret_borrow<py::array>(obj);
-    }
-    if (is_array) {
-        if (!(arr.flags() & py::array::c_style)) arr = support().ascontiguousarray(arr);
-        wire = &codec.wire_of(arr.dtype());
-        std::size_t nd = static_cast<std::size_t>(arr.ndim());
-        if (nd > shm::kMaxNdim) raise(PyExc_ValueError, std::string(what) + ": arrays with more than 64 dimensions are not supported");
-        h.ndim = static_cast<std::uint32_t>(nd);
-        for (std::size_t i = 0; i < nd; ++i) shape[i] = static_cast<std::uint64_t>(arr.shape(i));
-        ptr = arr.data();
-        nbytes = static_cast<std::size_t>(arr.nbytes());
-    } else {
-        if (PyObject_GetBuffer(obj.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) {
-            PyErr_Clear();
-            raise(PyExc_TypeError, std::string(what) + ": expected a numpy array or a C-contiguous buffer, got " +
-                                       Py_TYPE(obj.ptr())->tp_name);
-        }
-        have_view = true;
-        static const std::string u1 = "|u1";
-        wire = &u1;
-        h.ndim = 1;
-        shape[0] = static_cast<std::uint64_t>(view.len);
-        ptr = view.buf;
-        nbytes = static_cast<std::size_t>(view.len);
-    }
-    struct ViewRelease {
-        Py_buffer* v;
-        bool on;
-        ~ViewRelease() { if (on) PyBuffer_Release(v); }
-    } release_view{&view, have_view};
-    if (wire->size() > shm::kMaxDtypeLen)
-        raise(PyExc_ValueError, std::string(what) + ": dtype description longer than 1024 characters is not supported");
-    h.dtype_len = static_cast<std::uint32_t>(wire->size());
-    std::size_t raw = sizeof(MsgHeader) + 8 * h.ndim + h.dtype_len;
-    std::size_t hdr_len = shm::pad64(raw);
-    h.header_len = static_cast<std::uint32_t>(hdr_len);
-    h.payload_len = nbytes;
-    std::memcpy(hdr, &h, sizeof h);
-    std::memcpy(hdr + sizeof(MsgHeader) + 8 * h.ndim, wire->data(), wire->size());
-    std::memset(hdr + raw, 0, hdr_len - raw);
-    fn(hdr_len, ptr, nbytes);
-}
 
 class PyTopic {
 public:
@@ -599,33 +539,16 @@ public:
         double t = timeout_arg(timeout, "loan");
         py::dtype dt = py::reinterpret_borrow<py::dtype>(dtype);
         alignas(64) std::uint8_t hdr[sizeof(MsgHeader) + 8 * shm::kMaxNdim + shm::kMaxDtypeLen + 64];
-        MsgHeader h{};
-        h.magic = shm::kMsgMagic;
-        if (shape_in.size() > shm::kMaxNdim) raise(PyExc_ValueError, "loan: more than 64 dimensions are not supported");
-        auto* shape = reinterpret_cast<std::uint64_t*>(hdr + sizeof(MsgHeader));
-        std::uint64_t count = 1, nbytes = 0;
-        for (std::size_t i = 0; i < shape_in.size(); ++i) {
-            if (shape_in[i] < 0) raise(PyExc_ValueError, "loan: negative dimension in shape");
-            shape[i] = static_cast<std::uint64_t>(shape_in[i]);
-            if (__builtin_mul_overflow(count, shape[i], &count)) raise(PyExc_ValueError, "loan: shape too large");
-        }
-        if (topic_->closed()) throw shm::ShmUseAfterClose("operation on a closed Topic publisher");
-        const std::uint64_t limit = topic_->geometry().slot_bytes;
-        if (__builtin_mul_overflow(count, static_cast<std::uint64_t>(dt.itemsize()), &nbytes) || nbytes > limit)
-            raise(PyExc_ValueError, "loan: " + std::to_string(count) + " elements of " + std::to_string(dt.itemsize()) +
-                                        " bytes are more than the topic's slot_bytes (" + std::to_string(limit) + ")");
-        const std::string& wire = codec_.wire_of(dt);
-        if (wire.size() > shm::kMaxDtypeLen)
-            raise(PyExc_ValueError, "loan: dtype description longer than 1024 characters is not supported");
-        h.ndim = static_cast<std::uint32_t>(shape_in.size());
-        h.dtype_len = static_cast<std::uint32_t>(wire.size());
-        std::size_t raw = sizeof(MsgHeader) + 8 * h.ndim + h.dtype_len;
-        std::size_t hdr_len = shm::pad64(raw);
-        h.header_len = static_cast<std::uint32_t>(hdr_len);
-        h.payload_len = nbytes;
-        std::memcpy(hdr, &h, sizeof h);
-        std::memcpy(hdr + sizeof(MsgHeader) + 8 * h.ndim, wire.data(), wire.size());
-        std::memset(hdr + raw, 0, hdr_len - raw);
+        std::uint64_t nbytes = 0;
+        std::size_t hdr_len = loan_header(codec_, dt, shape_in, hdr, nbytes,
+                                          [&](bool overflow, std::uint64_t count, std::uint64_t n) {
+            if (topic_->closed()) throw shm::ShmUseAfterClose("operation on a closed Topic publisher");
+            const std::uint64_t limit = topic_->geometry().slot_bytes;
+            if (overflow || n > limit)
+                raise(PyExc_ValueError, "loan: " + std::to_string(count) + " elements of " +
+                                            std::to_string(dt.itemsize()) + " bytes are more than the topic's slot_bytes (" +
+                                            std::to_string(limit) + ")");
+        });
         PyThreadState* ts = nullptr;
         Ring::GilHooks hooks{gil_release, gil_acquire, &ts, check_signals};
         std::uint64_t id = 0;
