@@ -104,26 +104,6 @@ constexpr std::size_t kReleaseGilBytes = 256 * 1024;
 constexpr std::size_t kPipelineBytes = 512 * 1024;
 constexpr std::size_t kPublishChunk = 256 * 1024;
 
-// The GIL around a wait or a copy. `borrowed`: the caller already released it (in the middle
-// of a message); the wait may take it briefly to run signal handlers and leaves it released.
-struct Gil {
-    const Ring::GilHooks& h;
-    bool released = false;
-    bool borrowed = false;
-    explicit Gil(const Ring::GilHooks& hooks, bool already_released = false)
-        : h(hooks), released(already_released && hooks.release), borrowed(already_released && hooks.release) {}
-    void release() {
-        if (!released && h.release) { h.release(h.ctx); released = true; }
-    }
-    void acquire() {
-        if (released) { h.acquire(h.ctx); released = false; }
-    }
-    ~Gil() {
-        if (borrowed) release();
-        else acquire();
-    }
-};
-
 std::string pid_words(std::uint32_t pid) { return "pid " + std::to_string(pid); }
 
 }  // namespace
@@ -366,21 +346,22 @@ void keep_on_fatal_signal(const std::string& name) {
 namespace {
 std::string shm_path(const std::string& name) { return "/" + name; }
 
-// Map rings up to 256 MiB with their page tables filled in, so the first pass over the ring
+}  // namespace
+
+// Map segments up to 256 MiB with their page tables filled in, so the first pass over the ring
 // takes no page faults in the data path (costs about 1 ms per MiB at create/attach here).
 int populate_flag(std::uint64_t bytes) { return bytes <= (std::uint64_t(256) << 20) ? MAP_POPULATE : 0; }
 
-void check_name(const std::string& name) {
+void check_segment_name(const std::string& name, const char* kind) {
     if (name.empty() || name.size() > 200 || name.find('/') != std::string::npos || name == "." || name == "..")
-        throw ShmError("invalid channel name '" + name + "': use 1 to 200 characters without '/'");
+        throw ShmError(std::string("invalid ") + kind + " name '" + name + "': use 1 to 200 characters without '/'");
     for (char c : name)
         if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
-            throw ShmError("invalid channel name: control characters are not allowed");
+            throw ShmError(std::string("invalid ") + kind + " name: control characters are not allowed");
 }
-}  // namespace
 
 Ring* Ring::create(const std::string& name, std::size_t capacity) {
-    check_name(name);
+    check_segment_name(name, "channel");
     if (capacity < kMinCapacity || capacity > kMaxCapacity)
         throw ShmError("capacity " + std::to_string(capacity) + " is out of range: use " +
                        std::to_string(kMinCapacity) + " (64 KiB) to " + std::to_string(kMaxCapacity) + " (1 TiB) bytes");
@@ -440,7 +421,7 @@ Ring* Ring::create(const std::string& name, std::size_t capacity) {
 }
 
 Ring* Ring::attach(const std::string& name) {
-    check_name(name);
+    check_segment_name(name, "channel");
     std::string path = shm_path(name);
     int fd = ::shm_open(path.c_str(), O_RDWR | O_CLOEXEC, 0);
     if (fd < 0) {
@@ -814,7 +795,7 @@ int Ring::wait(WaitFor what, std::uint64_t need, double deadline, const GilHooks
     std::size_t peer_start_off = data_wait ? kOffProdStart : kOffConsStart;
     std::size_t peer_closed_off = data_wait ? kOffProdClosed : kOffConsClosed;
     const char* peer = data_wait ? "producer" : "consumer";
-    Gil gil(hooks, gil_released);
+    GilGuard gil(hooks, gil_released);
     gil.release();
     struct FlagReset {
         void* f;
@@ -879,7 +860,7 @@ bool Ring::send(void* hdr, std::size_t hdr_len, const void* payload, std::size_t
     const std::uint64_t total = hdr_len + body;
     const auto* hdr_bytes = static_cast<const std::uint8_t*>(hdr);
     const auto* pay = static_cast<const std::uint8_t*>(payload);
-    Gil gil(hooks);
+    GilGuard gil(hooks);
     const std::uint64_t msg_start = head_;
     // Copies logical message bytes [a, end) (header, payload; padding is skipped) to the ring.
     auto write_logical = [&](std::uint64_t a, std::uint64_t end) {
@@ -1044,7 +1025,7 @@ void Ring::consume(const MsgInfo& info, void* dst, double timeout_s, const GilHo
     const std::uint64_t chunk = std::min<std::uint64_t>(kPublishChunk, cap_ / 4);
     auto* out = static_cast<std::uint8_t*>(dst);
     tail_ += peeked_hdr_;
-    Gil gil(hooks);
+    GilGuard gil(hooks);
     if (payload_len >= kReleaseGilBytes) gil.release();
     std::uint64_t done = 0;
     while (done < body) {

@@ -328,6 +328,33 @@ private:
     friend struct BusyGuard;
 };
 
+// The GIL around a wait or a copy, through a Ring::GilHooks. `already_released`: the caller
+// released it already (in the middle of a message); the guard may take it briefly to run
+// signal handlers and leaves it released.
+struct GilGuard {
+    const Ring::GilHooks& h;
+    bool released = false;
+    bool borrowed = false;
+    explicit GilGuard(const Ring::GilHooks& hooks, bool already_released = false)
+        : h(hooks), released(already_released && hooks.release), borrowed(already_released && hooks.release) {}
+    void release() {
+        if (!released && h.release) { h.release(h.ctx); released = true; }
+    }
+    void acquire() {
+        if (released) { h.acquire(h.ctx); released = false; }
+    }
+    ~GilGuard() {
+        if (borrowed) release();
+        else acquire();
+    }
+};
+
+// ShmError unless `name` can name a segment in /dev/shm; `kind` ("channel", "topic") is
+// named in the message.
+void check_segment_name(const std::string& name, const char* kind);
+// MAP_POPULATE for segments up to 256 MiB (see shm_sync.cpp), 0 above.
+int populate_flag(std::uint64_t bytes);
+
 std::uint64_t fork_generation();
 // Names this process created: removed from /dev/shm if SIGTERM or SIGHUP (default action) ends
 // it; keep_on_fatal_signal() forgets one (it was unlinked).

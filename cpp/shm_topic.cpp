@@ -32,29 +32,6 @@ bool cas_u32(void* p, std::uint32_t expected, std::uint32_t desired) {
                                        __ATOMIC_SEQ_CST);
 }
 
-struct Gil {
-    const Ring::GilHooks& h;
-    bool released = false;
-    explicit Gil(const Ring::GilHooks& hooks) : h(hooks) {}
-    void release() {
-        if (!released && h.release) { h.release(h.ctx); released = true; }
-    }
-    void acquire() {
-        if (released) { h.acquire(h.ctx); released = false; }
-    }
-    ~Gil() { acquire(); }
-};
-
-void check_name(const std::string& name) {
-    if (name.empty() || name.size() > 200 || name.find('/') != std::string::npos || name == "." || name == "..")
-        throw ShmError("invalid topic name '" + name + "': use 1 to 200 characters without '/'");
-    for (char c : name)
-        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
-            throw ShmError("invalid topic name: control characters are not allowed");
-}
-
-int populate_flag(std::uint64_t bytes) { return bytes <= (std::uint64_t(256) << 20) ? MAP_POPULATE : 0; }
-
 std::string geometry_error(const TopicGeometry& g) {
     if (g.slots < 2 || g.slots > kTopicMaxSlots)
         return "slots must be 2 to " + std::to_string(kTopicMaxSlots) + ", got " + std::to_string(g.slots);
@@ -143,7 +120,7 @@ std::uint64_t TopicLedger::bytes() {
 // ---- segment ------------------------------------------------------------------------------------
 Topic* Topic::create(const std::string& name, std::uint64_t slot_bytes, std::uint32_t slots, std::uint32_t history,
                      Overflow overflow, std::uint32_t max_subscribers) {
-    check_name(name);
+    check_segment_name(name, "topic");
     TopicGeometry g;
     g.slots = slots;
     g.slot_bytes = slot_bytes;
@@ -203,7 +180,7 @@ Topic* Topic::create(const std::string& name, std::uint64_t slot_bytes, std::uin
 }
 
 Topic* Topic::subscribe(const std::string& name) {
-    check_name(name);
+    check_segment_name(name, "topic");
     std::string path = "/" + name;
     int fd = ::shm_open(path.c_str(), O_RDWR | O_CLOEXEC, 0);
     if (fd < 0) {
@@ -426,7 +403,7 @@ bool Topic::acquire_slot(double deadline, const GilHooks& hooks) {
         const double start = monotonic_seconds();
         auto free_now = [&] { return slot_free(k, floors_only, false); };
         if (spin_.spin(free_now, start, std::min(deadline - start, spin_.budget()), true)) return true;
-        Gil gil(hooks);
+        GilGuard gil(hooks);
         gil.release();
         void* fut = word(kTOffSpaceFutex);
         void* flag = word(kTOffPubWaiting);
@@ -513,7 +490,7 @@ bool Topic::send(const void* hdr, std::size_t hdr_len, const void* payload, std:
     const double deadline = timeout_s < 0 ? std::numeric_limits<double>::infinity() : monotonic_seconds() + timeout_s;
     if (!acquire_slot(deadline, hooks)) return false;
     {
-        Gil gil(hooks);
+        GilGuard gil(hooks);
         if (payload_len >= kReleaseGilBytes) gil.release();
         if (payload_len) copy_bytes(slot(head_) + kSlotHdrBytes, payload, payload_len, Region::ToShared);
     }
@@ -617,7 +594,7 @@ bool Topic::next(TopicMsg& msg, double timeout_s, const GilHooks& hooks) {
         auto ready = [&] { return read_head_checked() > cursor_; };
         const double start = monotonic_seconds();
         if (!spin_.spin(ready, start, std::min(deadline - start, spin_.budget()), true)) {
-            Gil gil(hooks);
+            GilGuard gil(hooks);
             gil.release();
             void* fut = word(kTOffDataFutex);
             fetch_add_u32(word(kTOffSubWaiting), 1);
@@ -712,7 +689,7 @@ void Topic::consume(const TopicMsg& msg, void* dst, const GilHooks& hooks) {
     const std::uint64_t c = cursor_;
     const std::uint8_t* s = slot(c);
     {
-        Gil gil(hooks);
+        GilGuard gil(hooks);
         if (msg.info.payload_len >= kReleaseGilBytes) gil.release();
         if (msg.info.payload_len) copy_bytes(dst, msg.payload, msg.info.payload_len, Region::FromShared);
     }
