@@ -728,6 +728,9 @@ void bind_shm(py::module_& m) {
         }
     });
 
+    // The segment layout's protocol versions (tests forge headers with them).
+    m.attr("SHM_CHANNEL_VERSION") = shm::kVersion;
+    m.attr("SHM_TOPIC_VERSION") = shm::kTopicVersion;
     m.def("_shm_set_support",
           [](py::object error, py::object corrupted, py::object peer_died, py::object closed, py::object to_wire,
              py::object from_wire, py::object ascontiguousarray, py::object generic_type, py::object asarray) {

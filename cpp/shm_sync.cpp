@@ -957,17 +957,19 @@ bool Ring::peek(MsgInfo& info, double timeout_s, const GilHooks& hooks) {
         }
         std::memcpy(&h, data() + tail_ % cap_, sizeof h);  // 64-aligned position: never wraps
         if (h.magic != kPadMagic) break;
-        // A padding record (a loan that would have wrapped): it must fill the ring exactly to
-        // its end and be published whole, then it is skipped.
+        // A padding record (before a loan that would have wrapped, or one whose payload starts
+        // on a page): a multiple of 64 bytes that ends at or before the end of the ring, and
+        // published whole; then it is skipped.
         const std::uint64_t to_end = cap_ - tail_ % cap_;
         if (h.header_len != kAlign || h.ndim != 0 || h.dtype_len != 0 || h.seq != seq_ ||
-            h.payload_len != to_end - kAlign)
+            h.payload_len % kAlign != 0 || h.payload_len > to_end - kAlign)
             broken("message header is corrupt: bad padding record");
-        if (head_ - tail_ < to_end) {
+        const std::uint64_t skip = h.payload_len + kAlign;
+        if (head_ - tail_ < skip) {
             read_head_checked();
-            if (head_ - tail_ < to_end) broken("message header is corrupt: padding record not published whole");
+            if (head_ - tail_ < skip) broken("message header is corrupt: padding record not published whole");
         }
-        tail_ += to_end;
+        tail_ += skip;
         publish_tail(tail_);
     }
     std::string why;
@@ -1069,20 +1071,35 @@ bool Ring::wait_space(std::uint64_t need, double deadline, const GilHooks& hooks
     return wait(kSpace, need, deadline, hooks, kSpinStart) == 0;
 }
 
-bool Ring::pad_to_ring_end(std::uint64_t total, double deadline, const GilHooks& hooks) {
-    const std::uint64_t pos = head_ % cap_;
-    if (pos + total <= cap_) return true;
-    const std::uint64_t pad = cap_ - pos;  // >= 64: positions and the capacity are multiples of 64
-    if (!wait_space(pad, deadline, hooks)) return false;
+bool Ring::write_padding(std::uint64_t bytes, double deadline, const GilHooks& hooks) {
+    if (!wait_space(bytes, deadline, hooks)) return false;
     MsgHeader h{};
     h.magic = kPadMagic;
     h.header_len = static_cast<std::uint32_t>(kAlign);
-    h.payload_len = pad - kAlign;
+    h.payload_len = bytes - kAlign;
     h.seq = seq_;
-    std::memcpy(data() + pos, &h, sizeof h);
-    head_ += pad;
+    std::memcpy(data() + head_ % cap_, &h, sizeof h);
+    head_ += bytes;
     publish_head(head_);
     return true;
+}
+
+bool Ring::place_loan(std::size_t hdr_len, std::size_t payload_len, std::uint64_t total, double deadline,
+                      const GilHooks& hooks) {
+    // data() is page-aligned (the mapping is, and the segment header is one page), so a ring
+    // position p holds address data() + p. Positions and hdr_len are multiples of 64, so every
+    // gap below is too, and a gap of 64 or more holds a padding record.
+    const bool page_align = payload_len >= kPageAlignedLoanMin && total + kPageBytes <= cap_;
+    auto gap_to_page = [&](std::uint64_t pos) -> std::uint64_t {
+        return page_align ? (kPageBytes - (pos + hdr_len) % kPageBytes) % kPageBytes : 0;
+    };
+    std::uint64_t pos = head_ % cap_;
+    if (pos + gap_to_page(pos) + total > cap_) {  // would wrap: restart at position 0
+        if (!write_padding(cap_ - pos, deadline, hooks)) return false;
+        pos = 0;
+    }
+    const std::uint64_t gap = gap_to_page(pos);  // after a wrap: gap + total <= cap_ (page_align)
+    return gap == 0 || write_padding(gap, deadline, hooks);
 }
 
 std::uint8_t* Ring::loan(const void* hdr, std::size_t hdr_len, std::size_t payload_len, double timeout_s,
@@ -1107,7 +1124,7 @@ std::uint8_t* Ring::loan(const void* hdr, std::size_t hdr_len, std::size_t paylo
                        std::to_string(cap_) + " bytes)");
     const double deadline = timeout_s < 0 ? std::numeric_limits<double>::infinity()
                                           : monotonic_seconds() + timeout_s;
-    if (!pad_to_ring_end(total, deadline, hooks)) return nullptr;
+    if (!place_loan(hdr_len, payload_len, total, deadline, hooks)) return nullptr;
     if (!wait_space(total, deadline, hooks)) return nullptr;
     std::memcpy(loan_hdr_, hdr, hdr_len);
     loan_hdr_len_ = hdr_len;

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import fastcopy
-from fastcopy import shm
+from fastcopy import _core, shm
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = Path(fastcopy.__file__).resolve().parent.parent
@@ -281,13 +281,14 @@ def test_copies_in_del_during_finalization_complete(tmp_path):
 SPARSE_ATTACH = r"""
 import os, struct, sys
 import numpy as np
+from fastcopy import _core
 from fastcopy.shm import Channel, ChannelError
 
 name = "fcth-sparse"
 cap = 64 << 20
 fd = os.open("/dev/shm/" + name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
 header = bytearray(4096)
-struct.pack_into("<QIIQ", header, 0, 0x31484353504f4346, 1, 4096, cap)
+struct.pack_into("<QIIQ", header, 0, 0x31484353504F4346, _core.SHM_CHANNEL_VERSION, 4096, cap)
 os.write(fd, bytes(header))
 os.ftruncate(fd, 4096 + cap)          # sparse: the ring's pages were never allocated
 os.close(fd)
@@ -337,7 +338,7 @@ def test_attach_to_segment_larger_than_dev_shm_raises_enospc():
     name = f"{PREFIX}sparse-big"
     with open("/dev/shm/" + name, "wb") as f:
         header = bytearray(4096)
-        struct.pack_into("<QIIQ", header, 0, 0x31484353504F4346, 1, 4096, cap)
+        struct.pack_into("<QIIQ", header, 0, 0x31484353504F4346, _core.SHM_CHANNEL_VERSION, 4096, cap)
         f.write(header)
         f.truncate(4096 + cap)
     try:
@@ -869,7 +870,7 @@ def shm_scenarios(tmp_path):
         name = f"{PREFIX}fm-sparse"
         with open("/dev/shm/" + name, "wb") as f:
             header = bytearray(4096)
-            struct.pack_into("<QIIQ", header, 0, 0x31484353504F4346, 1, 4096, cap)
+            struct.pack_into("<QIIQ", header, 0, 0x31484353504F4346, _core.SHM_CHANNEL_VERSION, 4096, cap)
             f.write(header)
             f.truncate(4096 + cap)  # sparse: no page of the ring exists, and they cannot
         try:

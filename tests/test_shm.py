@@ -474,7 +474,7 @@ def test_tail_corrupted_after_first_send(used_pair, how):
 
 
 @pytest.mark.parametrize("field,off,width,value", [
-    ("magic", 0, 8, 0x1234), ("version", 8, 4, 2), ("header_bytes", 12, 4, 8192), ("capacity", 16, 8, 1 << 17),
+    ("magic", 0, 8, 0x1234), ("version", 8, 4, 99), ("header_bytes", 12, 4, 8192), ("capacity", 16, 8, 1 << 17),
 ])
 def test_shared_header_changed_after_first_use(used_pair, field, off, width, value):
     tx, rx, m = used_pair
@@ -499,7 +499,7 @@ def test_tail_not_at_message_boundary(used_pair):
 
 @pytest.mark.parametrize("field,value,cap_delta", [
     ("magic", ("<Q", 0, 0x1234), 0),
-    ("version", ("<I", 8, 2), 0),
+    ("version", ("<I", 8, 99), 0),
     ("header_bytes", ("<I", 12, 8192), 0),
     ("capacity", ("<Q", 16, (1 << 16) + 64), 0),
     ("capacity_unaligned", ("<Q", 16, (1 << 16) + 8), 8),
@@ -514,7 +514,7 @@ def test_attach_checks_each_field(field, value, cap_delta):
             f.truncate(4096 + (1 << 16) + cap_delta)
         with open(path, "r+b") as f:
             header = bytearray(4096)
-            struct.pack_into("<QIIQ", header, 0, 0x31484353504F4346, 1, 4096, (1 << 16) + cap_delta)
+            struct.pack_into("<QIIQ", header, 0, 0x31484353504F4346, _core.SHM_CHANNEL_VERSION, 4096, (1 << 16) + cap_delta)
             fmt, off, v = value
             struct.pack_into(fmt, header, off, v)
             f.write(header)
@@ -535,7 +535,7 @@ def test_attach_accepts_a_valid_handmade_segment():
         with open(path, "wb") as f:
             f.truncate(4096 + (1 << 16))
         with open(path, "r+b") as f:
-            f.write(struct.pack("<QIIQ", 0x31484353504F4346, 1, 4096, 1 << 16))
+            f.write(struct.pack("<QIIQ", 0x31484353504F4346, _core.SHM_CHANNEL_VERSION, 4096, 1 << 16))
         ch = Channel.attach(name)
         assert ch.capacity == 1 << 16
         ch.close()

@@ -79,6 +79,82 @@ def test_loan_is_in_the_ring_and_view_points_into_it(pair):
     assert addr % 64 == 0 and v.__array_interface__["data"][0] % 64 == 0
 
 
+def _ring_head(name: str) -> int:
+    """The producer's head index (bytes ever written) from the segment header."""
+    import struct
+
+    with open("/dev/shm/" + name, "rb") as f:
+        f.seek(512)
+        return int(struct.unpack("<Q", f.read(8))[0])
+
+
+PAGE_ALIGNED_LOAN_MIN = 256 << 10  # kPageAlignedLoanMin in cpp/shm_sync.h
+
+
+def test_large_loans_start_on_a_page_and_small_loans_are_packed():
+    """From 256 KiB a loan's payload starts on a 4096-byte boundary at both ends (the producer
+    writes a padding record the consumer skips); smaller loans follow the previous message
+    directly. Random sizes and shapes over many laps of a ring whose capacity is not a page
+    multiple, so padding before the header and padding to the ring's end meet."""
+    rng = np.random.default_rng(11)
+    tx = Channel.create(capacity=(1 << 20) + 64 * 37)
+    rx = Channel.attach(tx.name)
+    try:
+        small_offsets = set()
+        for i in range(120):
+            small = int(rng.integers(1, 9000))
+            head = _ring_head(tx.name)
+            with tx.loan(small, np.uint8) as a:
+                a[...] = i
+                small_offsets.add(a.__array_interface__["data"][0] % 4096)
+            used = _ring_head(tx.name) - head
+            # header (64 B) + payload rounded to 64, or a padding record to the ring's end first
+            assert used == 64 + (small + 63) // 64 * 64 or (head + used) % tx.capacity < used, (i, small, used)
+            v = rx.recv_view(timeout=5)
+            assert v.nbytes == small and (v == i % 256).all()
+            del v
+            shape = (int(rng.integers(PAGE_ALIGNED_LOAN_MIN, 400 << 10)) // 32 * 4,)  # >= 256 KiB of f8
+            if i % 2:
+                shape = (shape[0] // 4, 4)
+            expected = rng.random(shape)
+            head = _ring_head(tx.name)
+            with tx.loan(shape, "<f8") as a:
+                assert a.__array_interface__["data"][0] % 4096 == 0, (i, head % 4096)
+                a[...] = expected
+            assert _ring_head(tx.name) - head < 64 * 2 + expected.nbytes + 2 * 4096 + tx.capacity
+            got = rx.recv_view(timeout=5) if i % 3 else rx.recv(timeout=5)
+            if i % 3:
+                assert got.__array_interface__["data"][0] % 4096 == 0
+            assert got.shape == shape and np.array_equal(got, expected)
+            del got
+        assert len(small_offsets) > 1  # small loans were not page-aligned
+        assert rx.held_views == 0
+    finally:
+        rx.close()
+        tx.close()
+        tx.unlink()
+
+
+def test_large_loan_in_a_ring_without_room_to_align_it():
+    """A loan too large to be moved to a page boundary in its ring is placed as before."""
+    payload = PAGE_ALIGNED_LOAN_MIN
+    tx = Channel.create(capacity=64 + payload + 2048)  # header + payload + less than a page
+    rx = Channel.attach(tx.name)
+    try:
+        for i in range(6):
+            tx.send(np.full(100 * i + 1, i, np.uint8))  # moves the ring position
+            assert (rx.recv(timeout=5) == i).all()
+            with tx.loan(payload, np.uint8, timeout=5) as a:  # it fits: never a wait
+                a[...] = i + 1
+            v = rx.recv_view(timeout=5)
+            assert v.nbytes == payload and (v == i + 1).all()
+            del v
+    finally:
+        rx.close()
+        tx.close()
+        tx.unlink()
+
+
 def test_recv_view_of_sent_messages_and_mixing_with_recv(pair):
     tx, rx = pair
     rng = np.random.default_rng(2)
@@ -418,6 +494,7 @@ done(tx, rx, m); cases += 1
 # Forged padding records.
 for what, patch in [
     ("pad too short", lambda m: struct.pack_into("<IIQIIQ", m, H, 0x50414446, 64, 100, 0, 0, 0)),
+    ("pad to a page not published", lambda m: struct.pack_into("<IIQIIQ", m, H, 0x50414446, 64, 4032, 0, 0, 0)),
     ("pad beyond ring", lambda m: struct.pack_into("<IIQIIQ", m, H, 0x50414446, 64, CAP, 0, 0, 0)),
     ("pad bad header_len", lambda m: struct.pack_into("<IIQIIQ", m, H, 0x50414446, 128, CAP - 64, 0, 0, 0)),
     ("pad not published", lambda m: struct.pack_into("<IIQIIQ", m, H, 0x50414446, 64, CAP - 64, 0, 0, 0)),
@@ -428,6 +505,14 @@ for what, patch in [
     patch(m)
     expect(ChannelCorrupted, lambda: rx.recv_view(timeout=0), what)
     done(tx, rx, m); cases += 1
+
+# A padding record whose length is not a multiple of 64, over a full ring: skipping it would
+# leave the tail off a message boundary, 8 bytes before the ring's end.
+tx, rx, m = fresh()
+tx.send(np.zeros(CAP - 64, np.uint8))
+struct.pack_into("<IIQIIQ", m, H, 0x50414446, 64, CAP - 72, 0, 0, 0)
+expect(ChannelCorrupted, lambda: rx.recv_view(timeout=0), "pad not a multiple of 64")
+done(tx, rx, m); cases += 1
 
 # The tail moved by someone else while a view is held.
 tx, rx, m = fresh()
