@@ -1071,14 +1071,18 @@ bool Ring::wait_space(std::uint64_t need, double deadline, const GilHooks& hooks
     return wait(kSpace, need, deadline, hooks, kSpinStart) == 0;
 }
 
-bool Ring::write_padding(std::uint64_t bytes, double deadline, const GilHooks& hooks) {
-    if (!wait_space(bytes, deadline, hooks)) return false;
+void Ring::put_padding(std::uint64_t at, std::uint64_t bytes) {
     MsgHeader h{};
     h.magic = kPadMagic;
     h.header_len = static_cast<std::uint32_t>(kAlign);
     h.payload_len = bytes - kAlign;
     h.seq = seq_;
-    std::memcpy(data() + head_ % cap_, &h, sizeof h);
+    std::memcpy(data() + at % cap_, &h, sizeof h);
+}
+
+bool Ring::send_padding(std::uint64_t bytes, double deadline, const GilHooks& hooks) {
+    if (!wait_space(bytes, deadline, hooks)) return false;
+    put_padding(head_, bytes);
     head_ += bytes;
     publish_head(head_);
     return true;
@@ -1093,13 +1097,20 @@ bool Ring::place_loan(std::size_t hdr_len, std::size_t payload_len, std::uint64_
     auto gap_to_page = [&](std::uint64_t pos) -> std::uint64_t {
         return page_align ? (kPageBytes - (pos + hdr_len) % kPageBytes) % kPageBytes : 0;
     };
+    loan_wrap_pad_ = 0;
     std::uint64_t pos = head_ % cap_;
     if (pos + gap_to_page(pos) + total > cap_) {  // would wrap: restart at position 0
-        if (!write_padding(cap_ - pos, deadline, hooks)) return false;
+        const std::uint64_t to_end = cap_ - pos;
+        // The padding goes out with the message, in one publication: a padding record
+        // published on its own would wake the consumer for nothing, and its short wait would
+        // teach the consumer's spin to give up before the message comes. Only a ring too small
+        // for both at once gets the padding first.
+        if (to_end + gap_to_page(0) + total <= cap_) loan_wrap_pad_ = to_end;
+        else if (!send_padding(to_end, deadline, hooks)) return false;
         pos = 0;
     }
-    const std::uint64_t gap = gap_to_page(pos);  // after a wrap: gap + total <= cap_ (page_align)
-    return gap == 0 || write_padding(gap, deadline, hooks);
+    loan_gap_pad_ = gap_to_page(pos);  // after a wrap: gap + total <= cap_ (page_align)
+    return wait_space(loan_wrap_pad_ + loan_gap_pad_ + total, deadline, hooks);
 }
 
 std::uint8_t* Ring::loan(const void* hdr, std::size_t hdr_len, std::size_t payload_len, double timeout_s,
@@ -1125,11 +1136,10 @@ std::uint8_t* Ring::loan(const void* hdr, std::size_t hdr_len, std::size_t paylo
     const double deadline = timeout_s < 0 ? std::numeric_limits<double>::infinity()
                                           : monotonic_seconds() + timeout_s;
     if (!place_loan(hdr_len, payload_len, total, deadline, hooks)) return nullptr;
-    if (!wait_space(total, deadline, hooks)) return nullptr;
     std::memcpy(loan_hdr_, hdr, hdr_len);
     loan_hdr_len_ = hdr_len;
     loan_total_ = total;
-    std::uint8_t* slot = data() + head_ % cap_;
+    std::uint8_t* slot = data() + (head_ + loan_wrap_pad_ + loan_gap_pad_) % cap_;
     std::memcpy(slot, hdr, hdr_len);
     std::lock_guard<std::mutex> lock(ledger_->mu);
     id = ledger_->next_id++;
@@ -1151,11 +1161,16 @@ void Ring::publish_loan(std::uint64_t id) {
     check_abandoned();
     if (load_acquire_u32(word(kOffConsClosed)) != 0)
         throw ShmClosed("the consumer closed the channel; the loaned message was not sent");
-    // The header is written again: the slot is shared memory, and nothing written there
-    // since loan() is trusted.
+    // The padding records and the header are written now: the slot is shared memory, and
+    // nothing written there since loan() is trusted.
+    std::uint64_t at = head_;
+    if (loan_wrap_pad_) put_padding(at, loan_wrap_pad_);
+    at += loan_wrap_pad_;
+    if (loan_gap_pad_) put_padding(at, loan_gap_pad_);
+    at += loan_gap_pad_;
     reinterpret_cast<MsgHeader*>(loan_hdr_)->seq = seq_;
-    std::memcpy(data() + head_ % cap_, loan_hdr_, loan_hdr_len_);
-    head_ += loan_total_;
+    std::memcpy(data() + at % cap_, loan_hdr_, loan_hdr_len_);
+    head_ = at + loan_total_;
     ++seq_;
     store_release_u64(word(kOffProdSeq), seq_);
     publish_head(head_);

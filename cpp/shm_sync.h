@@ -303,15 +303,18 @@ private:
     void publish_tail(std::uint64_t t);
     // Producer: waits until `need` bytes are free; false on timeout.
     bool wait_space(std::uint64_t need, double deadline, const GilHooks& gil);
-    // Producer: moves head_ to where a loan of hdr_len + payload_len (`total` bytes in the
-    // ring) goes, writing padding records: to the end of the ring if the message would wrap,
-    // and before the header so that a payload of kPageAlignedLoanMin bytes or more starts on a
-    // page (when the ring has room for that). False on timeout.
+    // Producer: where a loan of hdr_len + payload_len (`total` bytes in the ring) goes: sets
+    // loan_wrap_pad_ (padding to the end of the ring when the message would wrap) and
+    // loan_gap_pad_ (padding before the header, so that a payload of kPageAlignedLoanMin bytes
+    // or more starts on a page, when the ring has room for that), which publish_loan() writes
+    // with the message; then waits for room for all of it. False on timeout.
     bool place_loan(std::size_t hdr_len, std::size_t payload_len, std::uint64_t total, double deadline,
                     const GilHooks& gil);
-    // Producer: writes a padding record of `bytes` (a multiple of 64, not past the ring end)
-    // at head_ once there is room for it. False on timeout.
-    bool write_padding(std::uint64_t bytes, double deadline, const GilHooks& gil);
+    // Producer: writes a padding record of `bytes` (a multiple of 64, not past the ring end) at
+    // ring index `at`.
+    void put_padding(std::uint64_t at, std::uint64_t bytes);
+    // Producer: publishes a padding record of `bytes` at head_ once there is room. False on timeout.
+    bool send_padding(std::uint64_t bytes, double deadline, const GilHooks& gil);
     // Waits until pred() or deadline; returns 0 ready, 1 timeout; throws on peer death.
     enum WaitFor { kData, kSpace };
     // gil_released: the caller released the GIL already (mid-message); the wait may take it
@@ -328,6 +331,7 @@ private:
     std::uint8_t loan_hdr_[4096];         // the header of the outstanding loan, written again at publish
     std::size_t loan_hdr_len_ = 0;
     std::uint64_t loan_total_ = 0;
+    std::uint64_t loan_wrap_pad_ = 0, loan_gap_pad_ = 0;  // padding published before the loan
     std::size_t map_bytes_ = 0;
     std::size_t cap_ = 0;
     bool creator_ = false;

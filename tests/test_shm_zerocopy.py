@@ -135,6 +135,39 @@ def test_large_loans_start_on_a_page_and_small_loans_are_packed():
         tx.unlink()
 
 
+def test_an_outstanding_loan_publishes_nothing_not_even_its_padding():
+    """The padding before a large loan (to the ring's end, and up to a page) goes out with the
+    message: until publish the consumer sees nothing, and a discarded loan leaves no trace."""
+    payload = PAGE_ALIGNED_LOAN_MIN
+    tx = Channel.create(capacity=3 * (payload + 4096) + 64 * 5)
+    rx = Channel.attach(tx.name)
+    try:
+        wrapped = 0
+        for i in range(12):
+            tx.send(np.full(9000 * i + 8, i, np.uint8))   # moves the ring position
+            assert (rx.recv(timeout=5) == i).all()
+            head = _ring_head(tx.name)
+            a = tx.loan(payload, np.uint8, timeout=5)
+            assert _ring_head(tx.name) == head and rx.pending_bytes == 0
+            with pytest.raises(TimeoutError):
+                rx.recv_view(timeout=0)
+            if i % 3 == 0:
+                tx.discard(a)
+                assert _ring_head(tx.name) == head
+                continue
+            a[...] = i
+            tx.publish(a)
+            wrapped += _ring_head(tx.name) - head > 64 + payload + 4096  # padding to the ring's end too
+            v = rx.recv_view(timeout=0)
+            assert v.nbytes == payload and (v == i).all() and v.__array_interface__["data"][0] % 4096 == 0
+            del v
+        assert wrapped >= 2  # these sizes wrap at i = 4, 7 and 10
+    finally:
+        rx.close()
+        tx.close()
+        tx.unlink()
+
+
 def test_large_loan_in_a_ring_without_room_to_align_it():
     """A loan too large to be moved to a page boundary in its ring is placed as before."""
     payload = PAGE_ALIGNED_LOAN_MIN
