@@ -44,7 +44,7 @@ std::string geometry_error(const TopicGeometry& g) {
         return "history must be 0 to slots - 1 (" + std::to_string(g.slots - 1) + "), got " +
                std::to_string(g.history);
     if (static_cast<std::uint32_t>(g.overflow) > 1) return "overflow mode " + std::to_string(static_cast<std::uint32_t>(g.overflow));
-    // slots <= 2^20 and stride <= 2^40 + 2 KiB: the product fits, the sum is bounded below.
+    // slots <= 2^20 and stride <= 2^40 + 4 KiB: the product fits, the sum is bounded below.
     if (g.total_bytes() > kMaxTopicBytes) return "the segment would exceed 2 TiB";
     return "";
 }

@@ -6,7 +6,9 @@
 //                        closed, head, futex words (hot words on separate 128-byte blocks),
 //                        creator pid/start at the offsets Channel uses (shm --list/--clean).
 //   [4096, +128*S)       S subscriber records of 128 bytes (TopicSub offsets below).
-//   then N slots of kSlotHdrBytes + pad64(slot_bytes) bytes each:
+//   then N slots of kSlotHdrBytes + pad64(slot_bytes) bytes each (from slot_bytes = 256 KiB:
+//   the slots start at a page minus kSlotHdrBytes and take whole pages, so every payload
+//   starts on a page; see TopicGeometry):
 //     +0    state (u64 seqlock): 0 never written, 2k+1 while message k is being written,
 //           2k+2 once message k is complete. Written only by the publisher.
 //     +64   message header: MsgHeader (seq = k) | shape (ndim x u64) | dtype string
@@ -70,7 +72,8 @@ struct ShmMessagesLost : ShmError {
 };
 
 constexpr std::uint64_t kTopicMagic = 0x31504f544f50434full;  // "FCOPTOP1" little-endian
-constexpr std::uint32_t kTopicVersion = 1;
+// 2: slots of kPageAlignedLoanMin bytes or more are page-aligned (TopicGeometry).
+constexpr std::uint32_t kTopicVersion = 2;
 constexpr std::size_t kTopicSubBytes = 128;
 constexpr std::size_t kSlotHdrBytes = 2048;   // state (64) + the largest message header (1600)
 constexpr std::size_t kSlotMsgHdrOff = 64;
@@ -98,8 +101,18 @@ struct TopicGeometry {
     std::uint32_t slots = 0, max_subs = 0, history = 0;
     std::uint64_t slot_bytes = 0;
     Overflow overflow = Overflow::Block;
-    std::uint64_t slot_stride() const { return kSlotHdrBytes + pad64(slot_bytes); }
-    std::uint64_t slots_offset() const { return kHeaderBytes + std::uint64_t(max_subs) * kTopicSubBytes; }
+    // Slots of kPageAlignedLoanMin bytes or more start their payload on a page, like a
+    // Channel's large loans (shm_sync.h has the measurement): the slots start so that the
+    // first payload is page-aligned, and the stride is a whole number of pages.
+    bool page_slots() const { return slot_bytes >= kPageAlignedLoanMin; }
+    std::uint64_t slot_stride() const {
+        return page_slots() ? round_up_to_page(kSlotHdrBytes + slot_bytes) : kSlotHdrBytes + pad64(slot_bytes);
+    }
+    std::uint64_t slots_offset() const {
+        const std::uint64_t after_records = kHeaderBytes + std::uint64_t(max_subs) * kTopicSubBytes;
+        return page_slots() ? round_up_to_page(after_records + kSlotHdrBytes) - kSlotHdrBytes : after_records;
+    }
+    static std::uint64_t round_up_to_page(std::uint64_t n) { return (n + kPageBytes - 1) / kPageBytes * kPageBytes; }
     std::uint64_t total_bytes() const { return slots_offset() + std::uint64_t(slots) * slot_stride(); }
 };
 

@@ -164,6 +164,33 @@ def test_loans():
             t.loan("3")
 
 
+@pytest.mark.parametrize("max_subscribers", [1, 3, 16])
+def test_large_slots_start_on_a_page(max_subscribers):
+    """From slot_bytes = 256 KiB every slot's payload starts on a 4096-byte boundary (the
+    copy that fills a loan gets non-temporal stores, see docs/shm.md), at both ends; a slot
+    size that is not a page multiple, and every subscriber-table size, keep it so."""
+    slot_bytes = (256 << 10) + 100
+    rng = np.random.default_rng(7)
+    with Topic.create(fresh_name("page"), slot_bytes=slot_bytes, slots=5,
+                      max_subscribers=max_subscribers) as t, Topic.subscribe(t.name) as s:
+        for i in range(12):  # every slot, twice
+            n = int(rng.integers(1, slot_bytes + 1))
+            data = rng.integers(0, 256, n, dtype=np.uint8)
+            if i % 2:
+                with t.loan(n, np.uint8) as a:
+                    assert a.__array_interface__["data"][0] % 4096 == 0, i
+                    a[...] = data
+            else:
+                t.send(data)
+            v = s.recv_view(timeout=5)
+            assert v.__array_interface__["data"][0] % 4096 == 0, i
+            assert np.array_equal(v, data)
+            del v
+    with Topic.create(fresh_name("small"), slot_bytes=(256 << 10) - 64, slots=3, max_subscribers=3) as t:
+        with t.loan(64, np.uint8) as a:  # below 256 KiB the layout is the packed one
+            assert a.__array_interface__["data"][0] % 4096 == (4096 + 3 * 128 + SLOT_HDR) % 4096 != 0
+
+
 def test_too_large_message_names_the_limit_and_sends_nothing():
     with Topic.create(fresh_name("big"), slot_bytes=100, slots=2) as t, Topic.subscribe(t.name) as s:
         with pytest.raises(ValueError, match=r"slot_bytes \(100\)"):
