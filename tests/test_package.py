@@ -13,7 +13,11 @@ PKG = Path(fastcopy.__file__).parent
 
 def stub_names(path: Path) -> set:
     tree = ast.parse(path.read_text())
-    return {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    names = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    # module constants: `NAME: int`
+    names |= {node.target.id for node in tree.body
+              if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)}
+    return names
 
 
 def test_py_typed_and_stubs_ship():
