@@ -528,22 +528,42 @@ def test_ipc_bench_smoke():
     assert "message rate" in table and "channel" in table and "pipe" in table
 
 
+def test_paired_spread_is_the_middle_half_of_per_repeat_ratios():
+    from fastcopy.ipc_bench import paired_spread
+
+    assert paired_spread([2.0], [1.0]) is None  # one pair: no spread
+    # ratios 0.5, 1, 2, 4, 8 (pairs, not medians of each side): quartiles 1 and 4
+    lo, hi = paired_spread([1, 2, 4, 8, 16], [2, 2, 2, 2, 2])
+    assert (lo, hi) == (1.0, 4.0)
+    # pairs, not sides: the same values paired the other way give another spread
+    assert paired_spread([1, 2, 3], [1, 2, 3]) == [1.0, 1.0]
+    assert paired_spread([1, 2], [2, 1]) == [0.875, 1.625]  # ratios 0.5 and 2
+    assert paired_spread([1, 2], [0, 0]) is None  # a zero denominator is dropped
+
+
 def test_ipc_bench_zero_copy_and_alternatives(monkeypatch):
     from fastcopy import ipc_bench
 
     # A transport whose package is missing is listed as skipped with the reason, not an error.
     monkeypatch.setitem(ipc_bench._NEEDS, "zmq", "fastcopy_no_such_module")
     transports = ["channel", "channel_view", "shared_memory", "zmq"]
-    res = ipc_bench.run_ipc_bench(sizes=[4096, 200000], repeats=1, min_time=0.02, transports=transports)
+    res = ipc_bench.run_ipc_bench(sizes=[4096, 200000], repeats=2, min_time=0.02, transports=transports)
     json.dumps(res)
     assert set(res["skipped"]) == {"zmq"} and "not installed" in res["skipped"]["zmq"]
     assert {(r["transport"], r["size"]) for r in res["rows"]} == {
         (t, s) for t in ["channel", "channel_view", "shared_memory"] for s in [4096, 200000]}
     for r in res["rows"]:
         assert r["msg_rate"] > 0 and r["rtt_median_us"] > 0
-    assert {"channel_view_vs_channel", "channel_view_vs_channel_rtt"} <= set(res["ratios"]["200000"])
+    ratios = res["ratios"]["200000"]
+    assert {"channel_view_vs_channel", "channel_view_vs_channel_rtt"} <= set(ratios)
+    for key in ("channel_view_vs_channel", "channel_view_vs_channel_rtt"):
+        lo, hi = ratios[key + "_spread"]  # two repeats: the middle half spans both paired ratios
+        assert 0 < lo <= hi
+    for r in res["rows"]:
+        assert len(r["rtt_runs_us"]) == 2 and min(r["rtt_runs_us"]) > 0
     table = ipc_bench.format_ipc_table(res)
     assert "skipped zmq" in table and "channel_view" in table
+    assert f"channel_view / channel {ratios['channel_view_vs_channel']:.2f}x (" in table
     with pytest.raises(ValueError, match="unknown transport"):
         ipc_bench.run_ipc_bench(sizes=[64], transports=["carrier_pigeon"])
 

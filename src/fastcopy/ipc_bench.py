@@ -583,8 +583,10 @@ def run_ipc_bench(
     the child. Returns a JSON-serialisable dict: ``config``, ``machine``, ``rows`` (one per
     transport and size: ``transport``, ``size``, ``messages``, ``seconds``,
     ``bandwidth_gbps``, ``bandwidth_mbps``, ``msg_rate``, ``runs``, ``rtt_median_us``,
-    ``rtt_p90_us``, ``rtt_samples``) and ``ratios`` (per size: Channel throughput divided by
-    Queue's and by Pipe's).
+    ``rtt_p90_us``, ``rtt_samples``, ``rtt_runs_us``: the median round trip of each repeat) and
+    ``ratios`` (per size: ``channel_vs_queue``/``_pipe``, and zero copy against copy in/out and
+    iceoryx2: ``a_vs_b`` throughput ratio of medians, ``a_vs_b_rtt`` round-trip ratio,
+    ``*_spread`` the middle half of the paired per-repeat ratios, see :func:`paired_spread`).
     """
     from .shm import DEFAULT_CAPACITY
 
@@ -632,6 +634,7 @@ def run_ipc_bench(
             # Round trips are interleaved the same way: each repeat runs a ping-pong loop per
             # transport, and the median is over all the round trips of all repeats.
             rtts: Dict[str, List[float]] = {t: [] for t in transports}
+            rtt_runs: Dict[str, List[float]] = {t: [] for t in transports}  # one median per repeat
             if latency:
                 iters: Dict[str, int] = {}
                 for transport in transports:
@@ -640,7 +643,9 @@ def run_ipc_bench(
                     parent.pingpong(transport, size, min(iters[transport], 10), timeout)  # warm-up
                 for _ in range(repeats):
                     for transport in transports:
-                        rtts[transport] += parent.pingpong(transport, size, iters[transport], timeout)
+                        trips = parent.pingpong(transport, size, iters[transport], timeout)
+                        rtts[transport] += trips
+                        rtt_runs[transport].append(statistics.median(trips) * 1e6)
             for transport in transports:
                 target = targets[transport]
                 med = statistics.median(r["seconds"] for r in runs[transport])
@@ -660,10 +665,11 @@ def run_ipc_bench(
                     row["rtt_median_us"] = statistics.median(samples) * 1e6
                     row["rtt_p90_us"] = samples[min(len(samples) - 1, int(0.9 * len(samples)))] * 1e6
                     row["rtt_samples"] = len(samples)
+                    row["rtt_runs_us"] = rtt_runs[transport]
                 rows.append(row)
     finally:
         parent.close()
-    ratios: Dict[str, Dict[str, float]] = {}
+    ratios: Dict[str, Dict[str, Any]] = {}
     by = {(r["transport"], r["size"]): r for r in rows}
     for size in sizes:
         entry = {}
@@ -679,8 +685,15 @@ def run_ipc_bench(
             ra, rb = by.get((a, size)), by.get((b, size))
             if ra and rb and rb["msg_rate"] > 0:
                 entry[f"{a}_vs_{b}"] = ra["msg_rate"] / rb["msg_rate"]
+                spread = paired_spread([r["messages"] / r["seconds"] for r in ra["runs"]],
+                                       [r["messages"] / r["seconds"] for r in rb["runs"]])
+                if spread:
+                    entry[f"{a}_vs_{b}_spread"] = spread
                 if "rtt_median_us" in ra and "rtt_median_us" in rb and rb["rtt_median_us"] > 0:
                     entry[f"{a}_vs_{b}_rtt"] = ra["rtt_median_us"] / rb["rtt_median_us"]
+                    spread = paired_spread(ra.get("rtt_runs_us", []), rb.get("rtt_runs_us", []))
+                    if spread:
+                        entry[f"{a}_vs_{b}_rtt_spread"] = spread
         ratios[str(size)] = entry
     return {
         "benchmark": "ipc",
@@ -692,6 +705,18 @@ def run_ipc_bench(
         "ratios": ratios,
         "skipped": skipped,
     }
+
+
+def paired_spread(a: Sequence[float], b: Sequence[float]) -> Optional[List[float]]:
+    """The middle half (25th to 75th percentile) of the ratios a[k] / b[k] of two transports'
+    measurements in the same repeat k (repeats are interleaved, so each pair saw the same
+    machine load); None with fewer than two pairs. A spread that contains 1.0 means the two
+    transports are not told apart in this run."""
+    pairs = [x / y for x, y in zip(a, b) if y > 0]
+    if len(pairs) < 2:
+        return None
+    q = statistics.quantiles(pairs, n=4, method="inclusive")
+    return [q[0], q[2]]
 
 
 def _size_words(n: int) -> str:
@@ -745,11 +770,17 @@ def format_ipc_table(results: Dict[str, Any]) -> str:
         out.append(f"skipped {t}: {why}")
     zero_copy = []
     for size, entry in ratios.items():
-        words = [f"{k.replace('_vs_', ' / ')} {v:.2f}x" for k, v in entry.items() if not k.startswith("channel_vs_")]
+        words = []
+        for k, v in entry.items():
+            if k.startswith("channel_vs_") or k.endswith("_spread"):
+                continue
+            spread = entry.get(k + "_spread")
+            words.append(f"{k.replace('_vs_', ' / ')} {v:.2f}x" + (f" ({spread[0]:.2f}-{spread[1]:.2f})" if spread else ""))
         if words:
             zero_copy.append(f"  {_size_words(int(size))}: " + ", ".join(words))
     if zero_copy:
-        out.append("ratios (throughput; *_rtt: round-trip time, lower is better):")
+        out.append("ratios of medians (throughput; *_rtt: round-trip time, lower is better; in brackets the middle "
+                   "half of the ratios of the repeats, paired: one that contains 1.00 is within this run's noise):")
         out.extend(zero_copy)
     if isinstance(results, dict) and "config" in results:
         c = results["config"]
