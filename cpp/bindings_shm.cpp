@@ -154,6 +154,23 @@ private:
     DtypeEntry scratch_dtype_;
 };
 
+// Finishes a message header whose magic, ndim and shape (after MsgHeader) are set: writes
+// the dtype wire string, the lengths and the zero padding into hdr; returns header_len.
+std::size_t finish_header(MsgHeader& h, std::uint8_t* hdr, const std::string& wire, std::uint64_t payload_len,
+                          const char* what) {
+    if (wire.size() > shm::kMaxDtypeLen)
+        raise(PyExc_ValueError, std::string(what) + ": dtype description longer than 1024 characters is not supported");
+    h.dtype_len = static_cast<std::uint32_t>(wire.size());
+    std::size_t raw = sizeof(MsgHeader) + 8 * h.ndim + h.dtype_len;
+    std::size_t hdr_len = shm::pad64(raw);
+    h.header_len = static_cast<std::uint32_t>(hdr_len);
+    h.payload_len = payload_len;
+    std::memcpy(hdr, &h, sizeof h);
+    std::memcpy(hdr + sizeof(MsgHeader) + 8 * h.ndim, wire.data(), wire.size());
+    std::memset(hdr + raw, 0, hdr_len - raw);
+    return hdr_len;
+}
+
 // Builds the message header (MsgHeader, shape, dtype) of `obj` into hdr and calls
 // fn(hdr_len, data, nbytes) while obj's buffer is held. TypeError/ValueError name `what`.
 template <class Fn>
@@ -202,17 +219,7 @@ void with_message(DtypeCodec& codec, py::handle obj, const char* what, std::uint
         bool on;
         ~ViewRelease() { if (on) PyBuffer_Release(v); }
     } release_view{&view, have_view};
-    if (wire->size() > shm::kMaxDtypeLen)
-        raise(PyExc_ValueError, std::string(what) + ": dtype description longer than 1024 characters is not supported");
-    h.dtype_len = static_cast<std::uint32_t>(wire->size());
-    std::size_t raw = sizeof(MsgHeader) + 8 * h.ndim + h.dtype_len;
-    std::size_t hdr_len = shm::pad64(raw);
-    h.header_len = static_cast<std::uint32_t>(hdr_len);
-    h.payload_len = nbytes;
-    std::memcpy(hdr, &h, sizeof h);
-    std::memcpy(hdr + sizeof(MsgHeader) + 8 * h.ndim, wire->data(), wire->size());
-    std::memset(hdr + raw, 0, hdr_len - raw);
-    fn(hdr_len, ptr, nbytes);
+    fn(finish_header(h, hdr, *wire, nbytes, what), ptr, nbytes);
 }
 
 // Builds the header of a loan of `shape_in` elements of `dt` into hdr; returns its length and
@@ -233,19 +240,8 @@ std::size_t loan_header(DtypeCodec& codec, const py::dtype& dt, const std::vecto
     nbytes = 0;
     bool overflow = __builtin_mul_overflow(count, static_cast<std::uint64_t>(dt.itemsize()), &nbytes);
     check_size(overflow, count, nbytes);
-    const std::string& wire = codec.wire_of(dt);
-    if (wire.size() > shm::kMaxDtypeLen)
-        raise(PyExc_ValueError, "loan: dtype description longer than 1024 characters is not supported");
     h.ndim = static_cast<std::uint32_t>(shape_in.size());
-    h.dtype_len = static_cast<std::uint32_t>(wire.size());
-    std::size_t raw = sizeof(MsgHeader) + 8 * h.ndim + h.dtype_len;
-    std::size_t hdr_len = shm::pad64(raw);
-    h.header_len = static_cast<std::uint32_t>(hdr_len);
-    h.payload_len = nbytes;
-    std::memcpy(hdr, &h, sizeof h);
-    std::memcpy(hdr + sizeof(MsgHeader) + 8 * h.ndim, wire.data(), wire.size());
-    std::memset(hdr + raw, 0, hdr_len - raw);
-    return hdr_len;
+    return finish_header(h, hdr, codec.wire_of(dt), nbytes, "loan");
 }
 
 class PyRing {
