@@ -529,7 +529,7 @@ def test_ipc_bench_smoke():
 
 
 def test_paired_spread_is_the_middle_half_of_per_repeat_ratios():
-    from fastcopy.ipc_bench import paired_spread
+    from fastcopy.measure.engine import paired_spread
 
     assert paired_spread([2.0], [1.0]) is None  # one pair: no spread
     # ratios 0.5, 1, 2, 4, 8 (pairs, not medians of each side): quartiles 1 and 4
@@ -557,7 +557,7 @@ def test_ipc_bench_zero_copy_and_alternatives(monkeypatch):
     ratios = res["ratios"]["200000"]
     assert {"channel_view_vs_channel", "channel_view_vs_channel_rtt"} <= set(ratios)
     for key in ("channel_view_vs_channel", "channel_view_vs_channel_rtt"):
-        lo, hi = ratios[key + "_spread"]  # two repeats: the middle half spans both paired ratios
+        lo, hi = ratios[key + "_spread"]  # two repeats: between the two paired ratios
         assert 0 < lo <= hi
     for r in res["rows"]:
         assert len(r["rtt_runs_us"]) == 2 and min(r["rtt_runs_us"]) > 0

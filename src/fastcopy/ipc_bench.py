@@ -53,6 +53,8 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .measure.engine import paired_spread
+
 __all__ = ["run_ipc_bench", "format_ipc_table", "DEFAULT_SIZES", "TRANSPORTS"]
 
 DEFAULT_SIZES = (64, 4096, 65536, 1 << 20, 16 << 20, 64 << 20)
@@ -586,7 +588,8 @@ def run_ipc_bench(
     ``rtt_p90_us``, ``rtt_samples``, ``rtt_runs_us``: the median round trip of each repeat) and
     ``ratios`` (per size: ``channel_vs_queue``/``_pipe``, and zero copy against copy in/out and
     iceoryx2: ``a_vs_b`` throughput ratio of medians, ``a_vs_b_rtt`` round-trip ratio,
-    ``*_spread`` the middle half of the paired per-repeat ratios, see :func:`paired_spread`).
+    ``*_spread`` the middle half of the paired per-repeat ratios, see
+    :func:`fastcopy.measure.engine.paired_spread`).
     """
     from .shm import DEFAULT_CAPACITY
 
@@ -705,18 +708,6 @@ def run_ipc_bench(
         "ratios": ratios,
         "skipped": skipped,
     }
-
-
-def paired_spread(a: Sequence[float], b: Sequence[float]) -> Optional[List[float]]:
-    """The middle half (25th to 75th percentile) of the ratios a[k] / b[k] of two transports'
-    measurements in the same repeat k (repeats are interleaved, so each pair saw the same
-    machine load); None with fewer than two pairs. A spread that contains 1.0 means the two
-    transports are not told apart in this run."""
-    pairs = [x / y for x, y in zip(a, b) if y > 0]
-    if len(pairs) < 2:
-        return None
-    q = statistics.quantiles(pairs, n=4, method="inclusive")
-    return [q[0], q[2]]
 
 
 def _size_words(n: int) -> str:

@@ -463,6 +463,18 @@ def spread(samples: Sequence[float]) -> float:
     return (max(samples) - min(samples)) / 2 / med
 
 
+def paired_spread(a: Sequence[float], b: Sequence[float]) -> Optional[List[float]]:
+    """The middle half (25th to 75th percentile) of the ratios a[k] / b[k] of two transports'
+    measurements in the same repeat k (repeats are interleaved, so each pair saw the same
+    machine load); None with fewer than two pairs. A spread that contains 1.0 means the two
+    transports are not told apart in this run."""
+    pairs = [x / y for x, y in zip(a, b) if y > 0]
+    if len(pairs) < 2:
+        return None
+    q = statistics.quantiles(pairs, n=4, method="inclusive")
+    return [q[0], q[2]]
+
+
 def time_interleaved(timers: Dict[str, Timer], iterations: int, repeats: int,
                      rng: Optional[random.Random] = None) -> Dict[str, List[float]]:
     """Seconds per copy of each timer, ``repeats`` samples each: every repeat runs each timer once
