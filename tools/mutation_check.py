@@ -173,25 +173,13 @@ class Runner:
         return None
 
     def run_tests(self, m_pytest: List[str], m_ctest: List[str]) -> tuple[bool, str, bool]:
-        """Runs the tests; returns (all passed, short description of what failed, timed out)."""
+        """Runs the tests; returns (all passed, short description of what failed, timed out).
+
+        The C++ tests go first: they take seconds, and a mutant that makes a Python test hang
+        (a pool job that never completes) is then caught by them instead of by the timeout."""
         failures = []
         deadline = time.monotonic() + self.timeout
-        if m_pytest:
-            cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-                   "--no-header", *m_pytest]
-            try:
-                r = subprocess.run(cmd, cwd=self.tree, env=self.env, capture_output=True, text=True,
-                                   timeout=max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                return False, "pytest timed out", True
-            if r.returncode == 5 or "no tests ran" in r.stdout:
-                raise SystemExit(f"pytest collected no tests for {m_pytest}: the catalogue names a test that "
-                                 f"does not exist\n{r.stdout[-2000:]}")
-            if r.returncode != 0:
-                failed = [ln.split(" ")[1] for ln in r.stdout.splitlines() if ln.startswith("FAILED ")]
-                failures.append("pytest " + (failed[0] if failed else f"rc={r.returncode}"))
-                self.log(r.stdout[-3000:] + r.stderr[-2000:])
-        if m_ctest and (not failures or self.verbose):
+        if m_ctest:
             regex = "^(" + "|".join(m_ctest) + ")$"
             cmd = ["ctest", "--test-dir", str(self.build), "-R", regex, "--output-on-failure",
                    "--no-tests=error"]
@@ -205,6 +193,23 @@ class Runner:
                     raise SystemExit(f"ctest found no test matching {regex}")
                 failures.append("ctest " + ",".join(m_ctest))
                 self.log(r.stdout[-3000:])
+        if m_pytest and (not failures or self.verbose):
+            cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+                   "--no-header", *m_pytest]
+            try:
+                r = subprocess.run(cmd, cwd=self.tree, env=self.env, capture_output=True, text=True,
+                                   timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                if failures:
+                    return False, "; ".join(failures), False
+                return False, "pytest timed out", True
+            if r.returncode == 5 or "no tests ran" in r.stdout:
+                raise SystemExit(f"pytest collected no tests for {m_pytest}: the catalogue names a test that "
+                                 f"does not exist\n{r.stdout[-2000:]}")
+            if r.returncode != 0:
+                failed = [ln.split(" ")[1] for ln in r.stdout.splitlines() if ln.startswith("FAILED ")]
+                failures.append("pytest " + (failed[0] if failed else f"rc={r.returncode}"))
+                self.log(r.stdout[-3000:] + r.stderr[-2000:])
         return not failures, "; ".join(failures), False
 
 

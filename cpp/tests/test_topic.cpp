@@ -151,6 +151,42 @@ void drop_mode_never_tears() {
     pub->unlink();
 }
 
+// The publisher overwrites the peeked slot between next() and take_view(): the view must not be
+// handed out (its bytes are another message's and would change under the reader). take_view's
+// second look at the slot, after it stores its pin, is what catches this; without it the race in
+// drop_mode_never_tears is only hit by chance.
+void view_of_a_slot_overwritten_after_the_peek_is_refused() {
+    const std::string name = name_of("view-lapped");
+    constexpr std::uint64_t kElems = 64;
+    constexpr std::uint32_t kSlots = 4;
+    std::unique_ptr<Topic> pub(Topic::create(name, kElems * 8, kSlots, 0, Overflow::Drop, 2));
+    std::unique_ptr<Topic> sub(Topic::subscribe(name));
+    std::vector<std::uint64_t> msg(kElems, 0);
+    Header h(kElems);
+    CHECK(pub->send(h.bytes, h.len, msg.data(), kElems * 8, 1.0, kNoGil));
+    TopicMsg m;
+    CHECK(sub->next(m, 1.0, kNoGil));
+    CHECK(m.seq == 0);
+    for (std::uint64_t k = 1; k <= kSlots; ++k) {  // message kSlots reuses the slot of message 0
+        for (auto& x : msg) x = k;
+        CHECK(pub->send(h.bytes, h.len, msg.data(), kElems * 8, 1.0, kNoGil));
+    }
+    std::uint64_t lost = 0;
+    try {
+        std::uint64_t id = sub->take_view(m);
+        sub->ledger()->release_view(id);
+    } catch (const ShmMessagesLost& e) {
+        lost = e.count;
+    }
+    CHECK(lost >= 1);
+    TopicMsg next;
+    CHECK(sub->next(next, 1.0, kNoGil));  // the subscriber goes on with an intact message
+    CHECK(next.seq == lost);
+    CHECK(sub->ledger()->views() == 0);
+    sub->close();
+    pub->unlink();
+}
+
 void invalid_geometry_is_rejected() {
     const std::string name = name_of("geometry");
     struct Case { std::uint64_t slot_bytes; std::uint32_t slots, history, max_subs; };
@@ -171,6 +207,7 @@ void invalid_geometry_is_rejected() {
 int main() {
     block_mode_fan_out();
     drop_mode_never_tears();
+    view_of_a_slot_overwritten_after_the_peek_is_refused();
     invalid_geometry_is_rejected();
     if (g_failures) {
         std::fprintf(stderr, "topic_tests: %d failures\n", g_failures);
