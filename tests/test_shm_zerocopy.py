@@ -449,6 +449,77 @@ def test_loan_argument_errors(pair):
     assert rx.recv_view(timeout=1).sum() == 60000
 
 
+# The C++ loan reads an int or a tuple of ints with a numpy dtype itself and hands every other
+# form to shm._loan_args: both routes must give the same array, and refuse the same things.
+@pytest.mark.parametrize("shape,dtype,expect_shape,expect_dtype", [
+    (5, np.dtype(np.uint8), (5,), "|u1"),                      # read in C++
+    ((2, 3), np.dtype("<f4"), (2, 3), "<f4"),                  # read in C++
+    ((), np.dtype("<i8"), (), "<i8"),                          # read in C++: 0-d
+    ([2, 3], np.dtype("<f4"), (2, 3), "<f4"),                  # a list: Python
+    (np.int64(4), np.dtype("<u2"), (4,), "<u2"),               # a numpy int: Python
+    ((np.int32(2), 3), np.dtype("<u2"), (2, 3), "<u2"),        # numpy ints in a tuple: Python
+    (6, "<f8", (6,), "<f8"),                                   # dtype by name: Python
+    (6, np.float32, (6,), "<f4"),                              # dtype by type: Python
+])
+def test_loan_shape_and_dtype_forms(pair, shape, dtype, expect_shape, expect_dtype):
+    tx, rx = pair
+    a = tx.loan(shape, dtype, timeout=1)
+    assert isinstance(a, LoanedArray) and a.shape == expect_shape and a.dtype == np.dtype(expect_dtype)
+    a[...] = 3
+    tx.publish(a)
+    v = rx.recv_view(timeout=5)
+    assert v.shape == expect_shape and v.dtype == np.dtype(expect_dtype) and (v == 3).all()
+
+
+U8 = np.dtype(np.uint8)  # a dtype object: the shape is read in C++ (with np.uint8, a type, in Python)
+
+
+@pytest.mark.parametrize("shape,dtype,error,match", [
+    (True, U8, TypeError, "got bool"),
+    (True, np.uint8, TypeError, "got bool"),
+    ((True, 2), U8, TypeError, "a bool in it"),
+    ((True, 2), np.uint8, TypeError, "a bool in it"),
+    ((2, 2.0), U8, TypeError, "sequence of ints"),
+    (2 ** 70, U8, ValueError, "shape too large"),
+    ((1, 2 ** 64), U8, ValueError, "shape too large"),
+    ((np.uint64(2 ** 64 - 1),), U8, ValueError, "shape too large"),
+    ((2, -1), U8, ValueError, "negative"),
+    (3, np.dtype(object), TypeError, "Channel.loan: arrays of dtype object hold Python object pointers"),
+    (3, np.dtype([("a", "<i4"), ("b", "O")]), TypeError, "Channel.loan: .* hold Python object pointers"),
+    (3, "no such dtype", TypeError, "not a dtype"),
+])
+def test_loan_argument_errors_name_the_problem_and_reserve_nothing(pair, shape, dtype, error, match):
+    tx, rx = pair
+    with pytest.raises(error, match=match):
+        tx.loan(shape, dtype, timeout=1)
+    assert rx.pending_bytes == 0
+    with tx.loan(60000, np.uint8, timeout=0) as a:      # nothing was reserved: the whole ring is free
+        a[:] = 9
+    assert (rx.recv(timeout=5) == 9).all()
+
+
+def test_with_block_publishes_once_and_refuses_other_arrays(pair):
+    tx, rx = pair
+    with tx.loan(4, np.uint8, timeout=1) as a:          # published inside: the exit does nothing more
+        a[:] = 1
+        tx.publish(a)
+    assert (rx.recv(timeout=5) == 1).all()
+    with pytest.raises(TimeoutError):
+        rx.recv(timeout=0)
+    b = tx.loan(4, np.uint8, timeout=1)
+    for other in (b[1:], np.zeros(4, np.uint8).view(LoanedArray)):
+        with pytest.raises(ValueError, match="only the array that Channel.loan"):
+            other.__exit__(None, None, None)
+    assert rx.pending_bytes == 0
+    b.__exit__(KeyError, KeyError("no"), None)          # an exception: discarded, not sent
+    assert not b.flags.writeable
+    with pytest.raises(TimeoutError):
+        rx.recv(timeout=0)
+    with tx.loan(60000, np.uint8, timeout=0) as c:      # its space is free again
+        c[:] = 5
+    assert (rx.recv(timeout=5) == 5).all()
+
+
 def test_ufunc_results_on_a_loan_are_plain_arrays(pair):
     tx, rx = pair
     with tx.loan(4, np.float64) as a:

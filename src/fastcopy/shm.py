@@ -152,11 +152,6 @@ def _dtype_from_wire(wire: str) -> np.dtype:
     return dt
 
 
-_core._shm_set_support(
-    ChannelError, ChannelCorrupted, PeerDied, ChannelClosed, _dtype_to_wire, _dtype_from_wire,
-    np.ascontiguousarray, np.generic, np.asarray,
-)
-
 class LoanedArray(np.ndarray):
     """A writable numpy array that lives in a channel's ring, from :meth:`Channel.loan`.
 
@@ -172,14 +167,9 @@ class LoanedArray(np.ndarray):
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        slot = self.base
-        if type(slot) is not _core.ShmSlot or not slot.is_loan:
-            raise ValueError("with: only the array that Channel.loan() returned publishes on exit")
-        if slot.active:
-            if exc_type is None:
-                slot.channel.publish(self)
-            else:
-                slot.channel.discard(self)
+        # Publish (or discard, when the block raised) unless that happened inside the block;
+        # ValueError for an array that is not a loan (a slice or copy of one).
+        _end_loan_block(self, exc_type is None)
 
     def __array_wrap__(self, arr: Any, context: Any = None, return_scalar: bool = False) -> Any:
         # Results of ufuncs on a loan are ordinary arrays (they do not live in the ring).
@@ -188,6 +178,7 @@ class LoanedArray(np.ndarray):
         return np.asarray(arr)
 
 
+_end_loan_block = _core._end_loan_block
 _core._shm_set_loaned_array_type(LoanedArray)
 _core._shm_set_messages_lost_type(MessagesLost)
 
@@ -226,10 +217,9 @@ def _unlink_created_in_multiprocessing_child() -> None:
 
 
 def _loan_args(what: str, shape: Any, dtype: Any) -> Tuple[Tuple[int, ...], np.dtype]:
-    """(dims, dtype) of a loan request; TypeError naming ``what`` for bad arguments."""
-    # The common cases (an int, a tuple of ints, a numpy dtype) are checked with type() only:
-    # a loan is a per-message call, and the general checks cost 3 us of a 5 us loan + publish
-    # (Zen 3 VM).
+    """(dims, dtype) of a loan request; TypeError naming ``what`` for bad arguments. The C++
+    loan reads the common case (an int or a tuple of ints, a numpy dtype) itself and calls
+    this for anything else (a dtype given by name or type, a list, numpy integers)."""
     dims: Tuple[int, ...]
     kind = type(shape)
     if kind is int:
@@ -257,6 +247,12 @@ def _loan_args(what: str, shape: Any, dtype: Any) -> Tuple[Tuple[int, ...], np.d
     if dt.hasobject:
         raise TypeError(f"{what}: arrays of dtype {dt} hold Python object pointers, which cannot cross processes")
     return dims, dt
+
+
+_core._shm_set_support(
+    ChannelError, ChannelCorrupted, PeerDied, ChannelClosed, _dtype_to_wire, _dtype_from_wire,
+    np.ascontiguousarray, np.generic, np.asarray, _loan_args,
+)
 
 
 def _name_arg(method: str, name: Any) -> str:
@@ -367,8 +363,7 @@ class Channel(_core.ShmRing):
         (exception in the ``with`` block, :meth:`discard`, garbage collected, channel closed)
         sends nothing and frees its space.
         """
-        dims, dt = _loan_args("Channel.loan", shape, dtype)
-        return self._loan(dims, dt, timeout)  # type: ignore[no-any-return]
+        return self._loan(shape, dtype, timeout)  # type: ignore[no-any-return]
 
     def __iter__(self) -> Iterator[np.ndarray]:
         while True:
@@ -461,8 +456,7 @@ class Topic(_core.ShmTopic):
     def loan(self, shape: _ShapeArg, dtype: Any = np.uint8, timeout: Optional[float] = None) -> LoanedArray:
         """A writable array in the next slot; ``publish`` it (or leave a ``with`` block) to send
         it without a copy. Waits for the slot like :meth:`send`. At most ``slot_bytes``."""
-        dims, dt = _loan_args("Topic.loan", shape, dtype)
-        return self._loan(dims, dt, timeout)  # type: ignore[no-any-return]
+        return self._loan(shape, dtype, timeout)  # type: ignore[no-any-return]
 
     def unlink(self) -> bool:  # type: ignore[override]
         """Removes ``/dev/shm/<name>`` (attached subscribers keep working). False if already gone."""
