@@ -149,6 +149,10 @@ enum Off : std::size_t {
     // The process that created the segment (pid, start time): `python -m fastcopy shm --clean`
     // removes segments whose creator is gone. Zero in segments made before this field.
     kOffCreatorPid = 1408, kOffCreatorStart = 1416,
+    // Nonzero while the consumer waits for a message (spinning or asleep): it will read the
+    // next one as soon as it is published (see Ring::wrap_early). Zero in segments whose
+    // consumer predates this field, which only means that large loans never wrap early.
+    kOffConsAwaiting = 1536,
 };
 constexpr std::uint32_t kAbandonedByProducer = 1, kAbandonedByConsumer = 2;
 
@@ -310,6 +314,9 @@ private:
     // with the message; then waits for room for all of it. False on timeout.
     bool place_loan(std::size_t hdr_len, std::size_t payload_len, std::uint64_t total, double deadline,
                     const GilHooks& gil);
+    // Whether a large loan (`large`) at ring position `pos` goes to the start of the ring
+    // instead, where it needs `need_at_start` bytes (see the .cpp).
+    bool wrap_early(std::uint64_t pos, std::uint64_t need_at_start, bool large);
     // Producer: writes a padding record of `bytes` (a multiple of 64, not past the ring end) at
     // ring index `at`.
     void put_padding(std::uint64_t at, std::uint64_t bytes);

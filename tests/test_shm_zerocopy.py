@@ -188,6 +188,95 @@ def test_large_loan_in_a_ring_without_room_to_align_it():
         tx.unlink()
 
 
+CONSUMER_AWAITING = 1536  # kOffConsAwaiting in cpp/shm_sync.h
+
+
+def _header_u32(name: str, offset: int, value: int | None = None) -> int:
+    """A 32-bit word of a channel's segment header; written first when `value` is given."""
+    import mmap
+    import struct
+
+    with open("/dev/shm/" + name, "r+b") as f, mmap.mmap(f.fileno(), 4096) as m:
+        if value is not None:
+            m[offset:offset + 4] = struct.pack("<I", value)
+        return int(struct.unpack("<I", m[offset:offset + 4])[0])
+
+
+def test_a_waiting_consumer_says_so_in_the_header(pair):
+    tx, rx = pair
+    got = []
+    t = threading.Thread(target=lambda: got.append(rx.recv(timeout=10)))
+    t.start()
+    deadline = time.monotonic() + 10
+    while _header_u32(tx.name, CONSUMER_AWAITING) == 0:
+        assert time.monotonic() < deadline, "the waiting consumer never set its word"
+        time.sleep(0.001)
+    tx.send(np.arange(8))
+    t.join(10)
+    assert not t.is_alive() and np.array_equal(got[0], np.arange(8))
+    assert _header_u32(tx.name, CONSUMER_AWAITING) == 0      # cleared when the wait ends
+    tx.send(np.arange(3))
+    assert np.array_equal(rx.recv(timeout=5), np.arange(3))  # no wait: the word stays 0
+    assert _header_u32(tx.name, CONSUMER_AWAITING) == 0
+
+
+def test_large_loans_reuse_the_start_of_the_ring_only_for_a_waiting_consumer():
+    """A large loan goes back to the start of the ring when the consumer waits for it and that
+    room is free; otherwise loans walk through the ring and the producer keeps all of it as
+    room. The consumer's word is forged here, so that each case is certain."""
+    payload = PAGE_ALIGNED_LOAN_MIN
+    slot = payload + 4096                               # what one page-aligned loan occupies
+    tx = Channel.create(capacity=4 * slot)
+    rx = Channel.attach(tx.name)
+
+    def loan_and_send(i: int) -> int:
+        with tx.loan(payload, np.uint8, timeout=0) as a:
+            a[...] = i
+            return int(a.__array_interface__["data"][0])
+
+    try:
+        walked = []                                     # a consumer that does not wait
+        for i in range(8):
+            walked.append(loan_and_send(i))
+            v = rx.recv_view(timeout=5)
+            assert (v == i).all()
+            del v
+        assert len(set(walked)) == 4
+        start = min(walked)
+
+        _header_u32(tx.name, CONSUMER_AWAITING, 1)      # a consumer that waits, holding nothing
+        reused = []
+        for i in range(8):
+            reused.append(loan_and_send(i))
+            v = rx.recv_view(timeout=5)                 # the message is there: no wait, the word stays
+            assert (v == i).all()
+            del v
+        assert set(reused) == {start}
+
+        held = None                                     # one that holds the previous message
+        alternated = []
+        for i in range(8):
+            alternated.append(loan_and_send(i))
+            held = rx.recv_view(timeout=5)              # the previous view goes only now
+            assert (held == i).all()
+        del held
+        assert set(alternated) == {start, start + slot}
+
+        _header_u32(tx.name, CONSUMER_AWAITING, 0)      # a consumer that stops reading
+        for i in range(4):                              # keeps the whole ring as the producer's room
+            loan_and_send(i)
+        with pytest.raises(TimeoutError):
+            tx.loan(payload, np.uint8, timeout=0)
+        for i in range(4):
+            v = rx.recv_view(timeout=5)
+            assert (v == i).all()
+            del v
+    finally:
+        rx.close()
+        tx.close()
+        tx.unlink()
+
+
 def test_recv_view_of_sent_messages_and_mixing_with_recv(pair):
     tx, rx = pair
     rng = np.random.default_rng(2)
