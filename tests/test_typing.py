@@ -75,7 +75,7 @@ def test_numpy_drop_ins_and_batched_calls_type_check(tmp_path):
         fastcopy.copyto(a, 1.0, casting="unsafe", where=a > 0)
         fastcopy.copyto(a, [[1, 2, 3, 4]] * 4, "same_kind")
         s: npt.NDArray[np.float64] = fastcopy.stack([a, b], axis=1, out=np.empty((4, 2, 4)))
-        t = fastcopy.stack((a, b))
+        t = fastcopy.stack((a, b), dtype=None)
         c = fastcopy.concatenate([a, b], axis=None)
         d = fastcopy.concatenate([a, b], 0, np.empty((8, 4)), dtype=np.float64, casting="no")
         fastcopy.copy_many([a, bytearray(8)], [b, b"abcdefgh"])
