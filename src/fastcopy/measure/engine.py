@@ -81,33 +81,40 @@ def _fill_pattern(a: np.ndarray) -> None:
 
 
 class SharedBuffer:
-    """``nbytes`` of a real POSIX shared-memory mapping (``multiprocessing.shared_memory``, i.e.
-    shm_open + mmap: the memory fastcopy.shm rings live in), page-aligned, as a uint8 array.
+    """``nbytes`` of a real POSIX shared-memory mapping (shm_open + mmap: the memory fastcopy.shm
+    rings live in), page-aligned, as a uint8 array.
 
-    ``close()`` unmaps and unlinks it; views handed out must be dropped first.
+    The segment's name is removed as soon as it is mapped (the memory stays until ``close()``
+    unmaps it): nothing is left in /dev/shm if the process dies, and no resource-tracker
+    process is started, as ``multiprocessing.shared_memory`` would start one (under qemu-user
+    such a tracker died in the middle of a CI run). Views handed out must be dropped before
+    ``close()``, else the mapping goes with the process.
     """
 
     def __init__(self, nbytes: int):
-        from multiprocessing import shared_memory
+        import _posixshmem  # type: ignore[import-not-found,unused-ignore]
+        import mmap
+        import secrets
 
-        self._shm: Any = shared_memory.SharedMemory(create=True, size=max(nbytes, 1))
-        self.name = self._shm.name
-        buf = self._shm.buf
-        assert buf is not None
-        self.array: Optional[np.ndarray] = np.frombuffer(buf, dtype=np.uint8, count=nbytes)
+        size = max(nbytes, 1)
+        self.name = f"/fastcopy-measure-{os.getpid()}-{secrets.token_hex(6)}"
+        fd = _posixshmem.shm_open(self.name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
+        try:
+            _posixshmem.shm_unlink(self.name)
+            os.ftruncate(fd, size)
+            self._map: Optional[mmap.mmap] = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        self.array: Optional[np.ndarray] = np.frombuffer(self._map, dtype=np.uint8, count=nbytes)
 
     def close(self) -> None:
-        if self._shm is None:
+        if self._map is None:
             return
         self.array = None
-        shm, self._shm = self._shm, None
+        mapping, self._map = self._map, None
         try:
-            shm.close()
+            mapping.close()
         except BufferError:  # a view is still alive somewhere: the mapping goes with the process
-            pass
-        try:
-            shm.unlink()
-        except FileNotFoundError:
             pass
 
     def __enter__(self) -> "SharedBuffer":
