@@ -805,9 +805,10 @@ void bind_shm(py::module_& m) {
     // caches are cold after a 16 MiB fill (31 against 25 us on the Zen 3 VM, medians of 60).
     m.def("_end_loan_block", [](const py::object& arr, bool publish) {
         PyObject* base = py::isinstance<py::array>(arr) ? py::detail::array_proxy(arr.ptr())->base : nullptr;
-        if (!base || !py::isinstance<ShmSlot>(base) || !py::handle(base).cast<ShmSlot&>().is_loan)
+        ShmSlot* loan = base && py::isinstance<ShmSlot>(base) ? &py::handle(base).cast<ShmSlot&>() : nullptr;
+        if (!loan || !loan->is_loan)
             raise(PyExc_ValueError, "with: only the array that Channel.loan() returned publishes on exit");
-        ShmSlot& slot = py::handle(base).cast<ShmSlot&>();
+        ShmSlot& slot = *loan;
         if (slot.id == 0) return;  // published or discarded inside the block
         py::object owner = slot.channel;
         if (py::isinstance<PyRing>(owner)) {

@@ -79,13 +79,22 @@ def test_loan_is_in_the_ring_and_view_points_into_it(pair):
     assert addr % 64 == 0 and v.__array_interface__["data"][0] % 64 == 0
 
 
-def _ring_head(name: str) -> int:
-    """The producer's head index (bytes ever written) from the segment header."""
+def _header_word(name: str, offset: int, fmt: str = "<I", value: int | None = None) -> int:
+    """A word (struct format `fmt`) of a channel's segment header; written first when `value`
+    is given."""
+    import mmap
     import struct
 
-    with open("/dev/shm/" + name, "rb") as f:
-        f.seek(512)
-        return int(struct.unpack("<Q", f.read(8))[0])
+    size = struct.calcsize(fmt)
+    with open("/dev/shm/" + name, "r+b") as f, mmap.mmap(f.fileno(), 4096) as m:
+        if value is not None:
+            m[offset:offset + size] = struct.pack(fmt, value)
+        return int(struct.unpack(fmt, m[offset:offset + size])[0])
+
+
+def _ring_head(name: str) -> int:
+    """The producer's head index (bytes ever written) from the segment header."""
+    return _header_word(name, 512, "<Q")
 
 
 PAGE_ALIGNED_LOAN_MIN = 256 << 10  # kPageAlignedLoanMin in cpp/shm_sync.h
@@ -191,33 +200,22 @@ def test_large_loan_in_a_ring_without_room_to_align_it():
 CONSUMER_AWAITING = 1536  # kOffConsAwaiting in cpp/shm_sync.h
 
 
-def _header_u32(name: str, offset: int, value: int | None = None) -> int:
-    """A 32-bit word of a channel's segment header; written first when `value` is given."""
-    import mmap
-    import struct
-
-    with open("/dev/shm/" + name, "r+b") as f, mmap.mmap(f.fileno(), 4096) as m:
-        if value is not None:
-            m[offset:offset + 4] = struct.pack("<I", value)
-        return int(struct.unpack("<I", m[offset:offset + 4])[0])
-
-
 def test_a_waiting_consumer_says_so_in_the_header(pair):
     tx, rx = pair
     got = []
     t = threading.Thread(target=lambda: got.append(rx.recv(timeout=10)))
     t.start()
     deadline = time.monotonic() + 10
-    while _header_u32(tx.name, CONSUMER_AWAITING) == 0:
+    while _header_word(tx.name, CONSUMER_AWAITING) == 0:
         assert time.monotonic() < deadline, "the waiting consumer never set its word"
         time.sleep(0.001)
     tx.send(np.arange(8))
     t.join(10)
     assert not t.is_alive() and np.array_equal(got[0], np.arange(8))
-    assert _header_u32(tx.name, CONSUMER_AWAITING) == 0      # cleared when the wait ends
+    assert _header_word(tx.name, CONSUMER_AWAITING) == 0      # cleared when the wait ends
     tx.send(np.arange(3))
     assert np.array_equal(rx.recv(timeout=5), np.arange(3))  # no wait: the word stays 0
-    assert _header_u32(tx.name, CONSUMER_AWAITING) == 0
+    assert _header_word(tx.name, CONSUMER_AWAITING) == 0
 
 
 def test_large_loans_reuse_the_start_of_the_ring_only_for_a_waiting_consumer():
@@ -244,7 +242,7 @@ def test_large_loans_reuse_the_start_of_the_ring_only_for_a_waiting_consumer():
         assert len(set(walked)) == 4
         start = min(walked)
 
-        _header_u32(tx.name, CONSUMER_AWAITING, 1)      # a consumer that waits, holding nothing
+        _header_word(tx.name, CONSUMER_AWAITING, value=1)      # a consumer that waits, holding nothing
         reused = []
         for i in range(8):
             reused.append(loan_and_send(i))
@@ -262,7 +260,7 @@ def test_large_loans_reuse_the_start_of_the_ring_only_for_a_waiting_consumer():
         del held
         assert set(alternated) == {start, start + slot}
 
-        _header_u32(tx.name, CONSUMER_AWAITING, 0)      # a consumer that stops reading
+        _header_word(tx.name, CONSUMER_AWAITING, value=0)      # a consumer that stops reading
         for i in range(4):                              # keeps the whole ring as the producer's room
             loan_and_send(i)
         with pytest.raises(TimeoutError):
