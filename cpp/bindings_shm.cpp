@@ -929,6 +929,22 @@ void bind_shm(py::module_& m) {
 
     m.def("_shm_set_spin", &shm::set_spin, py::arg("start_s"), py::arg("mid_message_s"),
           "Tuning: seconds a wait spins before it sleeps (per process).");
+    m.def("_shm_rules", [] {
+        py::list out;
+        for (const shm::ShmRule& r : shm::rules()) {
+            py::dict d;
+            d["name"] = r.name;
+            if (std::string(r.unit) == "bytes")
+                d["value"] = py::int_(static_cast<std::uint64_t>(r.value));
+            else
+                d["value"] = py::float_(r.value);
+            d["unit"] = r.unit;
+            d["rule"] = r.rule;
+            d["why"] = r.why;
+            out.append(d);
+        }
+        return out;
+    }, "The size and time rules of Channel and Topic in this process (for fastcopy.info()).");
     m.def("shm_unlink", [](const std::string& name) {
         shm::keep_on_fatal_signal(name);
         std::string path = "/" + name;

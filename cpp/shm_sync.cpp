@@ -41,15 +41,53 @@ struct RoleClaim {
 std::mutex g_claims_mutex;
 std::vector<RoleClaim> g_claims;
 
-void on_fork_prepare() { g_claims_mutex.lock(); }
-void on_fork_parent() { g_claims_mutex.unlock(); }
+// Every live ForkSafeMutex (the slot ledgers). Lock order: g_claims_mutex, then
+// g_fork_safe_mutex, then the registered mutexes (a claim locks its ledger under the claims
+// lock; nothing locks a ledger and then the claims or the registry).
+// The list is never destroyed: a ledger may outlive this file's static objects (a view
+// freed late in interpreter exit).
+std::mutex g_fork_safe_mutex;
+std::vector<ForkSafeMutex*>& fork_safe_list() {
+    static auto* list = new std::vector<ForkSafeMutex*>();
+    return *list;
+}
+
+void on_fork_prepare() {
+    g_claims_mutex.lock();
+    g_fork_safe_mutex.lock();
+    for (ForkSafeMutex* m : fork_safe_list()) m->lock();
+}
+// In the parent and in the child alike: the forking thread took the locks and, in the child,
+// is the only thread, so it may release them.
+void unlock_after_fork() {
+    for (ForkSafeMutex* m : fork_safe_list()) m->unlock();
+    g_fork_safe_mutex.unlock();
+    g_claims_mutex.unlock();
+}
+void on_fork_parent() { unlock_after_fork(); }
 void on_fork_child() {
     g_fork_gen.fetch_add(1, std::memory_order_relaxed);
-    g_claims_mutex.unlock();
+    unlock_after_fork();
 }
 struct AtForkRegistrar {
     AtForkRegistrar() { pthread_atfork(on_fork_prepare, on_fork_parent, on_fork_child); }
 } g_atfork_registrar;
+
+}  // namespace
+
+ForkSafeMutex::ForkSafeMutex() {
+    std::lock_guard<std::mutex> lock(g_fork_safe_mutex);
+    fork_safe_list().push_back(this);
+}
+
+ForkSafeMutex::~ForkSafeMutex() {
+    std::lock_guard<std::mutex> lock(g_fork_safe_mutex);
+    std::vector<ForkSafeMutex*>& list = fork_safe_list();
+    auto it = std::find(list.begin(), list.end(), this);
+    if (it != list.end()) list.erase(it);
+}
+
+namespace {
 
 void forget_claims_of(const Ring* ring) {
     std::lock_guard<std::mutex> lock(g_claims_mutex);
@@ -97,10 +135,20 @@ constexpr unsigned kPureSpinRounds = 16;
 constexpr double kSpinStart = -1.0;  // "adaptive", for wait()'s spin_s
 // Sleep slices: a sleeping waiter wakes at least this often to check the peer's liveness.
 constexpr double kLivenessSlice = 0.05;
+// In the middle of a streamed message the peer is copying the next chunk already. 16 MiB
+// sends through an 8 MiB ring (IPC benchmark, Zen 3 VM, 9 interleaved runs each): median
+// 12.2 GB/s and 4.1 ms round trip with 10 us, 11.0 GB/s and 4.4 ms without spinning,
+// 11.5 GB/s and 4.2 ms with 50 us; the spread of each (6.7-15 GB/s) covers them all.
 double kSpinMidMessage = 10e-6;
-// Large copies release the GIL.
+// Large copies release the GIL. Releasing from 64 KiB instead (copy()'s threshold) gained
+// nothing single-threaded on the Zen 3 VM (IPC benchmark, 4 interleaved runs each): 64-128 KiB
+// sends ran at 15-24 against 19-26 GB/s, outliers aside.
 constexpr std::size_t kReleaseGilBytes = 256 * 1024;
-// Messages from this size are published in chunks of kPublishChunk while they are written.
+// Messages from this size are published in chunks of kPublishChunk while they are written, so
+// the consumer's copy-out overlaps the producer's copy-in; from it a message is at least two.
+// Measured on the Zen 3 VM (IPC benchmark, channel, 4 interleaved runs each), pipelined
+// against not: round trip 86-174 against 97-233 us at 512 KiB, 143-416 against 260-422 us at
+// 1 MiB, 304-665 against 632-1087 us at 2 MiB; throughput alike within the noise.
 constexpr std::size_t kPipelineBytes = 512 * 1024;
 constexpr std::size_t kPublishChunk = 256 * 1024;
 
@@ -165,6 +213,46 @@ void AdaptiveSpin::poll_pause(unsigned round) {
 }
 
 std::uint64_t fork_generation() { return g_fork_gen.load(std::memory_order_relaxed); }
+
+std::vector<ShmRule> rules() {
+    return {
+        {"page_aligned_loan_bytes", double(kPageAlignedLoanMin), "bytes",
+         "Channel loans, and Topic slots of slot_bytes, from this size start their payload on a 4096-byte boundary",
+         "the copy that fills a loan needs (dst - src) mod 4096 of 0 or at least 512 for non-temporal stores and "
+         "Zen 3's rep movsb; 16 MiB fastcopy.copy into a loan took 840 us page-aligned against 1060-1160 us at "
+         "page offsets 64-256 (Zen 3 VM, medians of 21 interleaved rounds)"},
+        {"early_wrap_bytes", double(kPageAlignedLoanMin), "bytes",
+         "a Channel loan from this size goes back to the start of the ring when the start is free and the "
+         "consumer is waiting, so consecutive loans reuse recently written memory",
+         "16 MiB loans against iceoryx2's view path: one-way throughput 0.97-1.07x with early wraps, "
+         "0.89-0.92x without (Zen 3 VM, 5 interleaved pairs of runs)"},
+        {"pipelined_send_bytes", double(kPipelineBytes), "bytes",
+         "send() of a message from this size publishes it in 256 KiB chunks as it is written, so the "
+         "consumer's copy-out overlaps the producer's copy-in",
+         "from 512 KiB a message is at least two 256 KiB chunks; pipelined against not, round trip "
+         "86-174 against 97-233 us at 512 KiB, 143-416 against 260-422 us at 1 MiB, 304-665 against "
+         "632-1087 us at 2 MiB, throughput alike within noise (Zen 3 VM, 4 interleaved runs each)"},
+        {"release_gil_bytes", double(kReleaseGilBytes), "bytes",
+         "send() and recv() of a message from this size copy with the GIL released",
+         "releasing from 64 KiB instead (copy()'s threshold) gained nothing single-threaded: 64-128 KiB "
+         "15-24 against 19-26 GB/s, outliers aside (Zen 3 VM, 4 interleaved runs each, noisy host)"},
+        {"spin_max_seconds", kSpinCap, "seconds",
+         "a wait at the start of a message spins (yielding the CPU between polls) for twice its last wait, "
+         "at least spin_min_seconds and at most this, before it sleeps; an end whose waits are longer sleeps",
+         "waking a halted vCPU cost 60-200 us per message; a loan + view ping-pong took 200-230 us at 64 KiB "
+         "sleeping at both ends against 40-60 us spinning (Zen 3 VM, medians of 3 runs)"},
+        {"spin_min_seconds", kSpinMin, "seconds",
+         "the shortest adaptive spin, and the probe an end that stopped spinning makes once every 64 waits",
+         "with this floor, yielding and the sleep rule, a loan + view ping-pong took 40-60 us at 64 KiB and "
+         "210-330 us at 1 MiB, against 200-230 and 410 us with a fixed 50 us pure spin (Zen 3 VM, medians of "
+         "3 runs)"},
+        {"spin_mid_message_seconds", kSpinMidMessage, "seconds",
+         "a wait in the middle of a streamed message spins this long before it sleeps",
+         "16 MiB sends streamed through an 8 MiB ring: median 12.2 GB/s and 4.1 ms round trip with 10 us, "
+         "11.0 GB/s and 4.4 ms without spinning, 11.5 GB/s and 4.2 ms with 50 us (Zen 3 VM, IPC benchmark, "
+         "9 interleaved runs each, noisy host)"},
+    };
+}
 
 // ---- primitives -------------------------------------------------------------------------
 std::uint64_t load_acquire_u64(const void* p) {

@@ -26,6 +26,7 @@
 #include <stdexcept>
 #include <string>
 #include <sys/types.h>
+#include <vector>
 
 #include "dispatch.h"
 
@@ -189,6 +190,22 @@ struct Mapping {
     ~Mapping();
 };
 
+// A std::mutex that fork() never leaves locked in the child. The slot ledgers below are
+// locked by whichever thread releases a view (from the array's destructor) or moves the
+// consumer's tail, some of them with the GIL released, so another thread may fork while one
+// holds it; the child, where that thread does not exist, would then hang at its first view
+// release or claim. Every ForkSafeMutex is registered; a pthread_atfork handler locks them all
+// before fork() and unlocks them in both processes after it (shm_sync.cpp). Critical sections
+// under it must not wait for the GIL or for another ForkSafeMutex (the forking thread holds
+// the GIL while it waits for them).
+class ForkSafeMutex : public std::mutex {
+public:
+    ForkSafeMutex();
+    ~ForkSafeMutex();
+    ForkSafeMutex(const ForkSafeMutex&) = delete;
+    ForkSafeMutex& operator=(const ForkSafeMutex&) = delete;
+};
+
 // The slots of the ring that Python arrays hold: received views (consumer) and the loan
 // (producer). Shared between the Ring and the slot objects (the arrays' bases), which
 // release their slot from their destructor: on any thread holding the GIL, possibly after
@@ -198,7 +215,7 @@ struct Mapping {
 // of the oldest view still held, or the consumer's read position when none is held; a view
 // released out of order frees its bytes once every older view is released too.
 struct SlotLedger {
-    std::mutex mu;
+    ForkSafeMutex mu;
     std::shared_ptr<Mapping> mapping;   // reset when closed and no slot is held
     bool open = true;                   // false once the Ring is closed
     std::uint64_t generation = 0;       // fork generation of the consumer claim
@@ -395,6 +412,17 @@ void keep_on_fatal_signal(const std::string& name);
 // How long waits spin before sleeping: the most an adaptive wait at the start of a message
 // spins (0: never; default 5 ms), and the fixed spin in the middle of a streamed message.
 void set_spin(double start_s, double mid_message_s);
+
+// The size and time rules of Channel and Topic, with the values this process runs with, for
+// fastcopy.info(): what each rule does and the measurement behind it.
+struct ShmRule {
+    const char* name;   // "page_aligned_loan_bytes", ...
+    double value;       // bytes or seconds, as `unit` says
+    const char* unit;   // "bytes" or "seconds"
+    const char* rule;   // what happens at and above the value
+    const char* why;    // the measurement behind it
+};
+std::vector<ShmRule> rules();
 
 }  // namespace shm
 }  // namespace fastcopy

@@ -119,7 +119,7 @@ struct TopicGeometry {
 // The views a subscriber holds, shared with their Python base objects (which release them from
 // their destructors, possibly after the subscriber closed). Everything under mu.
 struct TopicLedger {
-    std::mutex mu;
+    ForkSafeMutex mu;
     std::shared_ptr<Mapping> mapping;  // reset when closed and nothing is held
     std::uint8_t* record = nullptr;    // our subscriber record (null: none / freed)
     std::uint8_t* header = nullptr;

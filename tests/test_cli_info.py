@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 import fastcopy
+from fastcopy import _core
 
 from _cli import cli
 
@@ -25,6 +26,47 @@ def test_info_json():
     assert data["usable_kernels"] == fastcopy.kernels()
     assert {"cpu", "kernels", "policy", "thresholds", "threads", "overrides"} <= set(data)
     assert data["cpu"]["arch"] in ("x86_64", "aarch64", "unknown")
+
+
+SHM_RULE_NAMES = ["page_aligned_loan_bytes", "early_wrap_bytes", "pipelined_send_bytes", "release_gil_bytes",
+                  "spin_max_seconds", "spin_min_seconds", "spin_mid_message_seconds"]
+
+
+def test_info_reports_the_shared_memory_rules():
+    """info() shows fastcopy.shm's size and time rules as the C++ core runs them, each with
+    what it does and the measurement behind it; the text report lists them too."""
+    rules = fastcopy.info()["shm"]
+    assert [rule["name"] for rule in rules] == SHM_RULE_NAMES
+    assert rules == list(_core._shm_rules())
+    for rule in rules:
+        if rule["unit"] == "bytes":
+            assert isinstance(rule["value"], int) and rule["value"] >= 4096, rule
+        else:
+            assert rule["unit"] == "seconds" and 0 < rule["value"] < 1, rule
+        assert len(rule["rule"]) > 20, rule
+        assert "Zen 3" in rule["why"] and any(c.isdigit() for c in rule["why"]), rule  # machine and figures
+    text = cli("info").stdout
+    assert "Shared memory (fastcopy.shm):" in text
+    for rule in rules:
+        assert f"  {rule['name']} = " in text
+        assert rule["why"] in text
+
+
+def test_info_reports_the_spin_limits_in_force():
+    """_shm_set_spin changes the limits in this process; info() reports the new ones."""
+    def spins() -> dict:
+        return {r["name"]: r["value"] for r in fastcopy.info()["shm"] if r["unit"] == "seconds"}
+
+    before = spins()
+    try:
+        _core._shm_set_spin(0.002, 5e-6)
+        assert spins() == {"spin_max_seconds": 0.002, "spin_min_seconds": before["spin_min_seconds"],
+                           "spin_mid_message_seconds": 5e-6}
+        _core._shm_set_spin(1e-4, 5e-6)                  # the floor never exceeds the cap
+        assert spins()["spin_min_seconds"] == 1e-4
+    finally:
+        _core._shm_set_spin(before["spin_max_seconds"], before["spin_mid_message_seconds"])
+    assert spins() == before
 
 
 def test_no_command_is_an_error():

@@ -97,7 +97,11 @@ def _ring_head(name: str) -> int:
     return _header_word(name, 512, "<Q")
 
 
-PAGE_ALIGNED_LOAN_MIN = 256 << 10  # kPageAlignedLoanMin in cpp/shm_sync.h
+# The size rules as fastcopy.info()["shm"] reports them: the tests below check that the
+# channel behaves as reported.
+SHM_RULES = {rule["name"]: rule["value"] for rule in _core._shm_rules()}
+PAGE_ALIGNED_LOAN_MIN = SHM_RULES["page_aligned_loan_bytes"]
+EARLY_WRAP_MIN = SHM_RULES["early_wrap_bytes"]
 
 
 def test_large_loans_start_on_a_page_and_small_loans_are_packed():
@@ -222,7 +226,7 @@ def test_large_loans_reuse_the_start_of_the_ring_only_for_a_waiting_consumer():
     """A large loan goes back to the start of the ring when the consumer waits for it and that
     room is free; otherwise loans walk through the ring and the producer keeps all of it as
     room. The consumer's word is forged here, so that each case is certain."""
-    payload = PAGE_ALIGNED_LOAN_MIN
+    payload = EARLY_WRAP_MIN
     slot = payload + 4096                               # what one page-aligned loan occupies
     tx = Channel.create(capacity=4 * slot)
     rx = Channel.attach(tx.name)
@@ -269,6 +273,33 @@ def test_large_loans_reuse_the_start_of_the_ring_only_for_a_waiting_consumer():
             v = rx.recv_view(timeout=5)
             assert (v == i).all()
             del v
+    finally:
+        rx.close()
+        tx.close()
+        tx.unlink()
+
+
+@pytest.mark.parametrize("rule", ["page_aligned_loan_bytes", "early_wrap_bytes"])
+def test_loans_just_below_the_reported_size_are_packed_and_walk_the_ring(rule):
+    """One cache line below page_aligned_loan_bytes (or early_wrap_bytes, as fastcopy.info()
+    reports them), a loan follows its header directly (not page-aligned), and it never goes back
+    to the start of the ring early, even for a waiting consumer: the rules start where info()
+    says (the tests above show them at and above it)."""
+    payload = SHM_RULES[rule] - 64
+    tx = Channel.create(capacity=4 * (payload + 4096))
+    rx = Channel.attach(tx.name)
+    try:
+        _header_word(tx.name, CONSUMER_AWAITING, value=1)      # a consumer that waits
+        addresses = []
+        for i in range(8):
+            with tx.loan(payload, np.uint8, timeout=0) as a:
+                a[...] = i
+                addresses.append(int(a.__array_interface__["data"][0]))
+            v = rx.recv_view(timeout=5)
+            assert (v == i).all()
+            del v
+        assert all(address % 4096 != 0 for address in addresses)
+        assert len(set(addresses)) > 2                          # walked, did not alternate
     finally:
         rx.close()
         tx.close()

@@ -1,16 +1,19 @@
 // Tests for the shared-memory topic (cpp/shm_topic.cpp) without Python: a publisher thread and
 // subscriber threads of one process, each subscriber with its own record. Block mode: every
 // subscriber gets every message in order. Drop mode: copies are never torn, views never change,
-// and received + lost == published. Runs natively and under ASan/UBSan (.ci/cpp_tests.sh);
+// and received + lost == published. Also: a fork while another thread holds a slot ledger's
+// lock (Channel's or Topic's) leaves the child able to use it. Runs natively and under ASan/UBSan (.ci/cpp_tests.sh);
 // not under TSan (the sequence lock reads a slot the publisher may be writing, by design, and
 // detects it afterwards). ctest name: topic_tests.
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
 #include <vector>
@@ -187,6 +190,51 @@ void view_of_a_slot_overwritten_after_the_peek_is_refused() {
     pub->unlink();
 }
 
+// Another thread holds the ledger's lock (as a thread releasing a view, or moving the
+// consumer's tail with the GIL released, does for a moment) when this thread forks. The child
+// takes the lock (held_bytes / views) and must not hang: fork() waits until the holder is
+// done (ForkSafeMutex), where a plain mutex stayed locked forever in the child. The child
+// runs under alarm(): a hang kills it with SIGALRM and fails the check.
+template <class Ledger, class UseInChild>
+void fork_while_another_thread_holds(const char* what, Ledger& ledger, UseInChild use_in_child) {
+    std::atomic<bool> locked{false};
+    std::thread holder([&] {
+        ledger.mu.lock();
+        locked.store(true);
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        ledger.mu.unlock();
+    });
+    while (!locked.load()) std::this_thread::yield();
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+        ::alarm(5);
+        use_in_child();
+        ::_exit(0);
+    }
+    holder.join();
+    int status = 0;
+    CHECK(pid > 0 && ::waitpid(pid, &status, 0) == pid);
+    const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (!ok) std::fprintf(stderr, "%s: the forked child %s\n", what, WIFSIGNALED(status) ? "hung (killed by its alarm)" : "failed");
+    CHECK(ok);
+}
+
+void fork_while_a_ledger_is_locked() {
+    const std::string name = name_of("fork-ledger");
+    std::unique_ptr<Ring> ring(Ring::create(name, 1 << 16));
+    SlotLedger& ring_ledger = *ring->ledger();
+    fork_while_another_thread_holds("Channel ledger", ring_ledger, [&] { (void)ring_ledger.held_bytes(); });
+    ring->unlink();
+
+    const std::string topic_name = name_of("fork-topic-ledger");
+    std::unique_ptr<Topic> pub(Topic::create(topic_name, 64, 4, 0, Overflow::Block, 2));
+    std::unique_ptr<Topic> sub(Topic::subscribe(topic_name));
+    TopicLedger& topic_ledger = *sub->ledger();
+    fork_while_another_thread_holds("Topic ledger", topic_ledger, [&] { (void)topic_ledger.views(); });
+    sub->close();
+    pub->unlink();
+}
+
 void invalid_geometry_is_rejected() {
     const std::string name = name_of("geometry");
     struct Case { std::uint64_t slot_bytes; std::uint32_t slots, history, max_subs; };
@@ -209,6 +257,7 @@ int main() {
     drop_mode_never_tears();
     view_of_a_slot_overwritten_after_the_peek_is_refused();
     invalid_geometry_is_rejected();
+    fork_while_a_ledger_is_locked();
     if (g_failures) {
         std::fprintf(stderr, "topic_tests: %d failures\n", g_failures);
         return 1;

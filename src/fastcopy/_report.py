@@ -75,6 +75,7 @@ def collect_info(brand: bool = True) -> Dict[str, Any]:
             "reason": threads_reason,
         },
         "overrides": _core.overrides(),
+        "shm": list(_core._shm_rules()),
     }
 
 
@@ -86,6 +87,13 @@ def human_size(n: Optional[int]) -> str:
             return f"{n} {unit}"
         n //= 1024
     return f"{n} TiB"
+
+
+def _rule_value(rule: Dict[str, Any]) -> str:
+    if rule["unit"] == "bytes":
+        return human_size(rule["value"])
+    seconds = rule["value"]
+    return f"{seconds * 1e3:g} ms" if seconds >= 1e-3 else f"{seconds * 1e6:g} us"
 
 
 def format_info(data: Dict[str, Any]) -> str:
@@ -120,6 +128,10 @@ def format_info(data: Dict[str, Any]) -> str:
               (f"  thread pool: never ({t['parallel_reason']})" if t["parallel_bytes"] is None else
                f"  thread pool from {human_size(t['parallel_bytes'])} (copies without overlap): {t['parallel_reason']}"),
               f"  threads: {th['reason']}"]
+    lines += ["", "Shared memory (fastcopy.shm):"]
+    for rule in data["shm"]:
+        lines.append(f"  {rule['name']} = {_rule_value(rule)}: {rule['rule']}")
+        lines.append(f"      why: {rule['why']}")
     lines += ["", "Overrides:"]
     for key, value in data["overrides"].items():
         lines.append(f"  {key} = {value if value is not None else '(not set)'}")
