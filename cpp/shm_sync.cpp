@@ -955,7 +955,7 @@ bool Ring::send(void* hdr, std::size_t hdr_len, const void* payload, std::size_t
     const auto* hdr_bytes = static_cast<const std::uint8_t*>(hdr);
     const auto* pay = static_cast<const std::uint8_t*>(payload);
     GilGuard gil(hooks);
-    const std::uint64_t msg_start = head_;
+    std::uint64_t msg_start = head_;  // moves past the padding record, if one goes first
     // Copies logical message bytes [a, end) (header, payload; padding is skipped) to the ring.
     auto write_logical = [&](std::uint64_t a, std::uint64_t end) {
         if (a < hdr_len) {
@@ -978,13 +978,28 @@ bool Ring::send(void* hdr, std::size_t hdr_len, const void* payload, std::size_t
         publish_head(head_);
     };
     if (total <= cap_) {
+        // A message that would wrap around the end of the ring goes to its start instead,
+        // behind a padding record, when both fit in the ring (always, up to half the ring):
+        // then recv_view() returns it in place instead of a copy, and both copies are one
+        // piece. The padding is published with the message's first bytes, never alone.
+        // Measured on the Zen 3 VM (IPC benchmark, send + recv(out=), 8 MiB ring, 10
+        // interleaved pairs of runs, medians): round trip 481 against 1128 us at 4 MiB and
+        // 128 against 170 us at 1 MiB with the padding than without; throughput 26.4 against
+        // 21.2 GB/s at 4 MiB, alike at 64 KiB and 1 MiB within the noise.
+        const std::uint64_t to_end = cap_ - head_ % cap_;
+        const std::uint64_t pad = total > to_end && to_end + total <= cap_ ? to_end : 0;
+        const std::uint64_t need = pad + total;
         // Atomic: wait for room for the whole message (so a timeout leaves nothing half
         // sent), then write it. Large messages are published in chunks as they are written,
         // so the consumer copies out while we copy in.
-        if (cap_ - (head_ - tail_) < total) {
+        if (cap_ - (head_ - tail_) < need) {
             read_tail_checked();
-            if (cap_ - (head_ - tail_) < total && wait(kSpace, total, deadline, hooks, kSpinStart) != 0)
+            if (cap_ - (head_ - tail_) < need && wait(kSpace, need, deadline, hooks, kSpinStart) != 0)
                 return false;
+        }
+        if (pad) {
+            put_padding(head_, pad);
+            msg_start = head_ + pad;
         }
         if (payload_len >= kReleaseGilBytes) gil.release();
         const std::uint64_t step = payload_len >= kPipelineBytes ? std::min<std::uint64_t>(kPublishChunk, cap_ / 4) : total;

@@ -309,7 +309,7 @@ def test_loans_just_below_the_reported_size_are_packed_and_walk_the_ring(rule):
 def test_recv_view_of_sent_messages_and_mixing_with_recv(pair):
     tx, rx = pair
     rng = np.random.default_rng(2)
-    for i in range(300):  # several laps of the 64 KiB ring; some messages wrap (copied then)
+    for i in range(300):  # several laps of the 64 KiB ring
         m = rng.integers(0, 255, int(rng.integers(0, 9000)), dtype=np.uint8)
         tx.send(m)
         got = rx.recv_view(timeout=5) if i % 3 else rx.recv(timeout=5)
@@ -322,6 +322,43 @@ def test_recv_view_of_sent_messages_and_mixing_with_recv(pair):
         assert np.array_equal(got, m)
     del got
     assert rx.held_views == 0 and rx.held_bytes == 0
+
+
+def test_sent_messages_that_would_wrap_go_to_the_ring_start_and_come_back_in_place(pair):
+    """send() puts a message that would wrap around the end of the ring at its start, behind a
+    padding record, when both fit in the ring: recv_view then returns every such message in
+    place (it holds its slot) instead of a copy."""
+    tx, rx = pair                                       # a 64 KiB ring
+    rng = np.random.default_rng(5)
+    wrapped = 0
+    for i in range(400):
+        m = rng.integers(0, 255, int(rng.integers(1, 30000)), dtype=np.uint8)  # at most half the ring
+        head = _ring_head(tx.name)
+        tx.send(m, timeout=5)
+        used = _ring_head(tx.name) - head
+        message = 64 + (m.nbytes + 63) // 64 * 64       # header + payload
+        if used != message:                             # padding to the ring's end went first
+            wrapped += 1
+            assert (head + used) % tx.capacity == message, (i, head, used)
+        v = rx.recv_view(timeout=5)
+        assert rx.held_views == 1, i                    # in place: the view holds its slot
+        assert np.array_equal(v, m)
+        del v
+    assert wrapped >= 20
+
+
+def test_a_sent_message_too_large_to_pad_still_wraps_and_comes_back_as_a_copy(pair):
+    """When the padding and the message do not both fit in the ring, send() wraps the message
+    around the end as before (it never waits for room that cannot exist); recv_view returns a
+    read-only copy then, which holds no slot."""
+    tx, rx = pair                                       # a 64 KiB ring
+    tx.send(np.zeros(30000, np.uint8), timeout=5)       # the head moves to 30080
+    assert rx.recv(timeout=5).nbytes == 30000
+    m = np.arange(40000, dtype=np.uint8)                # 35456 bytes to the end + 40064 > 65536
+    tx.send(m, timeout=5)
+    v = rx.recv_view(timeout=5)
+    assert np.array_equal(v, m) and not v.flags.writeable
+    assert rx.held_views == 0
 
 
 # ---- lifetime --------------------------------------------------------------------------------

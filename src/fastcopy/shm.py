@@ -296,9 +296,10 @@ class Channel(_core.ShmRing):
         Zero copy on the consumer side: the next message as a read-only array pointing into
         the ring. Its slot stays held (``held_views``, ``held_bytes``) until the array and
         everything derived from it (slices, views) are gone; the ring is FIFO, so held views
-        eventually block the producer. Messages that do not lie in one piece of the ring (a
-        ``send`` that wrapped around its end, or one larger than the ring) come back as a
-        read-only copy instead.
+        eventually block the producer. ``send`` puts a message that would wrap around the
+        ring's end at its start when it can (always, up to half the ring); messages that do
+        not lie in one piece of the ring (a larger sent message that met the end, or one
+        larger than the ring) come back as a read-only copy instead.
 
     Iterating over a channel receives until the producer closes it.
     """
