@@ -135,20 +135,13 @@ constexpr unsigned kPureSpinRounds = 16;
 constexpr double kSpinStart = -1.0;  // "adaptive", for wait()'s spin_s
 // Sleep slices: a sleeping waiter wakes at least this often to check the peer's liveness.
 constexpr double kLivenessSlice = 0.05;
-// In the middle of a streamed message the peer is copying the next chunk already. 16 MiB
-// sends through an 8 MiB ring (IPC benchmark, Zen 3 VM, 9 interleaved runs each): median
-// 12.2 GB/s and 4.1 ms round trip with 10 us, 11.0 GB/s and 4.4 ms without spinning,
-// 11.5 GB/s and 4.2 ms with 50 us; the spread of each (6.7-15 GB/s) covers them all.
+// The next three: what each does and the measurement behind it are in rules() below, which
+// fastcopy.info()["shm"] reports.
+// In the middle of a streamed message the peer is copying the next chunk already.
 double kSpinMidMessage = 10e-6;
-// Large copies release the GIL. Releasing from 64 KiB instead (copy()'s threshold) gained
-// nothing single-threaded on the Zen 3 VM (IPC benchmark, 4 interleaved runs each): 64-128 KiB
-// sends ran at 15-24 against 19-26 GB/s, outliers aside.
+// Large copies release the GIL.
 constexpr std::size_t kReleaseGilBytes = 256 * 1024;
-// Messages from this size are published in chunks of kPublishChunk while they are written, so
-// the consumer's copy-out overlaps the producer's copy-in; from it a message is at least two.
-// Measured on the Zen 3 VM (IPC benchmark, channel, 4 interleaved runs each), pipelined
-// against not: round trip 86-174 against 97-233 us at 512 KiB, 143-416 against 260-422 us at
-// 1 MiB, 304-665 against 632-1087 us at 2 MiB; throughput alike within the noise.
+// Messages from this size are published in chunks of kPublishChunk while they are written.
 constexpr std::size_t kPipelineBytes = 512 * 1024;
 constexpr std::size_t kPublishChunk = 256 * 1024;
 
@@ -250,7 +243,7 @@ std::vector<ShmRule> rules() {
          "a wait in the middle of a streamed message spins this long before it sleeps",
          "16 MiB sends streamed through an 8 MiB ring: median 12.2 GB/s and 4.1 ms round trip with 10 us, "
          "11.0 GB/s and 4.4 ms without spinning, 11.5 GB/s and 4.2 ms with 50 us (Zen 3 VM, IPC benchmark, "
-         "9 interleaved runs each, noisy host)"},
+         "9 interleaved runs each, noisy host, whose spread of 6.7-15 GB/s covers all three)"},
     };
 }
 
@@ -984,8 +977,8 @@ bool Ring::send(void* hdr, std::size_t hdr_len, const void* payload, std::size_t
         // piece. The padding is published with the message's first bytes, never alone.
         // Measured on the Zen 3 VM (IPC benchmark, send + recv(out=), 8 MiB ring, 10
         // interleaved pairs of runs, medians): round trip 481 against 1128 us at 4 MiB and
-        // 128 against 170 us at 1 MiB with the padding than without; throughput 26.4 against
-        // 21.2 GB/s at 4 MiB, alike at 64 KiB and 1 MiB within the noise.
+        // 128 against 170 us at 1 MiB with the padding; throughput 26.4 against 21.2 GB/s at
+        // 4 MiB, alike at 64 KiB and 1 MiB within the noise.
         const std::uint64_t to_end = cap_ - head_ % cap_;
         const std::uint64_t pad = total > to_end && to_end + total <= cap_ ? to_end : 0;
         const std::uint64_t need = pad + total;

@@ -2,9 +2,9 @@
 // subscriber threads of one process, each subscriber with its own record. Block mode: every
 // subscriber gets every message in order. Drop mode: copies are never torn, views never change,
 // and received + lost == published. Also: a fork while another thread holds a slot ledger's
-// lock (Channel's or Topic's) leaves the child able to use it. Runs natively and under ASan/UBSan (.ci/cpp_tests.sh);
-// not under TSan (the sequence lock reads a slot the publisher may be writing, by design, and
-// detects it afterwards). ctest name: topic_tests.
+// lock (Channel's or Topic's) leaves the child able to use it. Runs natively and under
+// ASan/UBSan (.ci/cpp_tests.sh); not under TSan (the sequence lock reads a slot the publisher
+// may be writing, by design, and detects it afterwards). ctest name: topic_tests.
 #include <atomic>
 #include <chrono>
 #include <cstdint>
