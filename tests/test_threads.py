@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import fastcopy
-from conftest import random_bytes
+from conftest import no_subprocess, random_bytes
 
 SIZES = [0, 1, 7, 64, 4095, 65535, 65536, 65537, 300_000, (1 << 20) + 3, 3 << 20]
 
@@ -124,6 +124,7 @@ def _close_during_copy(size):
         shm.unlink()
 
 
+@no_subprocess  # SharedMemory starts the resource_tracker process, which dies under qemu
 def test_shared_memory_close_during_copy_raises_buffer_error():
     # A 256 MiB copy (single-threaded kernel work takes tens of ms) gives close() a wide
     # window. Each attempt's outcome is checked for correctness; the GIL being released
