@@ -162,6 +162,13 @@ def test_loans():
             t.loan(4097)
         with pytest.raises(TypeError, match="Topic.loan"):
             t.loan("3")
+        for bad in ("O", object, "no such dtype"):  # refused by name, whichever route reads the dtype
+            with pytest.raises(TypeError, match="Topic.loan: (arrays of dtype object|not a dtype)"):
+                t.loan(3, bad)
+        with t.loan(2, "float32") as a:
+            a[:] = 1.5
+        got = s.recv()
+        assert got.dtype == np.float32 and got.tolist() == [1.5, 1.5]
 
 
 @pytest.mark.parametrize("max_subscribers", [1, 3, 16])

@@ -604,17 +604,23 @@ def test_loan_argument_errors(pair):
     assert rx.recv_view(timeout=1).sum() == 60000
 
 
-# The C++ loan reads an int or a tuple of ints with a numpy dtype itself and hands every other
-# form to shm._loan_args: both routes must give the same array, and refuse the same things.
+# The C++ loan reads an int or a tuple of ints with a dtype, a type or a dtype name itself
+# (numpy's converter) and hands every other form to shm._loan_args: both routes must give the
+# same array, and refuse the same things.
 @pytest.mark.parametrize("shape,dtype,expect_shape,expect_dtype", [
     (5, np.dtype(np.uint8), (5,), "|u1"),                      # read in C++
     ((2, 3), np.dtype("<f4"), (2, 3), "<f4"),                  # read in C++
     ((), np.dtype("<i8"), (), "<i8"),                          # read in C++: 0-d
+    (6, "<f8", (6,), "<f8"),                                   # dtype by name: C++
+    (6, "float32", (6,), "<f4"),                               # dtype by name: C++
+    (2, "f4,i2", (2,), [("f0", "<f4"), ("f1", "<i2")]),         # structured, by name: C++
+    (6, np.float32, (6,), "<f4"),                              # dtype by numpy type: C++
+    (6, float, (6,), "<f8"),                                   # dtype by Python type: C++
+    (6, None, (6,), "<f8"),                                    # None, as np.dtype(None): Python
     ([2, 3], np.dtype("<f4"), (2, 3), "<f4"),                  # a list: Python
+    ([2, 3], np.float32, (2, 3), "<f4"),                       # a list and a type: Python
     (np.int64(4), np.dtype("<u2"), (4,), "<u2"),               # a numpy int: Python
     ((np.int32(2), 3), np.dtype("<u2"), (2, 3), "<u2"),        # numpy ints in a tuple: Python
-    (6, "<f8", (6,), "<f8"),                                   # dtype by name: Python
-    (6, np.float32, (6,), "<f4"),                              # dtype by type: Python
 ])
 def test_loan_shape_and_dtype_forms(pair, shape, dtype, expect_shape, expect_dtype):
     tx, rx = pair
@@ -623,7 +629,8 @@ def test_loan_shape_and_dtype_forms(pair, shape, dtype, expect_shape, expect_dty
     a[...] = 3
     tx.publish(a)
     v = rx.recv_view(timeout=5)
-    assert v.shape == expect_shape and v.dtype == np.dtype(expect_dtype) and (v == 3).all()
+    assert v.shape == expect_shape and v.dtype == np.dtype(expect_dtype)
+    assert v.tobytes() == np.full(expect_shape, 3, np.dtype(expect_dtype)).tobytes()
 
 
 U8 = np.dtype(np.uint8)  # a dtype object: the shape is read in C++ (with np.uint8, a type, in Python)
@@ -641,7 +648,12 @@ U8 = np.dtype(np.uint8)  # a dtype object: the shape is read in C++ (with np.uin
     ((2, -1), U8, ValueError, "negative"),
     (3, np.dtype(object), TypeError, "Channel.loan: arrays of dtype object hold Python object pointers"),
     (3, np.dtype([("a", "<i4"), ("b", "O")]), TypeError, "Channel.loan: .* hold Python object pointers"),
-    (3, "no such dtype", TypeError, "not a dtype"),
+    (3, "no such dtype", TypeError, "Channel.loan: not a dtype: 'no such dtype'"),   # C++ tries numpy first
+    (3, "O", TypeError, "Channel.loan: arrays of dtype object hold Python object pointers"),
+    (3, "f4,O", TypeError, "Channel.loan: .* hold Python object pointers"),
+    (3, object, TypeError, "Channel.loan: arrays of dtype object hold Python object pointers"),
+    (3, dict, TypeError, "Channel.loan: arrays of dtype object hold Python object pointers"),
+    (3, 3.5, TypeError, "Channel.loan: not a dtype: 3.5"),
 ])
 def test_loan_argument_errors_name_the_problem_and_reserve_nothing(pair, shape, dtype, error, match):
     tx, rx = pair
