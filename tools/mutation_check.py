@@ -124,9 +124,9 @@ def sync_tree(tree: Path) -> int:
 
 
 class Runner:
-    def __init__(self, scratch: Path, timeout: float, verbose: bool, build_jobs: int = 0):
+    def __init__(self, scratch: Path, timeout: float, verbose: bool, build_jobs: int):
         self.scratch = scratch
-        self.build_jobs = build_jobs or os.cpu_count() or 2
+        self.build_jobs = build_jobs  # compile jobs of this worker's builds
         self.tree = scratch / "tree"
         self.build = scratch / "build"
         self.timeout = timeout
@@ -317,6 +317,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="workers, each with its own scratch copy under --scratch (default 1)")
     ap.add_argument("-v", "--verbose", action="store_true", help="show test output of killed and surviving mutants")
     args = ap.parse_args(argv)
+    if args.jobs < 1:
+        ap.error(f"--jobs must be at least 1, got {args.jobs}")
 
     mutants = load_catalogue(args.catalogue)
     if args.only:
@@ -340,7 +342,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"{len(mutants)} mutants, {len(stale)} stale")
         return 1 if stale else 0
 
-    jobs = max(1, min(args.jobs, len(mutants)))
+    jobs = min(args.jobs, len(mutants))
     build_jobs = max(1, (os.cpu_count() or 2) // jobs)
     scratch = args.scratch.resolve()
     runners = [Runner(scratch if k == 0 else scratch / f"worker{k}", args.timeout, args.verbose, build_jobs)
