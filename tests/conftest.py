@@ -38,8 +38,9 @@ def streaming_kernels() -> set:
     return {k["name"] for k in fastcopy._core.kernel_table() if k["supported"] and k["streaming"]}
 
 
+NO_SUBPROCESS = os.environ.get("FASTCOPY_NO_SUBPROCESS") == "1"
 no_subprocess = pytest.mark.skipif(
-    os.environ.get("FASTCOPY_NO_SUBPROCESS") == "1",
+    NO_SUBPROCESS,
     reason="FASTCOPY_NO_SUBPROCESS=1: tests that start processes are skipped (e.g. under qemu)",
 )
 

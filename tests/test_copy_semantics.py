@@ -6,15 +6,14 @@ from __future__ import annotations
 import array
 import itertools
 import mmap
-import os
 from multiprocessing import shared_memory
 
 import numpy as np
 import pytest
 
 import fastcopy
-from conftest import (DTYPES, LAYOUTS, SHAPES, assert_same_bytes, compare_on_base, make_layout, no_subprocess,
-                      random_array, random_bytes)
+from conftest import (DTYPES, LAYOUTS, NO_SUBPROCESS, SHAPES, assert_same_bytes, compare_on_base, make_layout,
+                      no_subprocess, random_array, random_bytes)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -305,7 +304,7 @@ def test_usage_doc_examples_run(block):
     for node in ast.walk(ast.parse(block)):
         if isinstance(node, ast.Try) and node.handlers:
             assert node.orelse, f"docs/usage.md: a try block without else passes when nothing is raised:\n{block}"
-    if "shared_memory" in block and os.environ.get("FASTCOPY_NO_SUBPROCESS") == "1":
+    if "shared_memory" in block and NO_SUBPROCESS:
         pytest.skip("FASTCOPY_NO_SUBPROCESS=1: SharedMemory starts the resource_tracker process, which dies under qemu")
     exec(compile(block, "docs/usage.md", "exec"), {})
 
