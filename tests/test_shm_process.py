@@ -528,6 +528,39 @@ def test_ipc_bench_smoke():
     assert "message rate" in table and "channel" in table and "pipe" in table
 
 
+def test_ratio_words_mark_a_ratio_of_medians_outside_its_paired_spread():
+    from fastcopy.measure.engine import ratio_words
+
+    assert ratio_words(0.80, [0.69, 0.80]) == ("0.80x (0.69-0.80)", False)
+    # Just outside the bracket is ordinary (a real run: 0.758 against 0.762-0.859)...
+    assert ratio_words(0.758, [0.762, 0.859]) == ("0.76x (0.76-0.86)", False)
+    # ...and so is anything within 1.5 bracket widths of it (Tukey's fences: 0.45-1.33 here).
+    assert not ratio_words(0.46, [0.78, 1.00])[1] and not ratio_words(1.32, [0.78, 1.00])[1]
+    # A run where the machine switched states: the pairs say 0.78-1.00, the medians 1.78.
+    assert ratio_words(1.78, [0.78, 1.00]) == ("1.78x (0.78-1.00) !", True)
+    assert ratio_words(0.40, [0.78, 1.00]) == ("0.40x (0.78-1.00) !", True)
+    assert ratio_words(1.23, None) == ("1.23x", False)  # one repeat: no spread, nothing to disagree with
+
+
+def test_ipc_table_marks_and_explains_a_ratio_outside_its_spread():
+    from fastcopy import ipc_bench
+    from fastcopy.measure.engine import SPREAD_DISAGREES_NOTE
+
+    def table(rtt_ratio):
+        return ipc_bench.format_ipc_table({"rows": [], "ratios": {str(1 << 20): {
+            "channel_view_vs_iceoryx2_view": 1.10, "channel_view_vs_iceoryx2_view_spread": [1.05, 1.17],
+            "channel_view_vs_iceoryx2_view_rtt": rtt_ratio,
+            "channel_view_vs_iceoryx2_view_rtt_spread": [0.78, 1.00]}}})
+
+    bad = table(1.78)
+    assert "channel_view / iceoryx2_view_rtt 1.78x (0.78-1.00) !" in bad
+    assert "channel_view / iceoryx2_view 1.10x (1.05-1.17)," in bad  # the other ratio is unmarked
+    assert SPREAD_DISAGREES_NOTE in bad
+    good = table(0.90)
+    assert "channel_view / iceoryx2_view_rtt 0.90x (0.78-1.00)" in good and " !" not in good
+    assert SPREAD_DISAGREES_NOTE not in good
+
+
 def test_paired_spread_is_the_middle_half_of_per_repeat_ratios():
     from fastcopy.measure.engine import paired_spread
 

@@ -616,14 +616,37 @@ def test_publisher_death_gives_peer_died_after_its_messages():
 def test_topic_benchmark_reports_per_subscriber_throughput_and_ratios():
     from fastcopy.topic_bench import format_topic_table, run_topic_bench
 
-    r = run_topic_bench(sizes=[1 << 16], repeats=1, min_time=0.01)
+    r = run_topic_bench(sizes=[1 << 16], repeats=2, min_time=0.01)
     assert {(row["config"], row["size"]) for row in r["rows"]} == {(c, 1 << 16) for c in ("channel", "topic1", "topic2")}
     assert all(row["gbps"] > 0 for row in r["rows"])
+    assert [len(row["runs"]) for row in r["rows"]] == [2, 2, 2]
     assert [len(row["runs"][0]) for row in r["rows"]] == [1, 1, 2]  # topic2: both subscribers measured
     assert set(r["ratios"][1 << 16]) == {"topic1", "topic2"}
-    assert "topic2/channel" in format_topic_table(r)
+    # The paired spread: with two repeats, between the two per-repeat ratios to the Channel.
+    by = {row["config"]: row for row in r["rows"]}
+    for c in ("topic1", "topic2"):
+        pairs = [min(t) / min(ch) for t, ch in zip(by[c]["runs"], by["channel"]["runs"])]
+        lo, hi = r["spreads"][1 << 16][c]
+        assert min(pairs) <= lo <= hi <= max(pairs)
+    table = format_topic_table(r)
+    assert "topic2/channel" in table
+    assert f"{r['ratios'][1 << 16]['topic2']:.2f}x ({r['spreads'][1 << 16]['topic2'][0]:.2f}-" in table
     with pytest.raises(ValueError, match="configuration"):
         run_topic_bench(configs=["nope"])
+
+
+def test_topic_table_marks_and_explains_a_ratio_outside_its_spread():
+    from fastcopy.measure.engine import SPREAD_DISAGREES_NOTE
+    from fastcopy.topic_bench import format_topic_table
+
+    def table(topic2_ratio):
+        rows = [{"config": c, "size": 1 << 20, "gbps": g} for c, g in (("channel", 20.0), ("topic2", 10.0))]
+        return format_topic_table({"config": {"sizes": [1 << 20], "configs": ["channel", "topic2"], "repeats": 9},
+                                   "rows": rows, "ratios": {1 << 20: {"topic2": topic2_ratio}},
+                                   "spreads": {1 << 20: {"topic2": [0.45, 0.55]}}})
+
+    assert "0.25x (0.45-0.55) !" in table(0.25) and SPREAD_DISAGREES_NOTE in table(0.25)  # fences: 0.30-0.70
+    assert "0.50x (0.45-0.55) |" in table(0.50) and SPREAD_DISAGREES_NOTE not in table(0.50)
 
 
 FUZZ = r"""

@@ -53,7 +53,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .measure.engine import paired_spread
+from .measure.engine import SPREAD_DISAGREES_NOTE, paired_spread, ratio_words
 
 __all__ = ["run_ipc_bench", "format_ipc_table", "DEFAULT_SIZES", "TRANSPORTS"]
 
@@ -760,19 +760,23 @@ def format_ipc_table(results: Dict[str, Any]) -> str:
     for t, why in (results.get("skipped", {}) if isinstance(results, dict) else {}).items():
         out.append(f"skipped {t}: {why}")
     zero_copy = []
+    disagreements = False
     for size, entry in ratios.items():
         words = []
         for k, v in entry.items():
             if k.startswith("channel_vs_") or k.endswith("_spread"):
                 continue
-            spread = entry.get(k + "_spread")
-            words.append(f"{k.replace('_vs_', ' / ')} {v:.2f}x" + (f" ({spread[0]:.2f}-{spread[1]:.2f})" if spread else ""))
+            text, outside = ratio_words(v, entry.get(k + "_spread"))
+            disagreements |= outside
+            words.append(f"{k.replace('_vs_', ' / ')} {text}")
         if words:
             zero_copy.append(f"  {_size_words(int(size))}: " + ", ".join(words))
     if zero_copy:
         out.append("ratios of medians (throughput; *_rtt: round-trip time, lower is better; in brackets the middle "
                    "half of the ratios of the repeats, paired: one that contains 1.00 is within this run's noise):")
         out.extend(zero_copy)
+        if disagreements:
+            out.append(SPREAD_DISAGREES_NOTE)
     if isinstance(results, dict) and "config" in results:
         c = results["config"]
         m = results.get("machine", {})

@@ -15,8 +15,9 @@ The Channel ring is the default 8 MiB (what a user gets); the topic has ``slot_b
 and as many slots as fill 8 MiB, at least 4 (a Channel streams a 16 MiB message through its
 ring in pieces; a topic slot holds whole messages, so it needs room for messages in flight).
 Reported per size: the median per-subscriber GB/s of each configuration over the repeats
-(topic2: the slower of its two subscribers in each run) and the ratio of each Topic median to
-the Channel median.
+(topic2: the slower of its two subscribers in each run), the ratio of each Topic median to
+the Channel median and, as for the IPC benchmark, the middle half of the ratios of the
+repeats taken in pairs (each repeat runs every configuration once, one after the other).
 ``python -m fastcopy bench --ipc --variants topic`` runs it and prints ``format_topic_table``.
 """
 
@@ -29,6 +30,8 @@ import time
 from typing import Any, Dict, Iterable, List, Sequence
 
 import numpy as np
+
+from .measure.engine import SPREAD_DISAGREES_NOTE, paired_spread, ratio_words
 
 __all__ = ["run_topic_bench", "format_topic_table", "DEFAULT_TOPIC_SIZES", "CONFIGS"]
 
@@ -85,8 +88,10 @@ def run_topic_bench(sizes: Iterable[int] = DEFAULT_TOPIC_SIZES, repeats: int = 5
 
     Returns a JSON-serialisable dict: ``config``, ``rows`` (per config and size: ``config``,
     ``size``, ``messages``, ``gbps`` (median per-subscriber GB/s), ``runs`` (every run's
-    per-subscriber figures)) and ``ratios`` (per size: ``topic1``/``topic2`` median over the
-    Channel median).
+    per-subscriber figures)), ``ratios`` (per size: ``topic1``/``topic2`` median over the
+    Channel median) and ``spreads`` (per size and Topic configuration: the middle half of the
+    per-repeat ratios to the Channel, see :func:`fastcopy.measure.engine.paired_spread`; absent
+    with one repeat).
     """
     sizes = [int(s) for s in sizes]
     for c in configs:
@@ -123,16 +128,22 @@ def run_topic_bench(sizes: Iterable[int] = DEFAULT_TOPIC_SIZES, repeats: int = 5
         medians[(c, s)] = statistics.median(min(r) for r in per_run)  # topic2: its slower subscriber
         rows.append({"config": c, "size": s, "messages": counts[s], "gbps": medians[(c, s)], "runs": per_run})
     ratios = {}
+    spreads: Dict[int, Dict[str, List[float]]] = {}
     for s in sizes:
         if ("channel", s) in medians:
             ratios[s] = {c: medians[(c, s)] / medians[("channel", s)] for c in configs if c != "channel"}
+            channel_runs = [min(r) for r in runs[("channel", s)]]
+            for c in configs:
+                spread = paired_spread([min(r) for r in runs[(c, s)]], channel_runs) if c != "channel" else None
+                if spread:
+                    spreads.setdefault(s, {})[c] = spread
     try:
         load = list(os.getloadavg())
     except OSError:  # pragma: no cover
         load = []
     return {"config": {"sizes": sizes, "repeats": repeats, "min_time": min_time, "configs": list(configs),
                        "channel_capacity": _RING_BYTES, "loadavg": load},
-            "rows": rows, "ratios": ratios}
+            "rows": rows, "ratios": ratios, "spreads": spreads}
 
 
 def _size_words(n: int) -> str:
@@ -143,19 +154,30 @@ def _size_words(n: int) -> str:
 
 
 def format_topic_table(results: Dict[str, Any]) -> str:
-    """The medians as a table: GB/s per subscriber and the ratio to Channel."""
+    """The medians as a table: GB/s per subscriber and the ratio to Channel, with the middle half
+    of the paired per-repeat ratios in brackets (marked ``!`` where the ratio lies outside it)."""
     by = {(r["config"], r["size"]): r for r in results["rows"]}
     sizes = results["config"]["sizes"]
     configs = results["config"]["configs"]
+    spreads = results.get("spreads", {})
     head = "|    Size |" + "".join(f" {c + ' GB/s':>13} |" for c in configs) + "".join(
-        f" {c + '/channel':>16} |" for c in configs if c != "channel")
+        f" {c + '/channel':>22} |" for c in configs if c != "channel")
     lines = [f"Topic fan-out: per-subscriber throughput, median of {results['config']['repeats']} runs "
-             f"(topic2: the slower subscriber of each run)", head]
+             f"(topic2: the slower subscriber of each run); in brackets the middle half of the ratios of the "
+             f"repeats, paired", head]
+    disagreements = False
     for s in sizes:
         line = f"| {_size_words(s):>7} |" + "".join(f" {by[(c, s)]['gbps']:>13.2f} |" for c in configs)
         for c in configs:
             if c != "channel":
                 ratio = results["ratios"].get(s, {}).get(c)
-                line += f" {ratio:>16.2f} |" if ratio is not None else f" {'-':>16} |"
+                if ratio is None:
+                    line += f" {'-':>22} |"
+                    continue
+                text, outside = ratio_words(ratio, spreads.get(s, {}).get(c))
+                disagreements |= outside
+                line += f" {text:>22} |"
         lines.append(line)
+    if disagreements:
+        lines.append(SPREAD_DISAGREES_NOTE)
     return "\n".join(lines)

@@ -482,6 +482,34 @@ def paired_spread(a: Sequence[float], b: Sequence[float]) -> Optional[List[float
     return [q[0], q[2]]
 
 
+# Printed under a table in which some ratio carries the mark of ratio_words().
+SPREAD_DISAGREES_NOTE = (
+    "! the ratio of medians lies far outside the middle half of the paired ratios: the machine changed speed "
+    "during the run (some repeats were much slower for every variant), so the two medians came from different "
+    "states; read the bracket, or rerun on a quieter machine")
+
+
+def ratio_words(ratio: float, spread_pair: Optional[Sequence[float]]) -> Tuple[str, bool]:
+    """A ratio of medians as printed, ``"1.23x (1.10-1.30)"``, with its paired spread in brackets,
+    and whether the two disagree; then the words end in ``" !"`` (see SPREAD_DISAGREES_NOTE).
+
+    They disagree when the ratio of medians lies beyond Tukey's fences of the paired ratios:
+    more than 1.5 times the bracket's width below or above it. That happens when the machine
+    switches between a fast and a slow state for seconds at a time: the repeats still pair up,
+    but each side's median can land in a different state. On the 2-vCPU Zen 3 VM one IPC run
+    gave a round-trip ratio of 1.78x with a bracket of 0.78-1.00, and the next, a minute later,
+    0.76x (0.76-0.86): a ratio just outside its bracket is ordinary (the round-trip median is
+    over all round trips, the bracket over each repeat's median), hence the fences.
+    """
+    words = f"{ratio:.2f}x"
+    if not spread_pair:
+        return words, False
+    lo, hi = spread_pair
+    fence = 1.5 * (hi - lo)
+    outside = not lo - fence <= ratio <= hi + fence
+    return words + f" ({lo:.2f}-{hi:.2f})" + (" !" if outside else ""), outside
+
+
 def time_interleaved(timers: Dict[str, Timer], iterations: int, repeats: int,
                      rng: Optional[random.Random] = None) -> Dict[str, List[float]]:
     """Seconds per copy of each timer, ``repeats`` samples each: every repeat runs each timer once
