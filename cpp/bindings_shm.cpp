@@ -949,6 +949,8 @@ void bind_shm(py::module_& m) {
 
     m.def("_shm_set_spin", &shm::set_spin, py::arg("start_s"), py::arg("mid_message_s"),
           "Tuning: seconds a wait spins before it sleeps (per process).");
+    m.def("_shm_default_topic_slots", &shm::default_topic_slots, py::arg("slot_bytes"), py::arg("history"),
+          "Slots of a topic created without `slots` (see info()['shm'], topic_default_bytes).");
     m.def("_shm_rules", [] {
         py::list out;
         for (const shm::ShmRule& r : shm::rules()) {

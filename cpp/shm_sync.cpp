@@ -1,6 +1,7 @@
 // Shared-memory SPSC ring: atomics, futex waits, liveness checks and the message protocol.
 // See shm_sync.h for the layout and the rules; docs/shm.md for the user view.
 #include "shm_sync.h"
+#include "shm_topic.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -219,6 +220,12 @@ std::vector<ShmRule> rules() {
          "consumer is waiting, so consecutive loans reuse recently written memory",
          "16 MiB loans against iceoryx2's view path: one-way throughput 0.97-1.07x with early wraps, "
          "0.89-0.92x without (Zen 3 VM, 5 interleaved pairs of runs)"},
+        {"topic_default_bytes", double(kTopicDefaultBytes), "bytes",
+         "Topic.create() without slots: as many slots of slot_bytes as hold this much, 4 to 1024, and at "
+         "least history + 1",
+         "2 subscribers, send + recv(out=): 64 B and 4 KiB messages 1.6-2.1x faster with 1024 slots than with "
+         "8; 64 KiB 0.70-0.85x with 4 or 8 slots against 16-128; 1 MiB 0.93-1.58x with 4 slots against 8 "
+         "(median 1.19x over 8 runs) and 0.52-0.83x with 32; 16 MiB alike with 2-4 (Zen 3 VM, interleaved runs)"},
         {"pipelined_send_bytes", double(kPipelineBytes), "bytes",
          "send() of a message from this size publishes it in 256 KiB chunks as it is written, so the "
          "consumer's copy-out overlaps the producer's copy-in",

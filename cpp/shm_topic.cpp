@@ -51,6 +51,13 @@ std::string geometry_error(const TopicGeometry& g) {
 
 }  // namespace
 
+std::uint64_t default_topic_slots(std::uint64_t slot_bytes, std::uint64_t history) {
+    const std::uint64_t fill = kTopicDefaultBytes / std::max<std::uint64_t>(slot_bytes, 1);
+    const std::uint64_t slots =
+        std::min<std::uint64_t>(kTopicDefaultMaxSlots, std::max<std::uint64_t>(kTopicDefaultMinSlots, fill));
+    return std::max(slots, history + 1);  // history < 2**32 (Topic.create checks it)
+}
+
 struct TopicBusy {
     Topic& t;
     explicit TopicBusy(Topic& topic) : t(topic) {

@@ -28,7 +28,8 @@ def test_info_json():
     assert data["cpu"]["arch"] in ("x86_64", "aarch64", "unknown")
 
 
-SHM_RULE_NAMES = ["page_aligned_loan_bytes", "early_wrap_bytes", "pipelined_send_bytes", "release_gil_bytes",
+SHM_RULE_NAMES = ["page_aligned_loan_bytes", "early_wrap_bytes", "topic_default_bytes", "pipelined_send_bytes",
+                  "release_gil_bytes",
                   "spin_max_seconds", "spin_min_seconds", "spin_mid_message_seconds"]
 
 

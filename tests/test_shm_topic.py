@@ -259,6 +259,35 @@ def test_drop_mode_counts_exactly_what_a_stalled_subscriber_lost():
         slow.close()
 
 
+@pytest.mark.parametrize("slot_bytes, history, slots", [
+    (64, 0, 1024),           # 4 MiB would be 65536 slots: capped
+    (4096, 0, 1024),         # exactly 4 MiB
+    (64 << 10, 0, 64),
+    ((1 << 20) - 1, 0, 4),   # 4 MiB // slot_bytes = 4
+    (1 << 20, 0, 4),
+    (1 << 20, 9, 10),        # history + 1 wins
+    (16 << 20, 0, 4),        # at least 4
+    (3 << 20, 0, 4),
+])
+def test_default_slots_hold_4_MiB_within_4_to_1024_and_the_history(slot_bytes, history, slots):
+    rule = {r["name"]: r for r in fastcopy.info()["shm"]}["topic_default_bytes"]
+    assert rule["value"] == 4 << 20 and "4 to 1024" in rule["rule"]
+    with Topic.create(fresh_name("slots"), slot_bytes=slot_bytes, history=history) as t:
+        assert t.slots == slots
+        s = Topic.subscribe(t.name)
+        assert s.slots == slots  # the geometry in the segment
+        s.close()
+    with Topic.create(fresh_name("slots"), slot_bytes=slot_bytes, slots=3, history=min(history, 2)) as t:
+        assert t.slots == 3  # a number given is kept
+    with Topic.create(fresh_name("slots"), slot_bytes=slot_bytes, slots=None, history=history) as t:
+        assert t.slots == slots  # None spelt out: the same default
+
+
+def test_default_slots_refuse_a_history_beyond_the_largest_topic():
+    with pytest.raises(ValueError, match="slots|history"):
+        Topic.create(fresh_name("slots"), slot_bytes=64, history=1 << 20)  # 2**20 + 1 slots
+
+
 def test_errors_and_argument_types():
     name = fresh_name("err")
     with pytest.raises(TypeError, match="slot_bytes"):

@@ -387,8 +387,6 @@ def _attach_by_name(cls, name: str) -> "Channel":
 
 
 # ---- Topic: one publisher, many subscribers ---------------------------------------------------
-#: Slots of a topic when Topic.create() is not given a number.
-DEFAULT_TOPIC_SLOTS = 8
 #: Subscriber records of a topic when Topic.create() is not given a number.
 DEFAULT_MAX_SUBSCRIBERS = 16
 
@@ -407,9 +405,10 @@ def _int_arg(method: str, what: str, value: Any) -> int:
 class Topic(_core.ShmTopic):
     """The publisher of a topic in shared memory: one publisher, any number of subscribers.
 
-    ``Topic.create(name=None, *, slot_bytes, slots=8, history=0, overflow="block",
+    ``Topic.create(name=None, *, slot_bytes, slots=None, history=0, overflow="block",
     max_subscribers=16)`` makes ``/dev/shm/<name>`` with ``slots`` slots of ``slot_bytes``
-    bytes; message ``k`` lives in slot ``k % slots``. :meth:`subscribe` (in any process, at
+    bytes (by default as many as hold 4 MiB, 4 to 1024, and at least ``history + 1``);
+    message ``k`` lives in slot ``k % slots``. :meth:`subscribe` (in any process, at
     any time) returns a :class:`Subscriber` that reads every message from its joining point
     on, in order. ``overflow="block"``: ``send`` waits while a subscriber has not read the
     message in the slot it needs (dead subscribers are detected and dropped);
@@ -422,12 +421,14 @@ class Topic(_core.ShmTopic):
     _created_here = False
 
     @classmethod
-    def create(cls, name: Optional[str] = None, *, slot_bytes: int, slots: int = DEFAULT_TOPIC_SLOTS,
+    def create(cls, name: Optional[str] = None, *, slot_bytes: int, slots: Optional[int] = None,
                history: int = 0, overflow: str = "block",
                max_subscribers: int = DEFAULT_MAX_SUBSCRIBERS) -> "Topic":
         """A new topic; this object is its publisher. ``name`` defaults to a random
         ``fastcopy-<pid>-<hex>``; ``FileExistsError`` if it is taken. Messages (payload bytes)
-        may be up to ``slot_bytes``; ``slots`` 2 to 2**20; ``max_subscribers`` 1 to 1024."""
+        may be up to ``slot_bytes``; ``slots`` 2 to 2**20, by default as many as hold 4 MiB of
+        payload, 4 to 1024, and at least ``history + 1`` (``info()["shm"]``, rule
+        ``topic_default_bytes``, has the measurement); ``max_subscribers`` 1 to 1024."""
         if name is None:
             name = _default_name()
         if not isinstance(name, str):
@@ -435,8 +436,8 @@ class Topic(_core.ShmTopic):
         if not isinstance(overflow, str):
             raise TypeError(f"Topic.create: overflow must be 'block' or 'drop', got {type(overflow).__name__}")
         sb = _int_arg("create", "slot_bytes", slot_bytes)
-        n = _int_arg("create", "slots", slots)
         hist = _int_arg("create", "history", history)
+        n = _core._shm_default_topic_slots(sb, hist) if slots is None else _int_arg("create", "slots", slots)
         subs = _int_arg("create", "max_subscribers", max_subscribers)
         if n >= 2**32 or hist >= 2**32 or subs >= 2**32:
             raise ValueError("Topic.create: slots, history and max_subscribers must be below 2**32")
