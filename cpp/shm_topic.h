@@ -88,8 +88,9 @@ constexpr std::uint64_t kNoFloor = ~std::uint64_t(0);
 // 1.6-2.1x faster with 1024 slots than with 8 (64 slots: 1.5-2.0x; 2 runs per size); 64 KiB
 // ran 0.70-0.85x with 4 or 8 slots against 16-128 (alike); 1 MiB ran 0.93-1.58x as fast with
 // 4 slots as with 8 (median 1.19x, faster in 6 of 8 runs; 2 slots 0.98-1.35x, 6 slots
-// 0.82-1.15x) and 0.52-0.83x with 32; 16 MiB ran alike with 2-4 slots. The former default was 8 slots whatever the size. More slots than this only add
-// memory that falls out of the caches; fewer leave the publisher waiting on wake-ups.
+// 0.82-1.15x) and 0.52-0.83x with 32; 16 MiB ran alike with 2-4 slots. The former default
+// was 8 slots whatever the size. More slots than this only add memory that falls out of the
+// caches; fewer leave the publisher waiting on wake-ups.
 constexpr std::uint64_t kTopicDefaultBytes = 4u << 20;
 constexpr std::uint32_t kTopicDefaultMinSlots = 4;
 constexpr std::uint32_t kTopicDefaultMaxSlots = 1024;
