@@ -651,6 +651,7 @@ def test_topic_benchmark_reports_per_subscriber_throughput_and_ratios():
     assert [len(row["runs"]) for row in r["rows"]] == [2, 2, 2]
     assert [len(row["runs"][0]) for row in r["rows"]] == [1, 1, 2]  # topic2: both subscribers measured
     assert set(r["ratios"][1 << 16]) == {"topic1", "topic2"}
+    assert r["config"]["topic_slots"] == {1 << 16: 64}  # the default: 4 MiB of 64 KiB slots
     # The paired spread: with two repeats, between the two per-repeat ratios to the Channel.
     by = {row["config"]: row for row in r["rows"]}
     for c in ("topic1", "topic2"):

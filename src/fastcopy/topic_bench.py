@@ -30,6 +30,7 @@ from typing import Any, Dict, Iterable, List, Sequence
 
 import numpy as np
 
+from . import _core
 from .measure.engine import SPREAD_DISAGREES_NOTE, paired_spread, ratio_words
 
 __all__ = ["run_topic_bench", "format_topic_table", "DEFAULT_TOPIC_SIZES", "CONFIGS"]
@@ -85,7 +86,8 @@ def run_topic_bench(sizes: Iterable[int] = DEFAULT_TOPIC_SIZES, repeats: int = 5
                     configs: Sequence[str] = CONFIGS) -> Dict[str, Any]:
     """Per-subscriber throughput of Channel (1 consumer) and Topic (1 and 2 subscribers).
 
-    Returns a JSON-serialisable dict: ``config``, ``rows`` (per config and size: ``config``,
+    Returns a JSON-serialisable dict: ``config`` (with ``topic_slots``: each size's default slot
+    count, which the topics get), ``rows`` (per config and size: ``config``,
     ``size``, ``messages``, ``gbps`` (median per-subscriber GB/s), ``runs`` (every run's
     per-subscriber figures)), ``ratios`` (per size: ``topic1``/``topic2`` median over the
     Channel median) and ``spreads`` (per size and Topic configuration: the middle half of the
@@ -132,8 +134,8 @@ def run_topic_bench(sizes: Iterable[int] = DEFAULT_TOPIC_SIZES, repeats: int = 5
         if ("channel", s) in medians:
             ratios[s] = {c: medians[(c, s)] / medians[("channel", s)] for c in configs if c != "channel"}
             channel_runs = [min(r) for r in runs[("channel", s)]]
-            for c in configs:
-                spread = paired_spread([min(r) for r in runs[(c, s)]], channel_runs) if c != "channel" else None
+            for c in ratios[s]:
+                spread = paired_spread([min(r) for r in runs[(c, s)]], channel_runs)
                 if spread:
                     spreads.setdefault(s, {})[c] = spread
     try:
@@ -141,7 +143,9 @@ def run_topic_bench(sizes: Iterable[int] = DEFAULT_TOPIC_SIZES, repeats: int = 5
     except OSError:  # pragma: no cover
         load = []
     return {"config": {"sizes": sizes, "repeats": repeats, "min_time": min_time, "configs": list(configs),
-                       "channel_capacity": _RING_BYTES, "loadavg": load},
+                       "channel_capacity": _RING_BYTES, "topic_slots": {s: _core._shm_default_topic_slots(s, 0)
+                                                                        for s in sizes},
+                       "loadavg": load},
             "rows": rows, "ratios": ratios, "spreads": spreads}
 
 
@@ -154,7 +158,8 @@ def _size_words(n: int) -> str:
 
 def format_topic_table(results: Dict[str, Any]) -> str:
     """The medians as a table: GB/s per subscriber and the ratio to Channel, with the middle half
-    of the paired per-repeat ratios in brackets (marked ``!`` where the ratio lies outside it)."""
+    of the paired per-repeat ratios in brackets (marked ``!`` where the ratio lies far outside
+    it: see :func:`fastcopy.measure.engine.ratio_words`)."""
     by = {(r["config"], r["size"]): r for r in results["rows"]}
     sizes = results["config"]["sizes"]
     configs = results["config"]["configs"]
