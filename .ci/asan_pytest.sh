@@ -45,13 +45,14 @@ section "pytest with the sanitized extension"
 ASAN_LIB=$(g++ -print-file-name=libasan.so)
 STDCXX_LIB=$(g++ -print-file-name=libstdc++.so)
 [[ -f "$ASAN_LIB" && -f "$STDCXX_LIB" ]] || die "libasan or libstdc++ not found ($ASAN_LIB, $STDCXX_LIB)"
+# Runs a command with the sanitized module first on the path and the runtimes preloaded.
+sanitized() {
+    (cd "$ROOT" && PYTHONPATH="$STAGE" PYTHONDONTWRITEBYTECODE=1 LD_PRELOAD="$ASAN_LIB $STDCXX_LIB" \
+        ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:allocator_may_return_null=1 \
+        UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 "$@")
+}
+sanitized python -c 'import fastcopy, sys; assert fastcopy.__file__.startswith(sys.argv[1]), fastcopy.__file__' \
+    "$STAGE" || die "the sanitized module is not the one imported"
 # shellcheck disable=SC2086
-(cd "$ROOT" && PYTHONPATH="$STAGE" PYTHONDONTWRITEBYTECODE=1 LD_PRELOAD="$ASAN_LIB $STDCXX_LIB" \
-    ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:allocator_may_return_null=1 \
-    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    python -c 'import fastcopy, sys; assert fastcopy.__file__.startswith(sys.argv[1]), fastcopy.__file__' "$STAGE" &&
-    cd "$ROOT" && PYTHONPATH="$STAGE" PYTHONDONTWRITEBYTECODE=1 LD_PRELOAD="$ASAN_LIB $STDCXX_LIB" \
-    ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:allocator_may_return_null=1 \
-    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    python -m pytest -q -p no:cacheprovider $FILES) || die "pytest under ASan + UBSan"
+sanitized python -m pytest -q -p no:cacheprovider $FILES || die "pytest under ASan + UBSan"
 section "asan_pytest.sh: all passed"
