@@ -41,3 +41,15 @@ def test_public_names_have_docstrings():
 
     for name in getattr(shm, "__all__", []):
         assert inspect.getdoc(getattr(shm, name)), f"shm.{name}"
+
+
+def test_dir_lists_the_public_api_only():
+    # Tab completion shows what dir() returns: the public names, not typing or module imports.
+    import fastcopy.shm as shm
+
+    for module in (fastcopy, shm):
+        assert dir(module) == sorted(module.__all__), module.__name__
+        for name in dir(module):
+            getattr(module, name)  # every listed name resolves
+        for hidden in ("Any", "annotations", "np", "os"):
+            assert hidden not in dir(module)

@@ -127,6 +127,11 @@ def tune(*args: Any, **kwargs: Any) -> Dict[str, Any]:
     return _tune(*args, **kwargs)
 
 
+def __dir__() -> List[str]:
+    # dir() and tab completion list the public API, not the typing names imported above.
+    return sorted(__all__)
+
+
 def __getattr__(name: str) -> Any:
     # fastcopy.shm is imported on first use, so `import fastcopy` stays cheap.
     if name == "shm":

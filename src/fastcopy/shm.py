@@ -60,6 +60,12 @@ __all__ = [
     "clean_segments",
 ]
 
+
+def __dir__() -> List[str]:
+    # dir() and tab completion list the public API, not the modules and typing names imported here.
+    return sorted(__all__)
+
+
 #: Ring size in bytes when Channel.create() is not given one.
 DEFAULT_CAPACITY = 8 << 20
 
