@@ -270,6 +270,20 @@ def test_ipc(tmp_path):
     assert all(row["size"] == 4096 for row in doc["results"])
 
 
+@pytest.mark.skipif(not HAVE_IPC, reason="fastcopy.ipc_bench is not in this tree yet")
+@pytest.mark.skipif(NO_SUBPROCESS, reason="the topic benchmark starts receiver processes")
+def test_ipc_topic_runs_copies_and_views_with_the_fill_asked_for(tmp_path):
+    path = str(tmp_path / "topic.json")
+    r = cli("bench", "--ipc", "--variants", "topic", "--sizes", "64K", *FAST, "--view-fill", "fastcopy",
+            "--json", path, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "topic2_view" in r.stdout and "loans filled with fastcopy.copy" in r.stdout
+    doc = json.load(open(path))
+    assert doc["kind"] == "ipc_topic" and doc["config"]["view_fill"] == "fastcopy"
+    assert {row["config"] for row in doc["results"]} == {"channel", "topic1", "topic2", "channel_view",
+                                                         "topic1_view", "topic2_view"}
+
+
 def test_ipc_missing_is_a_clear_error(tmp_path, monkeypatch):
     env = hide_modules(monkeypatch, tmp_path, "fastcopy.ipc_bench")
     r = cli("bench", "--ipc", "--sizes", "4K", *FAST, env=env)

@@ -8,6 +8,7 @@ import mmap
 import os
 import pickle
 import signal
+import statistics
 import struct
 import subprocess
 import sys
@@ -642,27 +643,53 @@ def test_publisher_death_gives_peer_died_after_its_messages():
 
 
 @no_subprocess
-def test_topic_benchmark_reports_per_subscriber_throughput_and_ratios():
-    from fastcopy.topic_bench import format_topic_table, run_topic_bench
+def test_topic_benchmark_reports_per_subscriber_throughput_and_ratios(monkeypatch):
+    from fastcopy.shm import Channel, Topic
+    from fastcopy.topic_bench import BASELINES, CONFIGS, format_topic_table, run_topic_bench
 
+    loans = []  # the view configurations fill loans; the others send copies
+    for cls in (Channel, Topic):
+        monkeypatch.setattr(cls, "loan", lambda self, *a, _loan=cls.loan, **k: loans.append(1) or _loan(self, *a, **k))
     r = run_topic_bench(sizes=[1 << 16], repeats=2, min_time=0.01)
-    assert {(row["config"], row["size"]) for row in r["rows"]} == {(c, 1 << 16) for c in ("channel", "topic1", "topic2")}
+    assert len(loans) == 3 * 2 * r["rows"][0]["messages"]
+    assert [(row["config"], row["size"]) for row in r["rows"]] == [(c, 1 << 16) for c in CONFIGS]
     assert all(row["gbps"] > 0 for row in r["rows"])
-    assert [len(row["runs"]) for row in r["rows"]] == [2, 2, 2]
-    assert [len(row["runs"][0]) for row in r["rows"]] == [1, 1, 2]  # topic2: both subscribers measured
-    assert set(r["ratios"][1 << 16]) == {"topic1", "topic2"}
-    assert r["config"]["topic_slots"] == {1 << 16: 64}  # the default: 4 MiB of 64 KiB slots
-    # The paired spread: with two repeats, between the two per-repeat ratios to the Channel.
+    assert [len(row["runs"]) for row in r["rows"]] == [2] * 6
+    # Two subscribers: both measured, the slower one reported.
+    assert [len(row["runs"][0]) for row in r["rows"]] == [1, 1, 2, 1, 1, 2]
     by = {row["config"]: row for row in r["rows"]}
-    for c in ("topic1", "topic2"):
-        pairs = [min(t) / min(ch) for t, ch in zip(by[c]["runs"], by["channel"]["runs"])]
+    assert by["topic2_view"]["gbps"] == statistics.median(min(run) for run in by["topic2_view"]["runs"])
+    assert set(r["ratios"][1 << 16]) == {"topic1", "topic2", "topic1_view", "topic2_view"}
+    assert r["config"]["topic_slots"] == {1 << 16: 64}  # the default: 4 MiB of 64 KiB slots
+    assert r["config"]["view_fill"] == "memmove"
+    assert r["config"]["channel_view_capacity"] == {1 << 16: 8 << 20}  # the default ring
+    for c, base in BASELINES.items():
+        # Each ratio is against the Channel that moves data the same way (copies, or views).
+        assert r["ratios"][1 << 16][c] == pytest.approx(by[c]["gbps"] / by[base]["gbps"])
+        # The paired spread: with two repeats, between the two per-repeat ratios.
+        pairs = [min(t) / min(ch) for t, ch in zip(by[c]["runs"], by[base]["runs"])]
         lo, hi = r["spreads"][1 << 16][c]
         assert min(pairs) <= lo <= hi <= max(pairs)
     table = format_topic_table(r)
-    assert "topic2/channel" in table
+    assert f"| topic2_view   | {by['topic2_view']['gbps']:>7.2f} | channel_view |" in table
     assert f"{r['ratios'][1 << 16]['topic2']:.2f}x ({r['spreads'][1 << 16]['topic2'][0]:.2f}-" in table
+    assert "loans filled with np.copyto" in table
     with pytest.raises(ValueError, match="configuration"):
         run_topic_bench(configs=["nope"])
+    with pytest.raises(ValueError, match="view_fill"):
+        run_topic_bench(view_fill="nope")
+
+
+@no_subprocess
+def test_topic_benchmark_gives_loans_larger_than_the_default_ring_room():
+    # An 8 MiB loan does not fit the Channel's default 8 MiB ring: channel_view gets room for
+    # four messages. With no Topic configuration there is no ratio.
+    from fastcopy.topic_bench import run_topic_bench
+
+    r = run_topic_bench(sizes=[8 << 20], repeats=1, min_time=0.01, configs=["channel_view"], view_fill="fastcopy")
+    assert r["config"]["channel_view_capacity"] == {8 << 20: 4 * ((8 << 20) + 4096)}
+    assert [row["config"] for row in r["rows"]] == ["channel_view"] and r["rows"][0]["gbps"] > 0
+    assert r["ratios"] == {} and r["spreads"] == {}
 
 
 def test_topic_table_marks_and_explains_a_ratio_outside_its_spread():
@@ -675,8 +702,9 @@ def test_topic_table_marks_and_explains_a_ratio_outside_its_spread():
                                    "rows": rows, "ratios": {1 << 20: {"topic2": topic2_ratio}},
                                    "spreads": {1 << 20: {"topic2": [0.45, 0.55]}}})
 
-    assert "0.25x (0.45-0.55) !" in table(0.25) and SPREAD_DISAGREES_NOTE in table(0.25)  # fences: 0.30-0.70
-    assert "0.50x (0.45-0.55) |" in table(0.50) and SPREAD_DISAGREES_NOTE not in table(0.50)
+    assert "| channel      | 0.25x (0.45-0.55) !" in table(0.25) and SPREAD_DISAGREES_NOTE in table(0.25)  # fences: 0.30-0.70
+    assert "| channel      | 0.50x (0.45-0.55)  " in table(0.50) and SPREAD_DISAGREES_NOTE not in table(0.50)
+    assert "channel_view" not in table(0.50)  # no view configuration: no word about loans
 
 
 FUZZ = r"""

@@ -100,8 +100,8 @@ def add_bench_parser(sub: Any) -> argparse.ArgumentParser:
                    help="measure copies between two processes through fastcopy.shm.Channel instead "
                         "(against multiprocessing Queue and Pipe; sizes, repeats, min-time, variants apply)")
     p.add_argument("--view-fill", choices=["memmove", "fastcopy"], default=None,
-                   help="--ipc: how the zero-copy transports (channel_view, iceoryx2) fill a loaned slot, the same "
-                        "for both: memmove (glibc memmove: ctypes.memmove or np.copyto; default) or fastcopy (fastcopy.copy)")
+                   help="--ipc: how the zero-copy transports (channel_view, iceoryx2; with --variants topic the "
+                        "*_view configurations) fill a loaned slot, the same for all: memmove (glibc memmove: ctypes.memmove or np.copyto; default) or fastcopy (fastcopy.copy)")
     p.add_argument("--cache", choices=list(engine.CACHE_MODES), default="hot",
                    help="hot: the same buffers every iteration (default); cold: each copy reads a different source "
                         "from a rotation of buffers holding at least twice the L3, so the source is not cached")
@@ -240,7 +240,8 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: List[st
 
 
 def _topic(p: argparse.ArgumentParser, args: argparse.Namespace, argv: List[str], kwargs: dict) -> int:
-    """``bench --ipc --variants topic``: Topic with 1 and 2 subscribers against Channel (fastcopy.topic_bench)."""
+    """``bench --ipc --variants topic``: Topic with 1 and 2 subscribers against Channel, with copies and
+    with zero copy (fastcopy.topic_bench)."""
     from ..topic_bench import format_topic_table, run_topic_bench
 
     kwargs = {k: v for k, v in kwargs.items() if k != "transports"}
@@ -285,12 +286,10 @@ def _ipc(p: argparse.ArgumentParser, args: argparse.Namespace, argv: List[str]) 
         kwargs["min_time"] = args.min_time or 0.05
     if args.variants and "transports" in params:
         kwargs["transports"] = [w.strip() for w in args.variants.split(",") if w.strip()]
-    if kwargs.get("transports") == ["topic"]:
-        if args.view_fill:
-            p.error("argument --view-fill: does not apply to --variants topic")
-        return _topic(p, args, argv, kwargs)
     if args.view_fill:
         kwargs["view_fill"] = args.view_fill
+    if kwargs.get("transports") == ["topic"]:
+        return _topic(p, args, argv, kwargs)
     try:
         results = run_ipc_bench(**kwargs)
     except ValueError as e:
