@@ -10,6 +10,7 @@
 #include "dispatch.h"
 #include "kernels/registry.h"
 #include "pool.h"
+#include "probe.h"
 
 namespace py = pybind11;
 
@@ -252,6 +253,19 @@ void bind_info(py::module_& m) {
           "Bytes from which copies are split across the thread pool (None: never).");
     m.def("parallel_reason", &parallel_reason, "The measurement behind parallel_threshold(), in words.");
     m.def("threads", [] { return pool::threads(); }, "Threads a large copy uses now (caller included).");
+    m.def("cache_line_round_trip_ns", [](int cpu_a, int cpu_b, unsigned rounds, double limit_s) {
+        if (!(limit_s > 0)) throw py::value_error("limit_s must be > 0");
+        py::gil_scoped_release release;
+        try {
+            return probe::cache_line_round_trip_ns(cpu_a, cpu_b, rounds, limit_s);
+        } catch (const std::invalid_argument& e) {
+            py::gil_scoped_acquire gil;
+            throw py::value_error(std::string("cache_line_round_trip_ns: ") + e.what());
+        }
+    }, py::arg("cpu_a"), py::arg("cpu_b"), py::arg("rounds") = 2048, py::arg("limit_s") = 0.5,
+          "Nanoseconds for a cache line to go from CPU cpu_a to cpu_b and back (two pinned threads take turns "
+          "writing it): how far apart the two CPUs are now. ValueError for a CPU outside the affinity mask or "
+          "cpu_a == cpu_b; RuntimeError when a thread cannot be pinned or the turns stall for limit_s.");
     m.def("default_threads", [] { return pool::default_threads(); }, "Threads from CPU affinity and cgroup quota.");
     m.def("threads_reason", [] { return pool::threads_reason(); }, "Where the thread count comes from, in words.");
     m.def("set_threads", [](long n) {

@@ -596,6 +596,14 @@ def test_ipc_bench_zero_copy_and_alternatives(monkeypatch):
         assert len(r["rtt_runs_us"]) == 2 and min(r["rtt_runs_us"]) > 0
     table = ipc_bench.format_ipc_table(res)
     assert "skipped zmq" in table and "channel_view" in table
+    # One probe of the two CPUs' distance before each throughput repeat, printed under the table.
+    distance = res["cpu_distance"]
+    assert len(distance["round_trip_ns"]) == 2 * 2
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert distance["cpus"] == sorted(os.sched_getaffinity(0))[:2]
+        assert all(p is None or p > 0 for p in distance["round_trip_ns"])
+        if any(distance["round_trip_ns"]):
+            assert f"cache-line round trip between CPUs {distance['cpus'][0]} and {distance['cpus'][1]}" in table
     assert f"channel_view / channel {ratios['channel_view_vs_channel']:.2f}x (" in table
     with pytest.raises(ValueError, match="unknown transport"):
         ipc_bench.run_ipc_bench(sizes=[64], transports=["carrier_pigeon"])

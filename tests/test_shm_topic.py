@@ -663,6 +663,7 @@ def test_topic_benchmark_reports_per_subscriber_throughput_and_ratios(monkeypatc
     assert r["config"]["topic_slots"] == {1 << 16: 64}  # the default: 4 MiB of 64 KiB slots
     assert r["config"]["view_fill"] == "memmove"
     assert r["config"]["channel_view_capacity"] == {1 << 16: 8 << 20}  # the default ring
+    assert len(r["cpu_distance"]["round_trip_ns"]) == 2  # one probe before each repeat of each size
     for c, base in BASELINES.items():
         # Each ratio is against the Channel that moves data the same way (copies, or views).
         assert r["ratios"][1 << 16][c] == pytest.approx(by[c]["gbps"] / by[base]["gbps"])

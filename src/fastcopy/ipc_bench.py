@@ -53,6 +53,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .measure import system
 from .measure.engine import SPREAD_DISAGREES_NOTE, paired_spread, ratio_words
 
 __all__ = ["run_ipc_bench", "format_ipc_table", "DEFAULT_SIZES", "TRANSPORTS"]
@@ -611,6 +612,8 @@ def run_ipc_bench(
     skipped.update(parent.failed)
     transports = [t for t in transports if t not in parent.failed]
     rows: List[Dict[str, Any]] = []
+    pair = system.cpu_pair()
+    distance: List[Optional[float]] = []  # one probe before each throughput repeat
     try:
         for size in sizes:
             if "channel_view" in transports:
@@ -631,6 +634,7 @@ def run_ipc_bench(
             # all of them alike and the ratios stay fair.
             runs: Dict[str, List[Dict[str, float]]] = {t: [] for t in transports}
             for _ in range(repeats):
+                distance.append(system.cache_line_round_trip(pair))
                 for transport in transports:
                     dt = parent.throughput(transport, size, targets[transport], timeout)
                     runs[transport].append({"messages": targets[transport], "seconds": dt})
@@ -704,10 +708,16 @@ def run_ipc_bench(
                    "view_fill": view_fill,
                    "latency": latency, "capacity": capacity, "start_method": start_method},
         "machine": _machine(),
+        "cpu_distance": system.cpu_distance_record(pair, distance),
         "rows": rows,
         "ratios": ratios,
         "skipped": skipped,
     }
+
+
+def _load_words(machine: Dict[str, Any]) -> str:
+    load = machine.get("loadavg")
+    return f"{load[0]:.2f}" if load else "?"
 
 
 def _size_words(n: int) -> str:
@@ -782,7 +792,10 @@ def format_ipc_table(results: Dict[str, Any]) -> str:
         m = results.get("machine", {})
         out.append(f"one-way throughput, median of {c['repeats']} runs of ~{c['min_time']} s; RTT = ping-pong "
                    f"round trip; child started with '{c['start_method']}'; Channel ring {_size_words(c['capacity'])}; "
-                   f"{m.get('cpus_usable', m.get('cpu_count'))} CPUs usable, load {m.get('loadavg', ['?'])[0]}")
+                   f"{m.get('cpus_usable', m.get('cpu_count'))} CPUs usable, load {_load_words(m)}")
+        distance = system.cpu_distance_words(results.get("cpu_distance"))
+        if distance:
+            out.append(distance)
     return "\n".join(out)
 
 

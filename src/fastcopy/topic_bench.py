@@ -32,11 +32,12 @@ import multiprocessing as mp
 import os
 import statistics
 import time
-from typing import Any, Dict, Iterable, List, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 
 from . import _core
+from .measure import system
 from .measure.engine import SPREAD_DISAGREES_NOTE, paired_spread, ratio_words
 
 __all__ = ["run_topic_bench", "format_topic_table", "DEFAULT_TOPIC_SIZES", "CONFIGS", "BASELINES"]
@@ -141,10 +142,13 @@ def run_topic_bench(sizes: Iterable[int] = DEFAULT_TOPIC_SIZES, repeats: int = 5
     for p in procs:
         p.start()
     runs: Dict[tuple, List[List[float]]] = {(c, s): [] for c in configs for s in sizes}
+    pair = system.cpu_pair()
+    distance: List[Optional[float]] = []  # one probe before each repeat of each size
     counts = {s: max(8, min(50_000, int(min_time * _BYTES_PER_SECOND_GUESS / s))) for s in sizes}
     try:
         for _ in range(repeats):  # interleaved: every configuration sees the same machine state
             for s in sizes:
+                distance.append(system.cache_line_round_trip(pair))
                 for c in configs:
                     receivers = [parent for parent, _ in pipes[:_subscribers(c)]]
                     runs[(c, s)].append(_one_run(c, receivers, s, counts[s], view_fill))
@@ -182,7 +186,7 @@ def run_topic_bench(sizes: Iterable[int] = DEFAULT_TOPIC_SIZES, repeats: int = 5
                        "view_fill": view_fill, "channel_capacity": _RING_BYTES,
                        "channel_view_capacity": {s: _channel_capacity(s, True) for s in sizes},
                        "topic_slots": {s: _core._shm_default_topic_slots(s, 0) for s in sizes}, "loadavg": load},
-            "rows": rows, "ratios": ratios, "spreads": spreads}
+            "rows": rows, "ratios": ratios, "spreads": spreads, "cpu_distance": system.cpu_distance_record(pair, distance)}
 
 
 def _subscribers(config: str) -> int:
@@ -222,6 +226,9 @@ def format_topic_table(results: Dict[str, Any]) -> str:
     if any(c.endswith("_view") for c in config["configs"]):
         how[-1] += f" (loans filled with {'fastcopy.copy' if config.get('view_fill') == 'fastcopy' else 'np.copyto'})"
     lines.append("topicN: the same with N subscribers. " + "; ".join(how))
+    distance = system.cpu_distance_words(results.get("cpu_distance"))
+    if distance:
+        lines.append(distance)
     if disagreements:
         lines.append(SPREAD_DISAGREES_NOTE)
     return "\n".join(lines)

@@ -8,6 +8,7 @@ import glob
 import os
 import platform
 import re
+import statistics
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -170,3 +171,61 @@ def metadata(argv: Sequence[str]) -> Dict[str, Any]:
         "online_cpus": os.cpu_count(),
         "load_average_before": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     }
+
+
+# ---- how far apart two CPUs are (IPC and Topic benchmarks) ----------------------------------
+# On the 2-vCPU Zen 3 KVM guest the host moved the two vCPU threads between near and far
+# placement every few seconds: a cache line's round trip between them took about 110 ns or
+# 450-520 ns. A Channel moving 1 MiB messages between two processes ran at 20-25 GB/s in the
+# first state and 5-8 GB/s in the second (30 runs, each probed before and after), while two
+# processes copying privately side by side did not slow down. Figures that move data between
+# processes need this next to them.
+FAR_FACTOR = 2.0  # a probe above this many times the run's lowest counts as "far apart"
+
+
+def cpu_pair() -> Optional[Tuple[int, int]]:
+    """The first two CPUs of this process's affinity mask (None with fewer than two): on a
+    2-vCPU machine, the two CPUs the processes of an IPC benchmark share."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return None
+    return (cpus[0], cpus[1]) if len(cpus) >= 2 else None
+
+
+def cache_line_round_trip(pair: Optional[Tuple[int, int]]) -> Optional[float]:
+    """Nanoseconds for a cache line to go between the two CPUs of ``pair`` and back, now
+    (about 5 ms); None when there is no pair or the probe could not run (a CPU taken away,
+    or the turns stalled because another process held a CPU for half a second)."""
+    if pair is None:
+        return None
+    from .. import _core
+
+    try:
+        return float(_core.cache_line_round_trip_ns(pair[0], pair[1]))
+    except (RuntimeError, ValueError):
+        return None
+
+
+def cpu_distance_record(pair: Optional[Tuple[int, int]], probes: Sequence[Optional[float]]) -> Dict[str, Any]:
+    """What a benchmark keeps in its JSON: the pair and one probe per repeat (None: failed)."""
+    return {"cpus": list(pair) if pair else None, "round_trip_ns": list(probes)}
+
+
+def cpu_distance_words(record: Optional[Dict[str, Any]]) -> Optional[str]:
+    """One line for under a benchmark table: the probes' range and median, and how many were
+    far (above FAR_FACTOR x the lowest), with what that means. None without probes."""
+    if not record or not record.get("cpus"):
+        return None
+    probes = [p for p in record.get("round_trip_ns", []) if p is not None]
+    if not probes:
+        return None
+    a, b = record["cpus"]
+    low = min(probes)
+    far = sum(p > FAR_FACTOR * low for p in probes)
+    words = (f"cache-line round trip between CPUs {a} and {b}, before each repeat: {low:.0f}-{max(probes):.0f} ns "
+             f"(median {statistics.median(probes):.0f})")
+    if far:
+        words += (f"; {far} of {len(probes)} above {FAR_FACTOR:g}x the lowest: the host had moved the two CPUs "
+                  f"apart then, and data passed between processes moves slower (up to 4x at 1 MiB on a 2-vCPU VM)")
+    return words
