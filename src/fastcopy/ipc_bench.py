@@ -583,7 +583,9 @@ def run_ipc_bench(
     ``"fastcopy"`` (``fastcopy.copy``), the same for channel_view and iceoryx2.
     ``transports``: any of ``TRANSPORTS``. ``latency``: also run ping-pong. ``capacity``:
     Channel ring size (default fastcopy.shm.DEFAULT_CAPACITY, 8 MiB). ``start_method``: multiprocessing start method of
-    the child. Returns a JSON-serialisable dict: ``config``, ``machine``, ``rows`` (one per
+    the child. Returns a JSON-serialisable dict: ``config``, ``machine``, ``cpu_distance`` (a
+    probe of how far apart the first two CPUs are, before each throughput repeat of each size:
+    see :func:`fastcopy.measure.system.cpu_distance_record`), ``rows`` (one per
     transport and size: ``transport``, ``size``, ``messages``, ``seconds``,
     ``bandwidth_gbps``, ``bandwidth_mbps``, ``msg_rate``, ``runs``, ``rtt_median_us``,
     ``rtt_p90_us``, ``rtt_samples``, ``rtt_runs_us``: the median round trip of each repeat) and

@@ -48,13 +48,13 @@ CONFIGS = ("channel", "topic1", "topic2", "channel_view", "topic1_view", "topic2
 BASELINES = {"topic1": "channel", "topic2": "channel", "topic1_view": "channel_view", "topic2_view": "channel_view"}
 _HOW = {"channel": "send + recv(out=)", "channel_view": "loan + recv_view"}
 _RING_BYTES = 8 << 20
+_BYTES_PER_SECOND_GUESS = 2e9  # sizes the runs; the measured figure does not depend on it
 
 
 def _channel_capacity(size: int, views: bool) -> int:
     """The default ring; loans must fit whole, so for views at least four (page-aligned)
     messages, as the topic's default has at least four slots."""
     return max(_RING_BYTES, 4 * (size + 4096)) if views else _RING_BYTES
-_BYTES_PER_SECOND_GUESS = 2e9  # sizes the runs; the measured figure does not depend on it
 
 
 def _receiver(conn: Any) -> None:  # pragma: no cover - runs in the child
@@ -124,7 +124,9 @@ def run_topic_bench(sizes: Iterable[int] = DEFAULT_TOPIC_SIZES, repeats: int = 5
     run's per-subscriber figures)), ``ratios`` (per size and Topic configuration: its median
     over the median of its baseline, ``BASELINES``) and ``spreads`` (the same keys: the middle
     half of the per-repeat ratios to the baseline, see
-    :func:`fastcopy.measure.engine.paired_spread`; absent with one repeat).
+    :func:`fastcopy.measure.engine.paired_spread`; absent with one repeat) and ``cpu_distance``
+    (a probe of how far apart the first two CPUs are, before each repeat of each size: see
+    :func:`fastcopy.measure.system.cpu_distance_record`).
     """
     from .ipc_bench import VIEW_FILLS
 
