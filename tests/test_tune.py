@@ -292,6 +292,37 @@ def test_fastcopy_tune_writes_and_returns_the_profile(tmp_path):
     assert "fastcopy.tune()" in profile["provenance"]["method"]
 
 
+def test_a_tune_during_which_the_host_moved_the_cpus_says_so_in_the_profile(monkeypatch, tmp_path):
+    from fastcopy.measure import system
+
+    monkeypatch.setattr(system, "cpu_pair", lambda: (0, 1))
+    probes = iter([110.0, 480.0, 105.0])  # one probe per size: near, far apart, near
+    monkeypatch.setattr(system, "cache_line_round_trip", lambda pair: next(probes))
+    profile = tune.tune(quick=True, grid=[4096, 65536, 1 << 20], write=False, progress=False)
+    tune.validate_profile(profile)
+    (note,) = profile["notes"]
+    assert note.startswith("the host moved CPUs 0 and 1 during tuning (a cache line's round trip took 105-480 ns, "
+                           "1 of 3 probes above 2x the lowest)")
+    assert "rerun tune" in note
+    # The loader takes it, and info() shows it while the profile is active.
+    path = tmp_path / "moved.json"
+    path.write_text(json.dumps(profile))
+    try:
+        _core.load_profile(path.read_text(), str(path))
+        assert any(note in words for words in fastcopy.info()["notes"])
+    finally:
+        _core.use_builtin_profile("")
+
+
+def test_a_tune_with_the_cpus_in_one_place_has_no_note(monkeypatch):
+    from fastcopy.measure import system
+
+    monkeypatch.setattr(system, "cpu_pair", lambda: (0, 1))
+    monkeypatch.setattr(system, "cache_line_round_trip", lambda pair: 110.0)
+    profile = tune.tune(quick=True, grid=[4096], write=False, progress=False)
+    assert "notes" not in profile
+
+
 @pytest.mark.skipif(os.environ.get("FASTCOPY_NO_SUBPROCESS") == "1",
                     reason="FASTCOPY_NO_SUBPROCESS=1: needs a fresh interpreter (a subprocess) to see what import loads")
 def test_import_does_not_load_the_measurement_code():

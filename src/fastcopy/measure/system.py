@@ -212,20 +212,42 @@ def cpu_distance_record(pair: Optional[Tuple[int, int]], probes: Sequence[Option
     return {"cpus": list(pair) if pair else None, "round_trip_ns": list(probes)}
 
 
+def _probes_and_far(record: Optional[Dict[str, Any]]) -> Tuple[List[float], int]:
+    """The probes that ran, and how many were far (above FAR_FACTOR x the lowest)."""
+    if not record or not record.get("cpus"):
+        return [], 0
+    probes = [p for p in record.get("round_trip_ns", []) if p is not None]
+    low = min(probes, default=0.0)
+    return probes, sum(p > FAR_FACTOR * low for p in probes)
+
+
 def cpu_distance_words(record: Optional[Dict[str, Any]]) -> Optional[str]:
     """One line for under a benchmark table: the probes' range and median, and how many were
     far (above FAR_FACTOR x the lowest), with what that means. None without probes."""
-    if not record or not record.get("cpus"):
-        return None
-    probes = [p for p in record.get("round_trip_ns", []) if p is not None]
+    probes, far = _probes_and_far(record)
     if not probes:
         return None
-    a, b = record["cpus"]
-    low = min(probes)
-    far = sum(p > FAR_FACTOR * low for p in probes)
-    words = (f"cache-line round trip between CPUs {a} and {b}, before each repeat: {low:.0f}-{max(probes):.0f} ns "
-             f"(median {statistics.median(probes):.0f})")
+    a, b = record["cpus"]  # type: ignore[index]
+    words = (f"cache-line round trip between CPUs {a} and {b}, before each repeat: {min(probes):.0f}-"
+             f"{max(probes):.0f} ns (median {statistics.median(probes):.0f})")
     if far:
         words += (f"; {far} of {len(probes)} above {FAR_FACTOR:g}x the lowest: the host had moved the two CPUs "
                   f"apart then, and data passed between processes moves slower (up to 4x at 1 MiB on a 2-vCPU VM)")
     return words
+
+
+def cpu_moved_note(record: Optional[Dict[str, Any]]) -> Optional[str]:
+    """For a tuned profile's notes: words when the host moved the two CPUs during the run (some
+    probes far), else None. Two threads gain most with the CPUs near: on the 2-vCPU Zen 3 VM,
+    copying the same 4 MiB over and over, two threads against one gave a median of 1.36-1.40x
+    with the CPUs near (80-250 ns; up to 1.99x), 1.07-1.13x far apart (450-510 ns; 0.78-1.85x)
+    and 1.01-1.04x at 65-68 ns, which looks like two hyperthreads of one core (two series of
+    64 rounds, probed before each)."""
+    probes, far = _probes_and_far(record)
+    if not far:
+        return None
+    a, b = record["cpus"]  # type: ignore[index]
+    return (f"the host moved CPUs {a} and {b} during tuning (a cache line's round trip took {min(probes):.0f}-"
+            f"{max(probes):.0f} ns, {far} of {len(probes)} probes above {FAR_FACTOR:g}x the lowest); two threads "
+            f"gain most with the CPUs near (on a 2-vCPU Zen 3 VM at 4 MiB, medians: 1.4x near, 1.1x far apart, "
+            f"1.0x on one core), so the pool threshold may not hold: rerun tune to confirm it")

@@ -40,7 +40,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import engine
+from . import engine, system
 from .units import PAGE, human_size, parse_sizes
 
 REGIONS = ("private", "to_shared", "from_shared")
@@ -311,14 +311,17 @@ def measure(quick: bool = False, grid: Optional[Sequence[int]] = None, repeats: 
     cache_of: Dict[str, str] = {}
     need = max(slot_bytes(s) * (engine.cold_rotation_count(s, l3) if s >= l3 else 1) for s in sizes)
     arena = Arena(need)
+    pair = system.cpu_pair()
+    probes: List[Optional[float]] = []
     try:
         _measure_sizes(sizes, arena, l3, cfg, reps, hot_time, repeats, plain, streaming, kernels, pooled, cells,
-                       wide, cache_of, rng, progress)
+                       wide, cache_of, rng, progress, lambda: probes.append(system.cache_line_round_trip(pair)))
     finally:
         arena.close()
     return {"sizes": sizes, "cells": cells, "wide": wide, "cache": cache_of, "plain": plain,
             "streaming": streaming, "threads": list(thread_counts), "l2": l2, "l3": l3,
-            "repeats": reps, "min_time": hot_time, "quick": quick}
+            "repeats": reps, "min_time": hot_time, "quick": quick,
+            "cpu_distance": system.cpu_distance_record(pair, probes)}
 
 
 def _measure_sizes(sizes: Sequence[int], arena: Arena, l3: int, cfg: Dict[str, float], reps: int, hot_time: float,
@@ -326,8 +329,9 @@ def _measure_sizes(sizes: Sequence[int], arena: Arena, l3: int, cfg: Dict[str, f
                    kernels: Dict[str, Callable[[Any, Any], Any]],
                    pooled: Dict[Tuple[str, int], Callable[[Any, Any], Any]], cells: Dict[str, Any],
                    wide: Dict[str, Dict[str, Stat]], cache_of: Dict[str, str], rng: random.Random,
-                   progress: Optional[engine.Progress]) -> None:
+                   progress: Optional[engine.Progress], probe: Callable[[], None]) -> None:
     for size in sizes:
+        probe()  # how far apart the first two CPUs are now (the pool's gain depends on it)
         cold = size >= l3
         cache_of[str(size)] = "cold" if cold else "hot"
         count = engine.cold_rotation_count(size, l3) if cold else 1
@@ -664,6 +668,8 @@ def libc_words() -> str:
 
 def build_profile(m: Dict[str, Any], bands: Dict[str, Any], nt: Dict[str, Any], parallel: Dict[str, Any],
                   command: str, note: Optional[str] = None) -> Dict[str, Any]:
+    """The profile (docs/profile-format.md). ``note``: appended to the method. Its ``notes``
+    (shown by info()) say when the host moved the CPUs during the measurements."""
     from .._profile import signature
 
     regions: Dict[str, Any] = {}
@@ -680,7 +686,7 @@ def build_profile(m: Dict[str, Any], bands: Dict[str, Any], nt: Dict[str, Any], 
               f">= {m['min_time'] * 1e3:g} ms loops, medians; a band changes only beyond the measured spread; "
               f"validated off the grid; sizes {human_size(m['sizes'][0])} to {human_size(m['sizes'][-1])}"
               + (f"; {note}" if note else ""))
-    return {
+    profile: Dict[str, Any] = {
         "format": PROFILE_FORMAT,
         "version": PROFILE_VERSION,
         "name": "tuned",
@@ -694,6 +700,10 @@ def build_profile(m: Dict[str, Any], bands: Dict[str, Any], nt: Dict[str, Any], 
         "regions": regions,
         "parallel": {"threshold": parallel["threshold"], "threads": parallel["threads"], "why": parallel["why"]},
     }
+    moved = system.cpu_moved_note(m.get("cpu_distance"))
+    if moved:
+        profile["notes"] = [moved[:MAX_WHY]]
+    return profile
 
 
 def validate_profile(profile: Any, kernels: Optional[Dict[str, Dict[str, Any]]] = None) -> None:
@@ -929,6 +939,8 @@ def _tune(quick: bool, output: Optional[str], grid: Optional[Sequence[int]], rep
     profile = build_profile(m, bands, nt, parallel, command, note)
     validate_profile(profile)
     if verbose:
+        for words in profile.get("notes", []):
+            print(f"warning: {words}", file=sys.stderr)
         print(format_profile(profile))
         print()
         print(format_changes(report, nt, parallel, builtin))
