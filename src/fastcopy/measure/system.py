@@ -239,10 +239,10 @@ def cpu_distance_words(record: Optional[Dict[str, Any]]) -> Optional[str]:
 def cpu_moved_note(record: Optional[Dict[str, Any]]) -> Optional[str]:
     """For a tuned profile's notes: words when the host moved the two CPUs during the run (some
     probes far), else None. Two threads gain most with the CPUs near: on the 2-vCPU Zen 3 VM,
-    copying the same 4 MiB over and over, two threads against one gave a median of 1.36-1.40x
-    with the CPUs near (80-250 ns; up to 1.99x), 1.07-1.13x far apart (450-510 ns; 0.78-1.85x)
-    and 1.01-1.04x at 65-68 ns, which looks like two hyperthreads of one core (two series of
-    64 rounds, probed before each)."""
+    copying the same 4 MiB over and over, two threads against one gave a median of 1.36-1.41x
+    with the CPUs near (80-250 ns; up to 1.86x), 1.07x far apart (450-510 ns; 0.78-1.79x) and
+    1.02-1.04x at 65-68 ns, which looks like two hyperthreads of one core (two series, 40 and
+    64 rounds, each probed before)."""
     probes, far = _probes_and_far(record)
     if not far:
         return None
