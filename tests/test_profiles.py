@@ -2,12 +2,13 @@
 hostile files, info() showing what runs, and the kernel that really runs (issue 14, bugs 4-5)."""
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import platform
 import subprocess
 import sys
-from typing import Any, Dict
+from typing import Any, Dict, Tuple
 
 import numpy as np
 import pytest
@@ -196,11 +197,21 @@ def _hostile_files(tmp_path):
     return files
 
 
+def run_probes(jobs: Dict[str, Tuple[Any, Dict[str, str]]]) -> Dict[str, Dict[str, Any]]:
+    """run_probe for each label's (tmp_path, env), two at a time per CPU: the cases are
+    independent processes, and one after the other they took 17-19 s of the suite."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2 * (os.cpu_count() or 1)) as pool:
+        futures = {label: pool.submit(run_probe, where, **env) for label, (where, env) in jobs.items()}
+        return {label: f.result() for label, f in futures.items()}
+
+
 @needs_subprocess
 def test_hostile_profiles_from_env_warn_once_and_use_builtin(tmp_path):
     builtin = run_probe(tmp_path, FASTCOPY_PROFILE="off")
-    for label, path in _hostile_files(tmp_path).items():
-        out = run_probe(tmp_path, FASTCOPY_PROFILE=path)
+    files = _hostile_files(tmp_path)
+    outs = run_probes({label: (tmp_path, {"FASTCOPY_PROFILE": path}) for label, path in files.items()})
+    assert list(outs) == list(files) and len(files) >= 10  # every case ran
+    for label, out in outs.items():
         assert len(out["warnings"]) == 1, (label, out["warnings"])
         assert "built-in" in out["warnings"][0], label
         assert out["source"]["source"] == "built-in", label
@@ -211,11 +222,11 @@ def test_hostile_profiles_from_env_warn_once_and_use_builtin(tmp_path):
 
 @needs_subprocess
 def test_hostile_cached_profiles_warn_once_and_use_builtin(tmp_path):
-    target = cache_file(tmp_path)
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    for label, path in _hostile_files(tmp_path / "src").items():
-        if os.path.lexists(target):
-            os.remove(target) if not os.path.isdir(target) or os.path.islink(target) else os.rmdir(target)
+    jobs = {}
+    for i, (label, path) in enumerate(_hostile_files(tmp_path / "src").items()):
+        home = tmp_path / f"case{i}"  # each case its own cache directory, so they run side by side
+        target = cache_file(home)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
         if label in ("symlink loop", "fifo", "missing", "directory"):
             os.symlink(path, target)
         else:
@@ -223,7 +234,10 @@ def test_hostile_cached_profiles_warn_once_and_use_builtin(tmp_path):
                 data = f.read()
             with open(target, "wb") as f:
                 f.write(data)
-        out = run_probe(tmp_path)
+        jobs[label] = (home, {})
+    outs = run_probes(jobs)
+    assert list(outs) == list(jobs) and len(jobs) >= 10  # every case ran
+    for label, out in outs.items():
         if label == "missing":  # a dangling link: still a file that cannot be read
             assert len(out["warnings"]) == 1, (label, out)
         else:
