@@ -264,7 +264,8 @@ void bind_info(py::module_& m) {
         }
     }, py::arg("cpu_a"), py::arg("cpu_b"), py::arg("rounds") = 2048, py::arg("limit_s") = 0.5,
           "Nanoseconds for a cache line to go from CPU cpu_a to cpu_b and back (two pinned threads take turns "
-          "writing it): how far apart the two CPUs are now. ValueError for a CPU outside the affinity mask or "
+          "writing it): how far apart the two CPUs are now. ValueError for a CPU outside the affinity mask, rounds "
+          "outside 1..16777216 or "
           "cpu_a == cpu_b; RuntimeError when a thread cannot be pinned or the turns stall for limit_s.");
     m.def("default_threads", [] { return pool::default_threads(); }, "Threads from CPU affinity and cgroup quota.");
     m.def("threads_reason", [] { return pool::threads_reason(); }, "Where the thread count comes from, in words.");

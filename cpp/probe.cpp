@@ -48,7 +48,8 @@ double cache_line_round_trip_ns(int cpu_a, int cpu_b, unsigned rounds, double li
     for (int cpu : {cpu_a, cpu_b})
         if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &mask))
             throw std::invalid_argument("CPU " + std::to_string(cpu) + " is not in this process's affinity mask");
-    if (rounds < 1) throw std::invalid_argument("rounds must be at least 1");
+    if (rounds < 1 || rounds > kMaxRounds)
+        throw std::invalid_argument("rounds must be 1 to " + std::to_string(kMaxRounds) + ", got " + std::to_string(rounds));
     constexpr unsigned kBlock = 64;
     const unsigned blocks = std::max(1u, rounds / kBlock);
     const unsigned warmup_blocks = std::max(1u, blocks / 10);

@@ -34,8 +34,10 @@ def test_bad_arguments_name_the_problem():
     with pytest.raises(ValueError, match="limit_s"):
         _core.cache_line_round_trip_ns(CPUS[0], outside, limit_s=0)
     if len(CPUS) >= 2:
-        with pytest.raises(ValueError, match="rounds"):
+        with pytest.raises(ValueError, match="rounds must be 1 to 16777216, got 0"):
             _core.cache_line_round_trip_ns(CPUS[0], CPUS[1], rounds=0)
+        with pytest.raises(ValueError, match="rounds must be 1 to 16777216, got 4294967295"):
+            _core.cache_line_round_trip_ns(CPUS[0], CPUS[1], rounds=2**32 - 1)
     # The benchmarks' helper turns a probe that cannot run into "no figure".
     assert system.cache_line_round_trip((CPUS[0], CPUS[0])) is None
     assert system.cache_line_round_trip(None) is None

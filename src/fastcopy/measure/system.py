@@ -176,10 +176,10 @@ def metadata(argv: Sequence[str]) -> Dict[str, Any]:
 # ---- how far apart two CPUs are (IPC and Topic benchmarks) ----------------------------------
 # On the 2-vCPU Zen 3 KVM guest the host moved the two vCPU threads between near and far
 # placement every few seconds: a cache line's round trip between them took about 110 ns or
-# 450-520 ns. A Channel moving 1 MiB messages between two processes ran at 20-25 GB/s in the
-# first state and 5-8 GB/s in the second (30 runs, each probed before and after), while two
-# processes copying privately side by side did not slow down. Figures that move data between
-# processes need this next to them.
+# 450-520 ns. Of 30 runs of a Channel moving 1 MiB messages between two processes, each probed
+# before and after, 10 of the 11 at 5-8.3 GB/s had a far probe and 8 of the 11 at 20-25 GB/s
+# had none, while two processes copying privately side by side did not slow down. Figures that
+# move data between processes need this next to them.
 FAR_FACTOR = 2.0  # a probe above this many times the run's lowest counts as "far apart"
 
 
