@@ -57,8 +57,14 @@ echo "host: $(uname -m), Linux $(uname -r), $(nproc) CPUs"
 
 # ---------------------------------------------------------------------------------------
 section "1. Native Release build + ctest (full matrix)"
-configure_build "$B/native" -DCMAKE_BUILD_TYPE=Release
+# The benchmarks are built too (nothing else compiles them), and each runs one short round so
+# a benchmark that no longer builds or runs fails here, not on the next machine that needs it.
+configure_build "$B/native" -DCMAKE_BUILD_TYPE=Release -DFASTCOPY_BUILD_BENCH=ON
 (cd "$B/native" && ctest --output-on-failure --timeout 600) || die "native ctest"
+"$B/native/cpp/bench/kernel_bench" --sizes 4K --offsets 0,16 --rounds 1 --min-ms 0.2 >/dev/null ||
+    die "kernel_bench smoke run"
+"$B/native/cpp/bench/bandwidth" --quick --sizes=1 --rounds=1 --no-sweep >/dev/null || die "bandwidth smoke run"
+"$B/native/cpp/bench/mixed_workload" --rounds 1 --copies 2 --scalar-us 10 >/dev/null || die "mixed_workload smoke run"
 # Kernels this CPU cannot run (e.g. AVX-512 on Zen 3): say so, they were not tested natively.
 grep -h "not tested natively" "$B/native/Testing/Temporary/LastTest.log" || true
 

@@ -55,7 +55,7 @@ unsigned char* alloc_pages(std::size_t n) {
 
 void libc_memcpy(void* d, const void* s, std::size_t n) { std::memcpy(d, s, n); }
 void pool_memcpy(void* d, const void* s, std::size_t n) { pool::parallel_copy(d, s, n, libc_memcpy); }
-void policy(void* d, const void* s, std::size_t n) { copy_bytes(d, s, n); }
+void policy_copy(void* d, const void* s, std::size_t n) { copy_bytes(d, s, n); }
 
 struct Variant {
     std::string name;
@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
     for (const KernelInfo* k : streaming) vs.push_back({k->name, k->fn});
     vs.push_back({"pool:memcpy", pool_memcpy});
     for (const KernelInfo* k : streaming) vs.push_back(pooled(k->name, k->fn));
-    vs.push_back({"copy_bytes", policy});
+    vs.push_back({"copy_bytes", policy_copy});
 
     const std::size_t max_n = *std::max_element(sizes_mib.begin(), sizes_mib.end()) << 20;
     unsigned char* src = alloc_pages(max_n);
