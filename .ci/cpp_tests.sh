@@ -126,7 +126,7 @@ haswell-noerms-policy|$Q|Haswell,-erms|$P --expect-profile x86-avx2
 amd-noavx2-noerms|$Q|max,-avx2,-erms|$X --quick --expect-unsupported avx2,avx2_nt,avx512,avx512_nt --expect-supported generic,erms
 amd-noavx2-noerms-policy|$Q|max,-avx2,-erms|$P --expect-profile x86-64
 epyc-milan|$Q|EPYC-Milan|$X --quick --expect-unsupported avx512,avx512_nt --expect-supported generic,avx2,avx2_nt,erms
-epyc-milan-policy|$Q|EPYC-Milan|$P --expect-profile amd-zen3-zen4
+epyc-milan-policy|$Q|EPYC-Milan|$P --expect-profile amd-zen3
 JOBS
     run_jobs "$B/x86.jobs" || die "x86 emulated runs"
 fi

@@ -65,7 +65,7 @@ const char* const kLibcSmall =
     "the C library: below 2 KiB the call costs more than the copy and glibc's overlapping vector moves are as fast as "
     "any loop here";
 
-// ---- AMD Zen 3 / Zen 4 (family 25), measured on the development machine ------------------
+// ---- AMD Zen 3 (family 25), measured on the development machine ---------------------------
 // AMD EPYC family 25 model 1 (Zen 3) under KVM, 2 vCPUs, 32 MiB L3, glibc 2.36;
 // cpp/bench/kernel_bench (kernels interleaved, medians of 11 rounds), 2026-11-30, shared machine.
 const char* const kZen3Small =
@@ -80,44 +80,108 @@ const char* const kZen3Near =
 const char* const kZen3Backward =
     "AVX2 loop (backward direction): glibc copies backward overlaps with its vector loop too; kept from the first "
     "Zen 3 policy";
-const char* const kZen3NoErms =
+const char* const kAmdNoErmsShared =
     "rep movsb stays off in shared regions on AMD even with FASTCOPY_REP_MOVSB=on: about 2x slower into and out of "
     "memory another process touches (UCX's AMD opt-out)";
 const char* const kZen3ErmsOn =
     "FASTCOPY_REP_MOVSB=on: rep movsb in the far class only ((dst - src) mod 4096 >= 64: 33-45 GB/s there, like glibc)";
+const char* const kZen3NtDistance =
+    "non-temporal stores only when (dst - src) mod 4096 is 0 or at least 512: at 16 MiB avx2_nt ran 1.5-2.6 GB/s "
+    "(0.17-0.49x avx2) at distances 16-256 and 1.2-2.0x avx2 from 512 (Zen 3, kernel_bench, medians of 5)";
 
-RegionSpec zen3_region(bool shared) {
-    ClassSpec cls = {{0, "generic", nullptr, kZen3Small}, {128, "avx2", "generic", kZen3Avx2}};
-    ClassSpec near = {{0, "generic", nullptr, kZen3Small}, {128, "avx2", "generic", kZen3Near}};
-    ClassSpec back = {{0, "generic", nullptr, kZen3Small}, {128, "avx2", "generic", kZen3Backward}};
-    return {cls, near, cls, back, shared ? SIZE_MAX : std::size_t(2112), shared ? kZen3NoErms : kZen3ErmsOn};
+// ---- AMD Zen 4 (family 25 with AVX-512), measured on the development machine --------------
+// AMD EPYC family 25 model 17 (Zen 4, Genoa) under KVM, 2 vCPUs, 32 MiB L3, L2 1 MiB,
+// glibc 2.36; cpp/bench/kernel_bench (kernels interleaved, medians of 9-31 rounds, hot caches),
+// 2026-12-01, machine otherwise idle. Zen 3 never has AVX-512 and every Zen 4 has it, so the
+// AVX-512 flag separates the two within family 25.
+const char* const kZen4Small =
+    "the C library below 192 B: avx2 ran 0.77-1.17x glibc at 128 B (median 0.96) and 0.96-1.05x at 160 B; from 192 B "
+    "it ties or wins (0.99-1.46x)";
+const char* const kZen4Avx2 =
+    "AVX2 loop: 1.01-1.63x glibc at 224-256 B, 1.1-1.4x at 300-384 B, 0.89-0.97x page-aligned and far at 448-512 B "
+    "(the one loss), 1.2-1.3x at 640 B, 1.0-1.25x at 768 B-1 KiB, 0.87-1.29x (median about 1.1) at 2-16 KiB, ties "
+    "(0.94-1.13x) from 32 KiB to 8 MiB; avx512 was not faster anywhere (see the notes)";
+const char* const kZen4Near =
+    "AVX2 loop: Zen 4's rep movsb collapses at (dst - src) mod 4096 in 1..63 as Zen 3's does: glibc and erms ran "
+    "2.2-3.4 GB/s at 4 KiB-256 KiB at distance 1 against 47-74 for avx2 (16-32x), and 25-56 GB/s at distances 16-31 "
+    "(avx2 1.0-2.3x)";
+const char* const kZen4Backward =
+    "AVX2 loop (backward direction): glibc copies backward overlaps with its vector loop too; as on Zen 3";
+const char* const kZen4ErmsOn =
+    "FASTCOPY_REP_MOVSB=on: rep movsb in the far class only ((dst - src) mod 4096 >= 64: 0.97-1.05x glibc at 4 KiB-4 "
+    "MiB on Zen 4)";
+const char* const kZen4NoAvx512 =
+    "avx512 is usable here but not chosen: on Zen 4, which executes each 512-bit load and store as two 256-bit halves, "
+    "it ran 0.64-1.11x avx2 at 1-16 KiB with (dst - src) mod 4096 of 0 and 32, 0.97-1.06x glibc at 300 B-1 KiB (where "
+    "avx2 ran 1.0-1.4x), and 0.3-0.8x avx2 at distances 40 and 63 at 1-16 KiB (kernel_bench, medians of 21-31 "
+    "rounds); avx512_nt ran 0.88-1.18x avx2_nt at 12-64 MiB; scalar work after 64 avx512 copies of 16 KiB ran 1.000x "
+    "(no clock drop; cpp/bench/mixed_workload, 201 rounds)";
+const char* const kZen4NtDistance =
+    "non-temporal stores only when (dst - src) mod 4096 is 0 or at least 512: at 12-16 MiB avx2_nt ran 0.69-0.92x "
+    "glibc at distance 64 and 1.08-1.44x at 0, 512 and 2080 (Zen 4, kernel_bench, medians of 9-11)";
+
+struct AmdTable {
+    std::size_t vector_from;  // the AVX2 loop from this size, the C library below
+    const char *small, *avx2, *near, *backward, *erms_on;
+};
+const AmdTable kZen3Table = {128, kZen3Small, kZen3Avx2, kZen3Near, kZen3Backward, kZen3ErmsOn};
+const AmdTable kZen4Table = {192, kZen4Small, kZen4Avx2, kZen4Near, kZen4Backward, kZen4ErmsOn};
+
+RegionSpec amd_region(const AmdTable& t, bool shared) {
+    ClassSpec cls = {{0, "generic", nullptr, t.small}, {t.vector_from, "avx2", "generic", t.avx2}};
+    ClassSpec near = {{0, "generic", nullptr, t.small}, {t.vector_from, "avx2", "generic", t.near}};
+    ClassSpec back = {{0, "generic", nullptr, t.small}, {t.vector_from, "avx2", "generic", t.backward}};
+    return {cls, near, cls, back, shared ? SIZE_MAX : std::size_t(2112), shared ? kAmdNoErmsShared : t.erms_on};
 }
 
-Spec zen3_spec(const char* name, int family, std::vector<const char*> notes, const char* machine_note) {
+Spec amd_spec(const char* name, int family, unsigned needs, const AmdTable& table, Provenance provenance,
+              std::vector<const char*> notes) {
     Spec s{};
     s.name = name;
     s.arch = "x86_64";
     s.vendors = {"AuthenticAMD", "HygonGenuine"};
     s.family = family;
     s.model_lo = s.model_hi = -1;
-    s.needs = kMatchAvx2;
-    s.provenance = {std::string("AMD EPYC family 25 model 1 (Zen 3) under KVM, 2 vCPUs, 32 MiB L3") + machine_note,
-                    "2026-11-30", "glibc 2.36",
-                    "cpp/bench/kernel_bench: kernels interleaved, medians of 11 rounds, hot caches, sizes 256 B-64 MiB "
-                    "at (dst - src) mod 4096 of 0, 16, 31, 64, 2080; machine shared with other jobs"};
-    s.regions[0] = zen3_region(false);
-    s.regions[1] = zen3_region(true);
-    s.regions[2] = zen3_region(true);
+    s.needs = needs;
+    s.provenance = std::move(provenance);
+    s.regions[0] = amd_region(table, false);
+    s.regions[1] = amd_region(table, true);
+    s.regions[2] = amd_region(table, true);
     s.nt = NtKind::HalfL3Cap64M;
     s.nt_kernel = "avx2_nt";
     s.nt_min_page_distance = 512;
     s.parallel_from = 1 * MiB;
     s.parallel_why = kParallelWhy;
     s.notes = std::move(notes);
-    s.notes.push_back("non-temporal stores only when (dst - src) mod 4096 is 0 or at least 512: at 16 MiB avx2_nt ran "
-                      "1.5-2.6 GB/s (0.17-0.49x avx2) at distances 16-256 and 1.2-2.0x avx2 from 512 (Zen 3, "
-                      "kernel_bench, medians of 5)");
     return s;
+}
+
+Provenance zen3_provenance(const char* machine_note) {
+    return {std::string("AMD EPYC family 25 model 1 (Zen 3) under KVM, 2 vCPUs, 32 MiB L3") + machine_note,
+            "2026-11-30", "glibc 2.36",
+            "cpp/bench/kernel_bench: kernels interleaved, medians of 11 rounds, hot caches, sizes 256 B-64 MiB at "
+            "(dst - src) mod 4096 of 0, 16, 31, 64, 2080; machine shared with other jobs"};
+}
+
+Spec zen3_spec() {
+    return amd_spec("amd-zen3", 25, kMatchAvx2, kZen3Table, zen3_provenance(""), {kZen3NtDistance});
+}
+
+Spec other_amd_spec() {
+    return amd_spec("amd-avx2", -1, kMatchAvx2, kZen3Table,
+                    zen3_provenance("; used for other AMD families as the nearest measured"),
+                    {"no measurement of this AMD family: the Zen 3 table (the nearest measured AMD CPU)",
+                     kZen3NtDistance});
+}
+
+Spec zen4_spec() {
+    return amd_spec("amd-zen4", 25, kMatchAvx2 | kMatchAvx512, kZen4Table,
+                    {"AMD EPYC family 25 model 17 stepping 1 (Zen 4, Genoa) under KVM, 2 vCPUs, 32 MiB L3", "2026-12-01",
+                     "glibc 2.36",
+                     "cpp/bench/kernel_bench: kernels interleaved, medians of 9-31 rounds, hot caches, sizes 64 B-64 "
+                     "MiB at (dst - src) mod 4096 of 0, 1, 8, 16, 24, 31, 32, 40, 63, 64, 512, 2080; machine otherwise "
+                     "idle"},
+                    {kZen4NoAvx512, kZen4NtDistance});
 }
 
 // ---- AMD Zen 5 (family 26), taken from the notes of a Zen 5 session -----------------------
@@ -282,10 +346,9 @@ Spec any_spec() {
 
 const std::vector<Spec>& specs() {
     static const std::vector<Spec> all = {
-        zen3_spec("amd-zen3-zen4", 25, {}, ""),
-        zen3_spec("amd-avx2", -1,
-                  {"no measurement of this AMD family: the Zen 3 table (the nearest measured AMD CPU)"},
-                  "; used for other AMD families as the nearest measured"),
+        zen3_spec(),
+        zen4_spec(),
+        other_amd_spec(),
         zen5_spec(),
         intel_spec(false),
         intel_spec(true),
@@ -383,7 +446,8 @@ void nt_threshold_for(const Spec& s, const CpuFacts& f, std::size_t& threshold, 
             std::size_t half = f.l3 / 2;
             why = "half the " + size_words(f.l3) + " L3 (from " + f.cache_source + ")";
             if (half > cap) why += ", capped at 64 MiB (on a VM claiming a 480 MiB L3, NT stores won only from 64 MiB)";
-            why += "; measured on Zen 3: NT stores lose below a few MiB, win up to 1.5x at 16-64 MiB";
+            why += "; measured on Zen 3 (NT stores lose below a few MiB, win up to 1.5x at 16-64 MiB) and Zen 4 "
+                   "(avx2_nt 0.55-0.88x avx2 at 4-8 MiB, 1.16-1.42x at 12-64 MiB, page-aligned)";
             if (f.l3_cpuid && f.l3_sysfs && f.l3_cpuid != f.l3_sysfs)
                 why += "; CPUID's " + size_words(f.l3_cpuid) + " L3 ignored (sysfs disagrees, e.g. under KVM)";
             threshold = half < cap ? half : cap;

@@ -79,7 +79,7 @@ struct Provenance {
 };
 
 struct Profile {
-    std::string name;          // "amd-zen3-zen4", "tuned", ...
+    std::string name;          // "amd-zen4", "tuned", ...
     std::string source;        // "built-in" or the file it was read from
     std::string matched_why;   // built-in: why this profile matched this CPU
     Provenance provenance;
