@@ -188,8 +188,9 @@ Spec zen4_spec() {
 // AMD EPYC family 26 model 2 (Turin) under KVM, 2 vCPUs, 32 MiB L3, glibc 2.36: every size x
 // offset x region with fastcopy 0.1.0's kernels, plus C loops for AVX-512. No 4K-aliasing
 // collapse of rep movsb there. UCX's Turin table enables its own memcpy from 26 KB to 8 MB.
-// The `avx512` band names a kernel that a build may lack: it falls back per band (page-aligned
-// and far: glibc, which tied avx2 there; near: avx2, 1.15-1.3x glibc there).
+// The `avx512` band names a kernel that a build may lack: it falls back to glibc, which tied
+// avx2 there. The near class takes avx2 instead of avx512: the notes measured AVX-512 at
+// offsets 0 and 16 only, and on Zen 4 avx512 lost 0.3-0.8x avx2 at distances 40-63.
 const char* const kZen5Avx512 =
     "AVX-512 loop: a plain C loop ran 214-256 GB/s at 1-16 KiB against 171 for an AVX2 loop and 135-164 for glibc "
     "(taken from the notes of a Zen 5 session)";
@@ -197,6 +198,10 @@ const char* const kZen5Erms =
     "rep movsb: ties glibc (which uses it) from 24 KiB to 1 MiB and wins 5-15 % from 1 to 8 MiB, 1.2-1.7x avx2 at "
     "24 KiB-1 MiB; no 4K-aliasing collapse on Zen 5; UCX enables its own copy on Turin from 26 KB to 8 MB (taken "
     "from the notes of a Zen 5 session)";
+const char* const kZen5Near =
+    "AVX2 loop from 3 KiB at (dst - src) mod 4096 in 1..63: 1.16-1.37x glibc at 3-16 KiB at distances 1-31, ties at "
+    "48 (taken from the notes of a Zen 5 session; glibc 1.1x avx2 at 2 KiB); not avx512: the notes measured AVX-512 "
+    "at distances 0 and 16 only, and on Zen 4 avx512 ran 0.3-0.8x avx2 at distances 40 and 63";
 const char* const kZen5NearMid =
     "the C library at (dst - src) mod 4096 in 1..63 from 24 KiB: glibc/erms 116-127 GB/s against 90-110 for avx2 "
     "(taken from the notes of a Zen 5 session); rep movsb itself stays out of the near class";
@@ -210,7 +215,7 @@ RegionSpec zen5_region() {
                       {2048, "avx512", "generic", kZen5Avx512},
                       {24 * KiB, "erms", "generic", kZen5Erms}};
     ClassSpec near = {{0, "generic", nullptr, kLibcSmall},
-                      {2048, "avx512", "avx2", kZen5Avx512},
+                      {3 * KiB, "avx2", "generic", kZen5Near},
                       {24 * KiB, "generic", nullptr, kZen5NearMid}};
     ClassSpec back = {{0, "generic", nullptr, kZen5Back}};
     return {wide, near, wide, back, 2112, kZen5ErmsOn};
