@@ -98,9 +98,9 @@ const char* const kZen4Small =
     "the C library below 192 B: avx2 ran 0.77-1.17x glibc at 128 B (median 0.96) and 0.96-1.05x at 160 B; from 192 B "
     "it ties or wins (0.99-1.46x)";
 const char* const kZen4Avx2 =
-    "AVX2 loop: 1.01-1.63x glibc at 224-256 B, 1.1-1.4x at 300-384 B, 0.89-0.97x page-aligned and far at 448-512 B "
-    "(the one loss), 1.2-1.3x at 640 B, 1.0-1.25x at 768 B-1 KiB, 0.87-1.29x (median about 1.1) at 2-16 KiB, ties "
-    "(0.94-1.13x) from 32 KiB to 8 MiB; avx512 was not faster anywhere (see the notes)";
+    "AVX2 loop: 1.01-1.63x glibc at 224-256 B, 1.05-1.57x at 300-432 B, 1.2-1.3x at 608-640 B, 1.0-1.25x at 704 B-1 "
+    "KiB, 0.87-1.29x (median about 1.1) at 2-16 KiB, ties (0.94-1.13x) from 32 KiB to 8 MiB; avx512 was not faster "
+    "anywhere (see the notes)";
 const char* const kZen4Near =
     "AVX2 loop: Zen 4's rep movsb collapses at (dst - src) mod 4096 in 1..63 as Zen 3's does: glibc and erms ran "
     "2.2-3.4 GB/s at 4 KiB-256 KiB at distance 1 against 47-74 for avx2 (16-32x), and 25-56 GB/s at distances 16-31 "
@@ -120,15 +120,27 @@ const char* const kZen4NtDistance =
     "non-temporal stores only when (dst - src) mod 4096 is 0 or at least 512: at 12-16 MiB avx2_nt ran 0.69-0.92x "
     "glibc at distance 64 and 1.08-1.44x at 0, 512 and 2080 (Zen 4, kernel_bench, medians of 9-11)";
 
+const char* const kZen4LibcGap =
+    "the C library at 448-575 B page-aligned and far: avx2 ran 0.87-0.97x glibc at 448-544 B at distances 0, 64 and "
+    "2080 (0.97-1.12x near, where avx2 stays; kernel_bench, medians of 31 rounds); at 576-608 B the kernel benchmark "
+    "and the Python-level one disagreed (0.91-1.20x, and avx2 best at 580 B through fastcopy.copy), so avx2 from 576 B";
+
 struct AmdTable {
     std::size_t vector_from;  // the AVX2 loop from this size, the C library below
     const char *small, *avx2, *near, *backward, *erms_on;
+    // [libc_from, libc_to): the C library again in the page-aligned and far classes (0: none)
+    std::size_t libc_from, libc_to;
+    const char* libc_why;
 };
-const AmdTable kZen3Table = {128, kZen3Small, kZen3Avx2, kZen3Near, kZen3Backward, kZen3ErmsOn};
-const AmdTable kZen4Table = {192, kZen4Small, kZen4Avx2, kZen4Near, kZen4Backward, kZen4ErmsOn};
+const AmdTable kZen3Table = {128, kZen3Small, kZen3Avx2, kZen3Near, kZen3Backward, kZen3ErmsOn, 0, 0, nullptr};
+const AmdTable kZen4Table = {192, kZen4Small, kZen4Avx2, kZen4Near, kZen4Backward, kZen4ErmsOn, 448, 576, kZen4LibcGap};
 
 RegionSpec amd_region(const AmdTable& t, bool shared) {
     ClassSpec cls = {{0, "generic", nullptr, t.small}, {t.vector_from, "avx2", "generic", t.avx2}};
+    if (t.libc_from) {
+        cls.push_back({t.libc_from, "generic", nullptr, t.libc_why});
+        cls.push_back({t.libc_to, "avx2", "generic", t.avx2});
+    }
     ClassSpec near = {{0, "generic", nullptr, t.small}, {t.vector_from, "avx2", "generic", t.near}};
     ClassSpec back = {{0, "generic", nullptr, t.small}, {t.vector_from, "avx2", "generic", t.backward}};
     return {cls, near, cls, back, shared ? SIZE_MAX : std::size_t(2112), shared ? kAmdNoErmsShared : t.erms_on};
