@@ -127,15 +127,24 @@ const char* const kZen4LibcGap =
     "2080 (0.97-1.12x near, where avx2 stays; kernel_bench, medians of 31 rounds); at 576-608 B the kernel benchmark "
     "and the Python-level one disagreed (0.91-1.20x, and avx2 best at 580 B through fastcopy.copy), so avx2 from 576 B";
 
+const char* const kZen4ParallelWhy =
+    "two threads against one on Zen 4 (cpp/bench/bandwidth): back to back (medians of 31 interleaved rounds) 0.90-0.92x "
+    "at 64 KiB, 0.95-1.16x at 256 KiB (bimodal), 1.49-1.65x at 512 KiB, 1.42-1.48x at 1 MiB, 1.59-1.74x at 2-4 MiB; an "
+    "isolated copy with the worker asleep (medians of 21) 0.40x at 256 KiB, 0.74x at 512 KiB, 0.91x at 1 MiB, "
+    "0.97-1.02x at 2-4 MiB: from 1 MiB the loss when the worker sleeps stays under 10 %";
+
 struct AmdTable {
     std::size_t vector_from;  // the AVX2 loop from this size, the C library below
     const char *small, *avx2, *near, *backward, *erms_on;
     // [libc_from, libc_to): the C library again in the page-aligned and far classes (0: none)
     std::size_t libc_from, libc_to;
     const char* libc_why;
+    const char* parallel_why;  // the thread pool from 1 MiB, and why
 };
-const AmdTable kZen3Table = {128, kZen3Small, kZen3Avx2, kZen3Near, kZen3Backward, kZen3ErmsOn, 0, 0, nullptr};
-const AmdTable kZen4Table = {192, kZen4Small, kZen4Avx2, kZen4Near, kZen4Backward, kZen4ErmsOn, 448, 576, kZen4LibcGap};
+const AmdTable kZen3Table = {128, kZen3Small, kZen3Avx2, kZen3Near, kZen3Backward, kZen3ErmsOn,
+                             0,   0,          nullptr,   kParallelWhy};
+const AmdTable kZen4Table = {192, kZen4Small, kZen4Avx2,    kZen4Near,       kZen4Backward, kZen4ErmsOn,
+                             448, 576,        kZen4LibcGap, kZen4ParallelWhy};
 
 RegionSpec amd_region(const AmdTable& t, bool shared) {
     ClassSpec cls = {{0, "generic", nullptr, t.small}, {t.vector_from, "avx2", "generic", t.avx2}};
@@ -165,7 +174,7 @@ Spec amd_spec(const char* name, int family, unsigned needs, const AmdTable& tabl
     s.nt_kernel = "avx2_nt";
     s.nt_min_page_distance = 512;
     s.parallel_from = 1 * MiB;
-    s.parallel_why = kParallelWhy;
+    s.parallel_why = table.parallel_why;
     s.notes = std::move(notes);
     return s;
 }
