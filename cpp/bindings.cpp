@@ -27,6 +27,10 @@
 namespace py = pybind11;
 
 namespace fastcopy {
+
+// Set by bindings_shm.cpp when fastcopy.shm is imported: the store mode of an outstanding loan
+// (copy_general below), nullptr for anything else.
+policy::SharedWriteMode* (*g_loan_write_mode)(PyObject* dst) = nullptr;
 void bind_info(py::module_& m);
 void bind_shm(py::module_& m);
 void bind_batch(py::module_& m);  // bindings_batch.cpp
@@ -390,8 +394,10 @@ struct CopyCtx {
     CopyFn forced;
     Region region;
     unsigned forced_threads = 1;  // fastcopy.kernel(name, threads=N): N > 1 splits over the pool
+    policy::SharedWriteMode* shared = nullptr;  // dst is a loan in shared memory: its ring's store mode
     void operator()(void* d, const void* s, std::size_t n) const {
-        if (!forced) copy_bytes(d, s, n, region);
+        if (!forced && shared) copy_bytes_to_shared(d, s, n, shared);
+        else if (!forced) copy_bytes(d, s, n, region);
         else if (forced_threads > 1 && !runs_overlap(d, s, n)) pool::parallel_copy_threads(d, s, n, forced, forced_threads);
         else copy_bytes_with(forced, d, s, n);
     }
@@ -590,7 +596,7 @@ bool same_dtype(PyArrayObject* a, PyArrayObject* b) {
 
 // The general path. Returns nullptr with an exception set, or None.
 PyObject* do_copy(const char* fn, PyObject* dst, PyObject* src, CopyFn forced, Region region,
-                  unsigned forced_threads = 1) {
+                  unsigned forced_threads = 1, policy::SharedWriteMode* shared = nullptr) {
     Operand d, s;
     if (!resolve(fn, dst, "dst", true, d)) return nullptr;
     if (!resolve(fn, src, "src", false, s)) return nullptr;
@@ -639,7 +645,7 @@ PyObject* do_copy(const char* fn, PyObject* dst, PyObject* src, CopyFn forced, R
         else if (sl.nd == 1) reshape_contiguous_like(sl, dl);
         else joint = false;
     }
-    CopyCtx cp{forced, region, forced_threads};
+    CopyCtx cp{forced, region, forced_threads, shared};
     CopyStatus st;
     if (d.nbytes >= kReleaseGilBytes) {
         st = copy_without_gil(dst, src, dl, sl, d.nbytes, cp, joint);
@@ -735,16 +741,23 @@ bool parse_args(const char* fn, PyObject* const* args, Py_ssize_t nargs, PyObjec
     return true;
 }
 
+// fastcopy.copy's general path. A loan (fastcopy.shm) is shared memory another process will
+// read: copies into it follow the ToShared policy and its ring's store mode.
+PyObject* copy_general(PyObject* dst, PyObject* src) {
+    policy::SharedWriteMode* shared = g_loan_write_mode && Py_TYPE(dst) != g_ndarray_type ? g_loan_write_mode(dst) : nullptr;
+    return do_copy("copy", dst, src, nullptr, shared ? Region::ToShared : Region::Private, 1, shared);
+}
+
 PyObject* py_copy(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
     if (nargs == 2 && !kwnames) {
         int r = try_fast(args[0], args[1], nullptr, Region::Private);
         if (r > 0) Py_RETURN_NONE;
         if (r < 0) return nullptr;
-        return do_copy("copy", args[0], args[1], nullptr, Region::Private);
+        return copy_general(args[0], args[1]);
     }
     PyObject* a[2];
     if (!parse_args("copy", args, nargs, kwnames, 2, a)) return nullptr;
-    return do_copy("copy", a[0], a[1], nullptr, Region::Private);
+    return copy_general(a[0], a[1]);
 }
 
 PyObject* py_copy_region(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {

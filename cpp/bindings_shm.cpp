@@ -23,6 +23,8 @@
 namespace py = pybind11;
 
 namespace fastcopy {
+// Defined in bindings.cpp: how fastcopy.copy finds the store mode of a loan it writes into.
+extern policy::SharedWriteMode* (*g_loan_write_mode)(PyObject* dst);
 namespace {
 
 using shm::MsgHeader;
@@ -94,6 +96,7 @@ struct ShmSlot {
     std::uint64_t nbytes = 0;
     py::object channel;  // loans: the Channel (or Topic), for `with` and publish
     std::shared_ptr<shm::TopicLedger> topic;  // set instead of ledger for a Topic's loans and views
+    std::shared_ptr<policy::SharedWriteMode> write_mode;  // loans: how copies into them store (the ring's)
     ShmSlot() = default;
     ShmSlot(const ShmSlot&) = delete;
     ShmSlot& operator=(const ShmSlot&) = delete;
@@ -454,6 +457,7 @@ public:
         slot->is_loan = true;
         slot->nbytes = nbytes;
         slot->channel = self;
+        slot->write_mode = ring_->write_mode();
         py::object base = py::cast(std::move(slot));  // from here its destructor ends the loan
         std::vector<py::ssize_t> shp(shape_in.begin(), shape_in.end());
         PyObject* sub = support().loaned_array_type ? support().loaned_array_type.ptr() : nullptr;
@@ -634,6 +638,7 @@ public:
         slot->is_loan = true;
         slot->nbytes = nbytes;
         slot->channel = self;
+        slot->write_mode = topic_->write_mode();
         py::object base = py::cast(std::move(slot));
         std::vector<py::ssize_t> shp(shape_in.begin(), shape_in.end());
         PyObject* sub = support().loaned_array_type ? support().loaned_array_type.ptr() : nullptr;
@@ -772,6 +777,37 @@ std::uint8_t* word_ptr(py::buffer buf, std::size_t offset, std::size_t width, bo
     return p;
 }
 
+// The store mode of the loan `dst`, when dst is an outstanding loan (the array loan() returned,
+// not a slice of it), for fastcopy.copy (bindings.cpp); else nullptr. Called with the GIL.
+policy::SharedWriteMode* loan_write_mode(PyObject* dst) {
+    PyObject* sub = support().loaned_array_type.ptr();
+    if (!sub || !PyType_Check(sub) || !PyObject_TypeCheck(dst, reinterpret_cast<PyTypeObject*>(sub))) return nullptr;
+    PyObject* base = py::detail::array_proxy(dst)->base;
+    if (!base || !py::isinstance<ShmSlot>(base)) return nullptr;
+    ShmSlot& slot = py::handle(base).cast<ShmSlot&>();
+    return slot.is_loan && slot.id != 0 ? slot.write_mode.get() : nullptr;
+}
+
+// Channel.store_modes / Topic.store_modes: one dict per size class that saw timed writes.
+py::list store_modes(const policy::SharedWriteMode& m) {
+    static const char* names[policy::SharedWriteMode::kClasses] = {"256 KiB-1 MiB", "1-4 MiB", "4 MiB and more"};
+    py::list out;
+    for (int c = 0; c < policy::SharedWriteMode::kClasses; ++c) {
+        const auto s = m.state(c);
+        if (s.writes[0] + s.writes[1] == 0) continue;
+        py::dict d;
+        d["sizes"] = names[c];
+        d["stores"] = s.current_streaming ? "streaming" : "cached";
+        d["cached_gbps"] = s.rate[0] / 1e9;
+        d["streaming_gbps"] = s.rate[1] / 1e9;
+        d["cached_writes"] = s.writes[0];
+        d["streaming_writes"] = s.writes[1];
+        d["switches"] = s.switches;
+        out.append(d);
+    }
+    return out;
+}
+
 }  // namespace
 
 void bind_shm(py::module_& m) {
@@ -819,7 +855,10 @@ void bind_shm(py::module_& m) {
               s.loan_args = loan_args;
           });
 
-    m.def("_shm_set_loaned_array_type", [](py::object t) { support().loaned_array_type = t; });
+    m.def("_shm_set_loaned_array_type", [](py::object t) {
+        support().loaned_array_type = t;
+        g_loan_write_mode = loan_write_mode;
+    });
     // LoanedArray.__exit__: publishes the loan (or discards it when the block raised) with one
     // call, where reading the slot's properties from Python cost 6 us more per message when the
     // caches are cold after a 16 MiB fill (31 against 25 us on the Zen 3 VM, medians of 60).
@@ -895,6 +934,8 @@ void bind_shm(py::module_& m) {
                                "Subscriber: messages lost so far (overflow='drop').")
         .def_property_readonly("position", [](PyTopic& t) { return t.topic().cursor(); },
                                "Subscriber: the number of the next message it reads.")
+        .def_property_readonly("store_modes", [](PyTopic& t) { return store_modes(*t.topic().write_mode()); },
+                               "How the publisher's writes of 256 KiB or more store, per size class (docs/shm.md).")
         .def_property_readonly("held_views", [](PyTopic& t) { return t.topic().ledger()->views(); })
         .def_property_readonly("held_bytes", [](PyTopic& t) { return t.topic().ledger()->bytes(); });
 
@@ -934,6 +975,8 @@ void bind_shm(py::module_& m) {
         .def("close", [](PyRing& r) { r.ring().close(); }, "Unmap; tells the peer this end is closed.")
         .def("unlink", [](PyRing& r) { return r.ring().unlink(); },
              "Remove the name from /dev/shm (attached processes keep working). False if already gone.")
+        .def_property_readonly("store_modes", [](PyRing& r) { return store_modes(*r.ring().write_mode()); },
+                               "How this end's writes of 256 KiB or more store, per size class (docs/shm.md).")
         .def_property_readonly("name", [](PyRing& r) { return r.ring().name(); })
         .def_property_readonly("capacity", [](PyRing& r) { return r.ring().capacity(); })
         .def_property_readonly("closed", [](PyRing& r) { return r.ring().closed(); })

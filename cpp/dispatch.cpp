@@ -4,12 +4,14 @@
 #include "dispatch.h"
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
 
 #include "kernels/registry.h"
 #include "policy/select.h"
+#include "policy/shared_writes.h"
 #include "pool.h"
 
 namespace fastcopy {
@@ -77,6 +79,30 @@ inline void run(CopyFn k, void* dst, const void* src, std::size_t n) {
     k(dst, src, n);
 }
 
+// The streaming (non-temporal) twin of a usable cache-friendly kernel (avx2 -> avx2_nt), or
+// the kernel itself when it streams already; nullptr when it has none (generic, erms, ...).
+CopyFn streaming_twin(CopyFn k) {
+    struct Pair { CopyFn cached, streaming; };
+    static const std::vector<Pair>* pairs = [] {
+        auto* v = new std::vector<Pair>();
+        for (const KernelEntry& e : kernel_registry()) {
+            const KernelInfo* self = nullptr;
+            for (const auto& ki : kernel_table())
+                if (ki.fn == e.fn) self = &ki;
+            if (!self || !self->supported) continue;
+            if (e.streaming) { v->push_back({e.fn, e.fn}); continue; }
+            if (!e.twin) continue;
+            const KernelEntry* t = find_registry_entry(e.twin);
+            for (const auto& ki : kernel_table())
+                if (t && t->streaming && ki.fn == t->fn && ki.supported) v->push_back({e.fn, t->fn});
+        }
+        return v;
+    }();
+    for (const Pair& p : *pairs)
+        if (p.cached == k) return p.streaming;
+    return nullptr;
+}
+
 }  // namespace
 
 const std::vector<KernelInfo>& all_kernels() { return kernel_table(); }
@@ -142,6 +168,30 @@ void copy_bytes(void* dst, const void* src, std::size_t n, Region region) {
         return;
     }
     run(k, dst, src, n);
+}
+
+void copy_bytes_to_shared(void* dst, const void* src, std::size_t n, policy::SharedWriteMode* mode) {
+    const policy::Profile& p = active();
+    if (!mode || p.forced || n < policy::SharedWriteMode::kMinBytes || policy::ranges_overlap(dst, src, n)) {
+        copy_bytes(dst, src, n, Region::ToShared);
+        return;
+    }
+    const CopyFn cached = policy::choose_inline(p, dst, src, n, Region::ToShared).fn;
+    const CopyFn streaming = streaming_twin(cached);
+    if (!streaming || streaming == cached) {  // nothing to choose: no twin, or the profile streams already
+        copy_bytes(dst, src, n, Region::ToShared);
+        return;
+    }
+    const bool use_streaming = mode->streaming(n);
+    const CopyFn k = use_streaming ? streaming : cached;
+    const auto t0 = std::chrono::steady_clock::now();
+    if (n >= p.parallel.threshold && pool::threads() > 1) {
+        t_last_kernel = k;
+        pool::parallel_copy(dst, src, n, k);
+    } else {
+        run(k, dst, src, n);
+    }
+    mode->record(n, use_streaming, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 // The NT rule for one piece of a larger transfer: the size test is on the whole transfer.

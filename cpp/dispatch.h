@@ -11,6 +11,10 @@
 #include "kernels/kernels.h"
 #include "policy/profile.h"
 
+namespace fastcopy::policy {
+class SharedWriteMode;
+}
+
 namespace fastcopy {
 
 struct KernelInfo {
@@ -63,6 +67,11 @@ const char* kernel_name(CopyFn fn);
 // Copy n bytes with memmove semantics using the policy (and the thread pool for large,
 // non-overlapping copies). Never touches Python; callers release the GIL around it.
 void copy_bytes(void* dst, const void* src, std::size_t n, Region region = Region::Private);
+// A write of n bytes into shared memory that another process reads (a ring slot, a loan):
+// the ToShared policy, with cached or streaming stores as `mode` decides from the measured
+// speed of earlier writes (policy/shared_writes.h). Without a mode, below its minimum size, or
+// with a forced kernel: copy_bytes(..., Region::ToShared).
+void copy_bytes_to_shared(void* dst, const void* src, std::size_t n, policy::SharedWriteMode* mode);
 // One piece of a transfer of `whole` bytes that is copied piece by piece (a message leaving
 // a shared ring in 256 KiB steps): the non-temporal decision follows `whole` (the destination
 // is that large), the rest of the policy follows n. No thread pool.

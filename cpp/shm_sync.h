@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "dispatch.h"
+#include "policy/shared_writes.h"
 
 namespace fastcopy {
 namespace shm {
@@ -304,6 +305,9 @@ public:
     // outstanding loan; ShmClosed if the consumer closed (the loan ends, nothing is sent).
     void publish_loan(std::uint64_t id);
     const std::shared_ptr<SlotLedger>& ledger() const { return ledger_; }
+    // How this end's writes into the ring store (cached or streaming, learned from their
+    // speed: policy/shared_writes.h); loans share it, so fills by fastcopy.copy learn too.
+    const std::shared_ptr<policy::SharedWriteMode>& write_mode() const { return write_mode_; }
 
     // Marks the channel unusable (later calls raise ShmError with this reason).
     void mark_broken(const std::string& why) { broken_ = why; broken_corrupt_ = true; }
@@ -352,6 +356,7 @@ private:
     std::string name_;
     std::uint8_t* base_ = nullptr;
     std::shared_ptr<SlotLedger> ledger_;  // holds the mapping; see SlotLedger
+    std::shared_ptr<policy::SharedWriteMode> write_mode_ = std::make_shared<policy::SharedWriteMode>();
     std::uint8_t loan_hdr_[4096];         // the header of the outstanding loan, written again at publish
     std::size_t loan_hdr_len_ = 0;
     std::uint64_t loan_total_ = 0;

@@ -206,6 +206,8 @@ public:
     std::uint64_t lost() const { return lost_; }
     std::uint64_t cursor() const { return cursor_; }
     const std::shared_ptr<TopicLedger>& ledger() const { return ledger_; }
+    // How the publisher's writes into the slots store (see Ring::write_mode).
+    const std::shared_ptr<policy::SharedWriteMode>& write_mode() const { return write_mode_; }
     // Marks the topic unusable (later calls raise ShmCorrupted with this reason).
     void mark_broken(const std::string& why) { broken_ = why; }
 
@@ -234,6 +236,7 @@ private:
     std::size_t map_bytes_ = 0;
     TopicGeometry geo_;
     std::shared_ptr<TopicLedger> ledger_;
+    std::shared_ptr<policy::SharedWriteMode> write_mode_ = std::make_shared<policy::SharedWriteMode>();
     bool publisher_ = false;
     bool unlinked_ = false;
     std::uint64_t generation_ = 0;

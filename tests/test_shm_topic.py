@@ -781,3 +781,29 @@ def test_records_of_dead_processes_are_reused_even_half_claimed():
             assert peek(t.name, record + 4, "<I") == os.getpid() and t.subscribers == 1
             s.close()
             assert peek(t.name, record, "<I") == 0
+
+
+def test_the_publishers_writes_learn_the_store_mode():
+    # Sends and fills of loans by fastcopy.copy of 256 KiB or more are timed; each counts once.
+    t = Topic.create(slot_bytes=1 << 20, slots=4)
+    sub = Topic.subscribe(t.name)
+    try:
+        src = np.arange(1 << 20, dtype=np.uint8)
+        for _ in range(12):
+            t.send(src)
+            assert np.array_equal(sub.recv(), src)
+        for _ in range(12):
+            with t.loan(src.shape, src.dtype) as a:
+                fastcopy.copy(a, src)
+            assert np.array_equal(sub.recv_view(), src)
+        table = {k["name"]: k for k in fastcopy._core.kernel_table()}
+        has_twin = any(k["supported"] and k["streaming"] for k in table.values())
+        modes = t.store_modes
+        if has_twin and modes:
+            assert [m["sizes"] for m in modes] == ["1-4 MiB"], modes
+            assert modes[0]["cached_writes"] + modes[0]["streaming_writes"] == 24, modes
+        else:
+            assert modes == [], modes
+    finally:
+        sub.close()
+        t.close()

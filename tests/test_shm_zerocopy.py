@@ -947,3 +947,99 @@ def test_forked_child_dropping_inherited_view_does_not_move_tail(pair):
 
 def test_slot_type_is_internal():
     assert hasattr(_core, "ShmSlot")
+
+
+# ---- how writes into the ring store (cached or streaming, learned as they run) -----------------
+def _ring_write_kernel(dst: np.ndarray, src: np.ndarray):
+    """The kernel the ToShared policy gives this copy, and its streaming twin when it has a
+    usable one (else None): the two modes a loan's fill chooses between."""
+    _core.reset_last_kernel()
+    _core.copy_region(dst, src, 1)
+    name = _core.last_kernel()
+    table = {k["name"]: k for k in _core.kernel_table()}
+    entry = table.get(name)
+    twin = entry["twin"] if entry and not entry["streaming"] else None
+    return name, twin if twin and table[twin]["supported"] else None
+
+
+def test_fills_of_loans_by_fastcopy_learn_the_store_mode_and_stay_correct():
+    tx = Channel.create(capacity=4 << 20)
+    rx = Channel.attach(tx.name)
+    try:
+        n = 1 << 20
+        rng = np.random.default_rng(7)
+        messages = 40
+        with tx.loan(n, np.uint8) as probe:
+            cached, streaming = _ring_write_kernel(probe, np.zeros(n, np.uint8))
+        rx.recv_view()
+        ran = set()
+        for i in range(messages):
+            src = rng.integers(0, 256, n, dtype=np.uint8)
+            with tx.loan(n, np.uint8) as a:
+                _core.reset_last_kernel()
+                fastcopy.copy(a, src)
+                ran.add(_core.last_kernel())
+            v = rx.recv_view()
+            assert np.array_equal(v, src), f"message {i}"
+            del v
+        modes = tx.store_modes
+        if streaming is None:  # nothing to choose between: the fills are not timed
+            assert modes == [], (cached, modes)
+            return
+        assert len(modes) == 1 and modes[0]["sizes"] == "1-4 MiB", modes
+        m = modes[0]
+        assert m["cached_writes"] + m["streaming_writes"] == messages, m
+        # Each mode has run (the first trial of the other mode comes after 8 writes) and has a rate.
+        assert m["cached_writes"] >= 1 and m["streaming_writes"] >= 1, m
+        assert ran == {cached, streaming}, (ran, m)  # and each mode ran its own kernel
+        assert m["cached_gbps"] > 0 and m["streaming_gbps"] > 0, m
+        assert m["stores"] in ("cached", "streaming")
+        # Copies that are not fills of the loan itself are not timed: a slice, np.copyto.
+        with tx.loan(n, np.uint8) as a:
+            fastcopy.copy(a[: n // 2], src[: n // 2])
+            np.copyto(a[n // 2:], src[n // 2:])
+        assert np.array_equal(rx.recv_view(), src)
+        after = tx.store_modes[0]
+        assert after["cached_writes"] + after["streaming_writes"] == messages, after
+        # Small loans are never timed.
+        with tx.loan(1000, np.uint8) as a:
+            fastcopy.copy(a, src[:1000])
+        assert np.array_equal(rx.recv_view(), src[:1000])
+        assert len(tx.store_modes) == 1
+        # send() copies into the ring through the same rule, in the pieces it publishes (a
+        # 1 MiB message goes in chunks while the consumer copies out).
+        def timed_writes():
+            return sum(m["cached_writes"] + m["streaming_writes"] for m in tx.store_modes)
+        for _ in range(3):
+            tx.send(src)
+            assert np.array_equal(rx.recv(), src)
+        assert timed_writes() >= messages + 3, tx.store_modes
+        assert rx.store_modes == []  # the consumer writes nothing into the ring
+    finally:
+        rx.close()
+        tx.close()
+
+
+def test_a_forced_kernel_is_not_replaced_by_the_store_mode(tmp_path):
+    # FASTCOPY_KERNEL forces one kernel for every copy: fills of loans are not timed then.
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {SRC!r})
+        import numpy as np, fastcopy
+        from fastcopy import _core
+        from fastcopy.shm import Channel
+        tx = Channel.create(capacity=4 << 20); rx = Channel.attach(tx.name)
+        src = np.arange(1 << 20, dtype=np.uint8)
+        for _ in range(20):
+            with tx.loan(src.shape, src.dtype) as a:
+                _core.reset_last_kernel()
+                fastcopy.copy(a, src)
+                assert _core.last_kernel() == "generic", _core.last_kernel()
+            assert np.array_equal(rx.recv_view(), src)
+        assert tx.store_modes == [], tx.store_modes
+        rx.close(); tx.close()
+        print("ok")
+    """)
+    env = dict(os.environ, FASTCOPY_KERNEL="generic")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

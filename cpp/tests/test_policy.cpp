@@ -43,6 +43,7 @@
 #include "cpu.h"
 #include "kernels/kernels.h"
 #include "policy/profile.h"
+#include "policy/shared_writes.h"
 #include "split_list.h"
 
 using namespace fastcopy;
@@ -365,6 +366,87 @@ void invariants() {
     }
 }
 
+// The store-mode rule for writes into shared memory (policy/shared_writes.h), driven by
+// synthetic timings shaped like the Zen 4 VM's: cached 40 GB/s and streaming 27 GB/s while the
+// reader's CPU is near, cached 2.4 GB/s while it is far.
+void shared_write_mode_checks() {
+    using policy::SharedWriteMode;
+    const std::size_t MiB = std::size_t(1) << 20;
+    // One write of n bytes at the rate the current state gives its mode; returns the mode used.
+    auto write = [](SharedWriteMode& m, std::size_t n, double cached_gbps, double streaming_gbps) {
+        const bool st = m.streaming(n);
+        m.record(n, st, double(n) / ((st ? streaming_gbps : cached_gbps) * 1e9));
+        return st;
+    };
+    auto count_streaming = [&](SharedWriteMode& m, int writes, double c, double s) {
+        int k = 0;
+        for (int i = 0; i < writes; ++i) k += write(m, MiB, c, s) ? 1 : 0;
+        return k;
+    };
+    const std::string w = "shared writes";
+    {
+        SharedWriteMode m;
+        check(!m.streaming(SharedWriteMode::kMinBytes - 1), w, "a write below kMinBytes streams");
+        m.record(SharedWriteMode::kMinBytes - 1, true, 1e-9);
+        check(SharedWriteMode::class_of(SharedWriteMode::kMinBytes - 1) == -1 &&
+                  m.state(0).writes[0] + m.state(0).writes[1] == 0,
+              w, "a write below kMinBytes was recorded");
+        check(SharedWriteMode::class_of(SharedWriteMode::kMinBytes) == 0 && SharedWriteMode::class_of(MiB) == 1 &&
+                  SharedWriteMode::class_of(4 * MiB) == 2,
+              w, "size classes: 256 KiB, 1 MiB and 4 MiB start classes 0, 1, 2");
+        // Near: cached wins; streaming is tried after kExploreMin writes, then ever less often.
+        int st = count_streaming(m, 2000, 40, 27);
+        check(!m.state(1).current_streaming, w, "near reader: cached stores should stay the mode");
+        check(m.state(1).writes[1] >= 1 && st <= 10, w,
+              "near reader: streaming tried " + std::to_string(st) + " times in 2000 writes (want 1..10: backoff)");
+        check(m.state(1).explore_every == SharedWriteMode::kExploreMax || st >= 7, w, "the trial interval did not grow");
+        // Far: cached collapses; two slow writes in a row switch to streaming.
+        check(!write(m, MiB, 2.4, 27), w, "first far write: still cached");
+        check(!m.state(1).current_streaming, w, "one slow write switched the mode");
+        check(!write(m, MiB, 2.4, 27) && m.state(1).current_streaming, w, "two slow writes did not switch to streaming");
+        st = count_streaming(m, 1000, 2.4, 27);
+        check(st >= 990, w, "far reader: " + std::to_string(st) + " of 1000 writes streamed (want >= 990)");
+        // The reader comes near again: a trial of cached stores finds it and switches back.
+        int until = -1;
+        bool adopted_at_once = false;
+        for (int i = 0; i < 3000 && until < 0; ++i) {
+            const bool trial_of_cached = !write(m, MiB, 40, 27);
+            if (!m.state(1).current_streaming) {
+                until = i;
+                adopted_at_once = trial_of_cached;
+            }
+        }
+        check(adopted_at_once, w, "a winning trial of cached stores did not switch at once");
+        check(until >= 0 && until <= int(SharedWriteMode::kExploreMax), w,
+              "back near: cached stores took over after " + std::to_string(until) + " writes (want <= kExploreMax)");
+        check(m.state(0).writes[0] + m.state(0).writes[1] == 0 && m.state(2).writes[0] + m.state(2).writes[1] == 0, w,
+              "1 MiB writes touched another size class");
+    }
+    {
+        // One slow outlier (an interrupt) between fast cached writes does not switch.
+        SharedWriteMode m;
+        count_streaming(m, 100, 40, 27);
+        const auto switches = m.state(1).switches;
+        for (int i = 0; i < 50; ++i) {
+            write(m, MiB, 40, 27);
+            if (i % 10 == 5) m.record(MiB, m.state(1).current_streaming, double(MiB) / 2.4e9);
+        }
+        check(m.state(1).switches == switches && !m.state(1).current_streaming, w,
+              "isolated slow writes switched the mode");
+    }
+    {
+        // Modes within kSwitchMargin of each other: no switching back and forth.
+        SharedWriteMode m;
+        count_streaming(m, 2000, 30, 27);
+        check(m.state(1).switches == 0, w, "close rates: " + std::to_string(m.state(1).switches) + " switches");
+        // Streaming clearly faster from the start (a CPU whose streaming stores win): found by a trial.
+        SharedWriteMode f;
+        const int st = count_streaming(f, 100, 10, 27);
+        check(f.state(1).current_streaming && st >= 80, w, "a faster streaming mode was not adopted");
+    }
+    check(!policy::SharedWriteMode().describe().size(), w, "describe() of a fresh mode is not empty");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -400,6 +482,9 @@ int main(int argc, char** argv) {
     before = g_checks;
     invariants();
     std::printf("  %-24s %d checks\n", "(invariants)", g_checks - before);
+    before = g_checks;
+    shared_write_mode_checks();
+    std::printf("  %-24s %d checks\n", "(shared writes)", g_checks - before);
     std::printf("policy_tests: %d passed, %d failed, %d case files skipped for another architecture\n",
                 g_checks - g_failures, g_failures, g_skipped_files);
     return g_failures ? 1 : 0;

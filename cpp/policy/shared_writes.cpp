@@ -1,0 +1,92 @@
+// The store-mode rule for writes into shared memory: see shared_writes.h.
+#include "shared_writes.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace fastcopy {
+namespace policy {
+
+int SharedWriteMode::class_of(std::size_t n) {
+    if (n < kMinBytes) return -1;
+    if (n < (std::size_t(1) << 20)) return 0;
+    if (n < (std::size_t(4) << 20)) return 1;
+    return 2;
+}
+
+bool SharedWriteMode::streaming(std::size_t n) {
+    const int c = class_of(n);
+    if (c < 0) return false;
+    std::lock_guard<std::mutex> lock(mu_);
+    ClassState& s = cls_[c];
+    if (!s.trial && ++s.since_trial >= s.explore_every) {
+        s.trial = true;
+        s.since_trial = 0;
+    }
+    return s.trial ? !s.current_streaming : s.current_streaming;
+}
+
+void SharedWriteMode::record(std::size_t n, bool streaming, double seconds) {
+    const int c = class_of(n);
+    if (c < 0 || !(seconds > 0)) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    ClassState& s = cls_[c];
+    const double rate = double(n) / seconds;
+    const int mode = streaming ? 1 : 0, current = s.current_streaming ? 1 : 0;
+    s.rate[mode] = rate;
+    ++s.writes[mode];
+    if (mode != current) {
+        // A trial of the other mode (or a write decided before a switch): take over if it
+        // is clearly faster, else try again later.
+        s.trial = false;
+        if (rate > kSwitchMargin * s.rate[current]) {
+            s.current_streaming = streaming;
+            s.slow_streak = 0;
+            s.explore_every = kExploreMin;
+            ++s.switches;
+        } else {
+            s.explore_every = std::min(kExploreMax, s.explore_every * 2);
+        }
+        return;
+    }
+    // The current mode got slower than the other mode's last rate, kSlowWritesToLeave times
+    // in a row: switch (the other's rate may be stale; if so, its writes show it and switch back).
+    if (!(s.rate[1 - mode] > kSwitchMargin * rate)) {
+        s.slow_streak = 0;
+        return;
+    }
+    if (++s.slow_streak >= kSlowWritesToLeave) {
+        s.slow_streak = 0;
+        s.current_streaming = !s.current_streaming;
+        s.explore_every = kExploreMin;
+        s.since_trial = 0;
+        ++s.switches;
+    }
+}
+
+SharedWriteMode::ClassState SharedWriteMode::state(int cls) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cls_[std::max(0, std::min(kClasses - 1, cls))];
+}
+
+std::string SharedWriteMode::describe() const {
+    static const char* names[kClasses] = {"256 KiB-1 MiB", "1-4 MiB", "4 MiB and more"};
+    std::string out;
+    for (int c = 0; c < kClasses; ++c) {
+        const ClassState s = state(c);
+        if (s.writes[0] + s.writes[1] == 0) continue;
+        char line[256];
+        std::snprintf(line, sizeof line,
+                      "%s: %s stores (last rates: cached %.1f GB/s, streaming %.1f GB/s; %llu + %llu writes, "
+                      "%llu switches)",
+                      names[c], s.current_streaming ? "streaming" : "cached", s.rate[0] / 1e9, s.rate[1] / 1e9,
+                      static_cast<unsigned long long>(s.writes[0]), static_cast<unsigned long long>(s.writes[1]),
+                      static_cast<unsigned long long>(s.switches));
+        if (!out.empty()) out += "\n";
+        out += line;
+    }
+    return out;
+}
+
+}  // namespace policy
+}  // namespace fastcopy
