@@ -306,6 +306,11 @@ class Channel(_core.ShmRing):
         ring's end at its start when it can (always, up to half the ring); messages that do
         not lie in one piece of the ring (a larger sent message that met the end, or one
         larger than the ring) come back as a read-only copy instead.
+    ``store_modes``
+        How this end's writes into the ring of 256 KiB or more (``send``, and
+        ``fastcopy.copy`` into a loan) store, per size class: cached or streaming, whichever
+        ran faster lately, with the last rate of each (docs/shm.md, "Writes into the ring
+        adapt to where the reader is").
 
     Iterating over a channel receives until the producer closes it.
     """
