@@ -935,7 +935,7 @@ void bind_shm(py::module_& m) {
         .def_property_readonly("position", [](PyTopic& t) { return t.topic().cursor(); },
                                "Subscriber: the number of the next message it reads.")
         .def_property_readonly("store_modes", [](PyTopic& t) { return store_modes(*t.topic().write_mode()); },
-                               "How the publisher's writes of 256 KiB or more store, per size class (docs/shm.md).")
+                               "How fills of the publisher's loans by fastcopy.copy of 256 KiB or more store, per size class (docs/shm.md).")
         .def_property_readonly("held_views", [](PyTopic& t) { return t.topic().ledger()->views(); })
         .def_property_readonly("held_bytes", [](PyTopic& t) { return t.topic().ledger()->bytes(); });
 
@@ -976,7 +976,7 @@ void bind_shm(py::module_& m) {
         .def("unlink", [](PyRing& r) { return r.ring().unlink(); },
              "Remove the name from /dev/shm (attached processes keep working). False if already gone.")
         .def_property_readonly("store_modes", [](PyRing& r) { return store_modes(*r.ring().write_mode()); },
-                               "How this end's writes of 256 KiB or more store, per size class (docs/shm.md).")
+                               "How fills of this end's loans by fastcopy.copy of 256 KiB or more store, per size class (docs/shm.md).")
         .def_property_readonly("name", [](PyRing& r) { return r.ring().name(); })
         .def_property_readonly("capacity", [](PyRing& r) { return r.ring().capacity(); })
         .def_property_readonly("closed", [](PyRing& r) { return r.ring().closed(); })

@@ -67,7 +67,7 @@ const char* kernel_name(CopyFn fn);
 // Copy n bytes with memmove semantics using the policy (and the thread pool for large,
 // non-overlapping copies). Never touches Python; callers release the GIL around it.
 void copy_bytes(void* dst, const void* src, std::size_t n, Region region = Region::Private);
-// A write of n bytes into shared memory that another process reads (a ring slot, a loan):
+// A write of n bytes into shared memory that another process reads (a loan filled by copy()):
 // the ToShared policy, with cached or streaming stores as `mode` decides from the measured
 // speed of earlier writes (policy/shared_writes.h). Without a mode, below its minimum size, or
 // with a forced kernel: copy_bytes(..., Region::ToShared).

@@ -214,12 +214,13 @@ const char* timed_write_rule() {
     static const std::string text = [] {
         char b[600];
         std::snprintf(b, sizeof b,
-                      "writes into the ring from this size (send's pieces, Topic sends, fastcopy.copy into a loan) "
-                      "are timed, and each size class (256 KiB, 1 MiB, 4 MiB up) uses cached or streaming stores, "
-                      "whichever ran faster lately: the other is tried after %u writes, then ever less often (up "
-                      "to every %u), and takes over when %.2fx faster; the current one leaves after %u slow "
-                      "writes in a row. Channel.store_modes and Topic.store_modes show the state",
-                      M::kExploreMin, M::kExploreMax, M::kSwitchMargin, M::kSlowWritesToLeave);
+                      "fastcopy.copy into a loan (Channel or Topic) from this size is timed, and each size class "
+                      "(256 KiB, 1 MiB, 4 MiB up) uses cached or streaming stores, whichever ran faster lately: "
+                      "the other is tried after %u fills, then ever less often (up to every %u), and takes over "
+                      "when %gx faster (streaming) or %gx (cached); the current one leaves after %u slow fills in "
+                      "a row. send() is not timed. Channel.store_modes and Topic.store_modes show the state",
+                      M::kExploreMin, M::kExploreMax, M::kToStreamingMargin, M::kToCachedMargin,
+                      M::kSlowWritesToLeave);
         return std::string(b);
     }();
     return text.c_str();
@@ -255,8 +256,11 @@ std::vector<ShmRule> rules() {
          "15-24 against 19-26 GB/s, outliers aside (Zen 3 VM, 4 interleaved runs each, noisy host)"},
         {"timed_write_bytes", double(policy::SharedWriteMode::kMinBytes), "bytes", timed_write_rule(),
          "a slot's lines were read by the other CPU; while the host kept the two vCPUs far apart (cache-line "
-         "round trip 290-347 ns) cached 1 MiB writes took 230-540 us and streaming ones 38-45 us; near (52-85 ns) "
-         "cached 22-26 us, streaming 38-45 us (Zen 4 VM, 150 hand-offs per variant, interleaved)"},
+         "round trip 290-347 ns) cached 1 MiB writes took 230-540 us and streaming ones 38-56 us; near (52-85 ns) "
+         "cached 22-30 us, streaming 38-45 us (Zen 4 VM, 150 hand-offs per variant, interleaved). With "
+         "send()'s pieces timed as well (and a 1.25x margin both ways), 1 MiB Channel throughput fell from 12-20 "
+         "to 7.6-14 GB/s while far: its consumer copies out while the producer writes, and reading streamed data "
+         "cost it more than the producer gained"},
         {"spin_max_seconds", kSpinCap, "seconds",
          "a wait at the start of a message spins (yielding the CPU between polls) for twice its last wait, "
          "at least spin_min_seconds and at most this, before it sleeps; an end whose waits are longer sleeps",
@@ -837,8 +841,8 @@ void Ring::copy_in(std::uint64_t pos, const void* src, std::size_t n) {
     std::size_t off = static_cast<std::size_t>(pos % cap_);
     std::size_t first = std::min(n, cap_ - off);
     const auto* s = static_cast<const std::uint8_t*>(src);
-    if (first) copy_bytes_to_shared(data() + off, s, first, write_mode_.get());
-    if (n > first) copy_bytes_to_shared(data(), s + first, n - first, write_mode_.get());
+    if (first) copy_bytes(data() + off, s, first, Region::ToShared);
+    if (n > first) copy_bytes(data(), s + first, n - first, Region::ToShared);
 }
 
 void Ring::copy_out(std::uint64_t pos, void* dst, std::size_t n, std::size_t whole) {

@@ -305,8 +305,8 @@ public:
     // outstanding loan; ShmClosed if the consumer closed (the loan ends, nothing is sent).
     void publish_loan(std::uint64_t id);
     const std::shared_ptr<SlotLedger>& ledger() const { return ledger_; }
-    // How this end's writes into the ring store (cached or streaming, learned from their
-    // speed: policy/shared_writes.h); loans share it, so fills by fastcopy.copy learn too.
+    // How fills of this end's loans by fastcopy.copy store (cached or streaming, learned from
+    // their speed: policy/shared_writes.h). send() does not use it (see shm::rules()).
     const std::shared_ptr<policy::SharedWriteMode>& write_mode() const { return write_mode_; }
 
     // Marks the channel unusable (later calls raise ShmError with this reason).

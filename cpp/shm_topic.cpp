@@ -499,7 +499,7 @@ bool Topic::send(const void* hdr, std::size_t hdr_len, const void* payload, std:
     {
         GilGuard gil(hooks);
         if (payload_len >= kReleaseGilBytes) gil.release();
-        if (payload_len) copy_bytes_to_shared(slot(head_) + kSlotHdrBytes, payload, payload_len, write_mode_.get());
+        if (payload_len) copy_bytes(slot(head_) + kSlotHdrBytes, payload, payload_len, Region::ToShared);
     }
     finish_slot(hdr, hdr_len);
     return true;

@@ -206,7 +206,7 @@ public:
     std::uint64_t lost() const { return lost_; }
     std::uint64_t cursor() const { return cursor_; }
     const std::shared_ptr<TopicLedger>& ledger() const { return ledger_; }
-    // How the publisher's writes into the slots store (see Ring::write_mode).
+    // How fills of the publisher's loans by fastcopy.copy store (see Ring::write_mode).
     const std::shared_ptr<policy::SharedWriteMode>& write_mode() const { return write_mode_; }
     // Marks the topic unusable (later calls raise ShmCorrupted with this reason).
     void mark_broken(const std::string& why) { broken_ = why; }

@@ -784,7 +784,7 @@ def test_records_of_dead_processes_are_reused_even_half_claimed():
 
 
 def test_the_publishers_writes_learn_the_store_mode():
-    # Sends and fills of loans by fastcopy.copy of 256 KiB or more are timed; each counts once.
+    # Fills of loans by fastcopy.copy of 256 KiB or more are timed, each once; sends are not.
     t = Topic.create(slot_bytes=1 << 20, slots=4)
     sub = Topic.subscribe(t.name)
     try:
@@ -801,7 +801,7 @@ def test_the_publishers_writes_learn_the_store_mode():
         modes = t.store_modes
         if has_twin and modes:
             assert [m["sizes"] for m in modes] == ["1-4 MiB"], modes
-            assert modes[0]["cached_writes"] + modes[0]["streaming_writes"] == 24, modes
+            assert modes[0]["cached_writes"] + modes[0]["streaming_writes"] == 12, modes
         else:
             assert modes == [], modes
     finally:

@@ -969,12 +969,15 @@ def test_fills_of_loans_by_fastcopy_learn_the_store_mode_and_stay_correct():
         n = 1 << 20
         rng = np.random.default_rng(7)
         messages = 40
+        # One source buffer: every fill has the same (dst - src) mod 4096 (large loans start on
+        # a page), so the policy gives each the same kernel as the probe.
+        src = np.empty(n, np.uint8)
         with tx.loan(n, np.uint8) as probe:
-            cached, streaming = _ring_write_kernel(probe, np.zeros(n, np.uint8))
+            cached, streaming = _ring_write_kernel(probe, src)
         rx.recv_view()
         ran = set()
         for i in range(messages):
-            src = rng.integers(0, 256, n, dtype=np.uint8)
+            src[...] = rng.integers(0, 256, n, dtype=np.uint8)
             with tx.loan(n, np.uint8) as a:
                 _core.reset_last_kernel()
                 fastcopy.copy(a, src)
@@ -1006,14 +1009,12 @@ def test_fills_of_loans_by_fastcopy_learn_the_store_mode_and_stay_correct():
             fastcopy.copy(a, src[:1000])
         assert np.array_equal(rx.recv_view(), src[:1000])
         assert len(tx.store_modes) == 1
-        # send() copies into the ring through the same rule, in the pieces it publishes (a
-        # 1 MiB message goes in chunks while the consumer copies out).
-        def timed_writes():
-            return sum(m["cached_writes"] + m["streaming_writes"] for m in tx.store_modes)
+        # send() is not timed: its consumer copies out while it writes, and streaming stores
+        # cost that consumer more than they save (docs/shm.md).
         for _ in range(3):
             tx.send(src)
             assert np.array_equal(rx.recv(), src)
-        assert timed_writes() >= messages + 3, tx.store_modes
+        assert tx.store_modes == [after], tx.store_modes
         assert rx.store_modes == []  # the consumer writes nothing into the ring
     finally:
         rx.close()

@@ -35,11 +35,13 @@ void SharedWriteMode::record(std::size_t n, bool streaming, double seconds) {
     const int mode = streaming ? 1 : 0, current = s.current_streaming ? 1 : 0;
     s.rate[mode] = rate;
     ++s.writes[mode];
+    // The factor by which the other mode must beat this one to take over.
+    auto margin_to = [](int to_mode) { return to_mode == 1 ? kToStreamingMargin : kToCachedMargin; };
     if (mode != current) {
         // A trial of the other mode (or a write decided before a switch): take over if it
         // is clearly faster, else try again later.
         s.trial = false;
-        if (rate > kSwitchMargin * s.rate[current]) {
+        if (rate > margin_to(mode) * s.rate[current]) {
             s.current_streaming = streaming;
             s.slow_streak = 0;
             s.explore_every = kExploreMin;
@@ -51,7 +53,7 @@ void SharedWriteMode::record(std::size_t n, bool streaming, double seconds) {
     }
     // The current mode got slower than the other mode's last rate, kSlowWritesToLeave times
     // in a row: switch (the other's rate may be stale; if so, its writes show it and switch back).
-    if (!(s.rate[1 - mode] > kSwitchMargin * rate)) {
+    if (!(s.rate[1 - mode] > margin_to(1 - mode) * rate)) {
         s.slow_streak = 0;
         return;
     }

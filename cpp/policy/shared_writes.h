@@ -1,6 +1,6 @@
-// Writes into shared memory that another process reads (a Channel's ring, a Topic's slots,
-// a loan filled by fastcopy.copy): cached or streaming stores, decided by measuring the
-// writes themselves as they run.
+// Writes into shared memory that another process reads (a loan of a Channel or a Topic,
+// filled by fastcopy.copy): cached or streaming stores, decided by measuring the writes
+// themselves as they run. send() does not use it: see shm::rules(), "timed_write_bytes".
 //
 // Why measure: how fast such a write runs depends on where the reader's CPU is, which no
 // profile can know and which changes while a program runs. A ring slot is reused, so each
@@ -8,17 +8,18 @@
 // for ownership from the reader's cache. Measured on the 2-vCPU KVM development VM (AMD EPYC
 // Zen 4, 2026-12-02, 1 MiB writes into a 3-slot ring whose slots the other vCPU copies out,
 // medians of 150 hand-offs per variant, variants interleaved): while the host kept the two
-// vCPUs near each other (cache-line round trip 52-85 ns) cached stores took 22-26 us and
-// streaming stores 38-45 us; while it kept them far apart (290-347 ns, which it did for about
-// half of the blocks, changing every few seconds) cached stores took 230-540 us, 6-18x
-// slower, and streaming stores still 38-45 us. Flushing the lines on the reader's side (clflushopt)
+// vCPUs near each other (cache-line round trip 52-85 ns) cached stores took 22-30 us and
+// streaming stores 38-45 us; while it kept them far apart (290-347 ns, 27 of 34 blocks,
+// changing every few seconds) cached stores took 230-540 us, 6-18x slower, and streaming
+// stores 38-56 us. Flushing the lines on the reader's side (clflushopt)
 // instead gave 60-75 us; clzero before the stores 130-7800 us.
 //
 // The rule: for each size class (from kMinBytes), keep the last measured rate of each mode;
 // use the mode with the better one; a mode whose rate is unknown or stale is tried once
 // after `explore_every` writes, a number that doubles (kExploreMin to kExploreMax) each time
-// the trial loses and resets when a mode switches. A switch needs kSwitchMargin, so two
-// modes within noise of each other do not alternate, and the current mode must be slow
+// the trial loses and resets when a mode switches. A switch needs a margin (2x towards
+// streaming stores, 1.25x back), so two modes within noise of each other do not alternate,
+// and the current mode must be slow
 // kSlowWritesToLeave times in a row: one write delayed by an interrupt or a preemption does
 // not switch (with one, 1 MiB ping-pongs in the near placement switched 40 times in 1500 writes). Pure logic: the caller times the
 // writes, tests drive it with synthetic timings.
@@ -41,8 +42,15 @@ public:
     static constexpr int kClasses = 3;
     static constexpr unsigned kExploreMin = 8;
     static constexpr unsigned kExploreMax = 1024;
-    // The other mode must be this much faster to take over.
-    static constexpr double kSwitchMargin = 1.25;
+    // How much faster the other mode must be to take over. Cached stores are preferred:
+    // streaming ones also cost the reader, who then reads the data from memory instead of a
+    // cache, and the writer's timings cannot see that. Measured on the Zen 4 VM (1 MiB loans,
+    // a consumer copying each view out, 6000 messages a run): with 1.25 both ways the mode
+    // switched 30-50 times a run while the vCPUs were near (cached 36-38 GB/s, streaming
+    // 21-23, now and then two slow cached writes in a row) and the run moved 14-17 GB/s
+    // against 17-19 for cached stores alone; far apart, cached writes ran 1.9-3.1 GB/s.
+    static constexpr double kToStreamingMargin = 2.0;
+    static constexpr double kToCachedMargin = 1.25;
     static constexpr unsigned kSlowWritesToLeave = 2;
 
     // Whether the next write of n bytes uses streaming stores. Call record() after it.

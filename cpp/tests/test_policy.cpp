@@ -435,10 +435,15 @@ void shared_write_mode_checks() {
               "isolated slow writes switched the mode");
     }
     {
-        // Modes within kSwitchMargin of each other: no switching back and forth.
+        // Modes within the margins of each other: no switching back and forth.
         SharedWriteMode m;
         count_streaming(m, 2000, 30, 27);
         check(m.state(1).switches == 0, w, "close rates: " + std::to_string(m.state(1).switches) + " switches");
+        // Streaming 1.7x faster is not enough to leave cached stores (their cost to the reader is unseen).
+        SharedWriteMode b;
+        count_streaming(b, 2000, 12, 20);
+        check(b.state(1).switches == 0 && !b.state(1).current_streaming, w,
+              "streaming 1.7x faster took over: " + std::to_string(b.state(1).switches) + " switches");
         // Streaming clearly faster from the start (a CPU whose streaming stores win): found by a trial.
         SharedWriteMode f;
         const int st = count_streaming(f, 100, 10, 27);

@@ -307,10 +307,9 @@ class Channel(_core.ShmRing):
         not lie in one piece of the ring (a larger sent message that met the end, or one
         larger than the ring) come back as a read-only copy instead.
     ``store_modes``
-        How this end's writes into the ring of 256 KiB or more (``send``, and
-        ``fastcopy.copy`` into a loan) store, per size class: cached or streaming, whichever
-        ran faster lately, with the last rate of each (docs/shm.md, "Writes into the ring
-        adapt to where the reader is").
+        How ``fastcopy.copy`` fills of this end's loans of 256 KiB or more store, per size
+        class: cached or streaming, whichever ran faster lately, with the last rate of each
+        (docs/shm.md, "Fills of loans adapt to where the reader is").
 
     Iterating over a channel receives until the producer closes it.
     """
