@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <thread>
 
 namespace fastcopy {
 namespace policy {
@@ -17,7 +18,8 @@ int SharedWriteMode::class_of(std::size_t n) {
 bool SharedWriteMode::streaming(std::size_t n) {
     const int c = class_of(n);
     if (c < 0) return false;
-    std::lock_guard<std::mutex> lock(mu_);
+    TryLock lock(busy_);
+    if (!lock.held()) return false;
     ClassState& s = cls_[c];
     if (!s.trial && ++s.since_trial >= s.explore_every) {
         s.trial = true;
@@ -29,7 +31,8 @@ bool SharedWriteMode::streaming(std::size_t n) {
 void SharedWriteMode::record(std::size_t n, bool streaming, double seconds) {
     const int c = class_of(n);
     if (c < 0 || !(seconds > 0)) return;
-    std::lock_guard<std::mutex> lock(mu_);
+    TryLock lock(busy_);
+    if (!lock.held()) return;
     ClassState& s = cls_[c];
     const double rate = double(n) / seconds;
     const int mode = streaming ? 1 : 0, current = s.current_streaming ? 1 : 0;
@@ -67,8 +70,15 @@ void SharedWriteMode::record(std::size_t n, bool streaming, double seconds) {
 }
 
 SharedWriteMode::ClassState SharedWriteMode::state(int cls) const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return cls_[std::max(0, std::min(kClasses - 1, cls))];
+    // A reader (info, tests) waits a little: holders keep the flag for a few steps only. A
+    // flag that stays taken (inherited set across fork()) gives the figures as they are.
+    const int c = std::max(0, std::min(kClasses - 1, cls));
+    for (int tries = 0; tries < 100000; ++tries) {
+        TryLock lock(busy_);
+        if (lock.held()) return cls_[c];
+        std::this_thread::yield();
+    }
+    return cls_[c];
 }
 
 std::string SharedWriteMode::describe() const {

@@ -26,7 +26,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
+#include <atomic>
 #include <string>
 
 namespace fastcopy {
@@ -75,7 +75,21 @@ public:
     std::string describe() const;
 
 private:
-    mutable std::mutex mu_;  // a Channel may be written from several Python threads
+    // Guards cls_. Never waited for: a call that finds it taken (another thread of the
+    // process in the middle of a call, or one that was when this process was forked, which
+    // would leave a mutex locked for ever in the child) uses cached stores and records nothing.
+    class TryLock {
+    public:
+        explicit TryLock(std::atomic<bool>& flag) : flag_(flag), held_(!flag.exchange(true, std::memory_order_acquire)) {}
+        ~TryLock() {
+            if (held_) flag_.store(false, std::memory_order_release);
+        }
+        bool held() const { return held_; }
+    private:
+        std::atomic<bool>& flag_;
+        bool held_;
+    };
+    mutable std::atomic<bool> busy_{false};
     ClassState cls_[kClasses];
 };
 

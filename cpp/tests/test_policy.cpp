@@ -38,6 +38,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cpu.h"
@@ -450,6 +451,25 @@ void shared_write_mode_checks() {
         check(f.state(1).current_streaming && st >= 80, w, "a faster streaming mode was not adopted");
     }
     check(!policy::SharedWriteMode().describe().size(), w, "describe() of a fresh mode is not empty");
+    {
+        // Two threads calling at once (fills from two threads, store_modes read meanwhile):
+        // no call waits for the other, and no write is counted twice.
+        SharedWriteMode m;
+        const int per_thread = 20000;
+        auto hammer = [&] {
+            for (int i = 0; i < per_thread; ++i) {
+                const bool st = m.streaming(MiB);
+                m.record(MiB, st, double(MiB) / ((st ? 27 : 40) * 1e9));
+            }
+        };
+        std::thread a(hammer), b(hammer);
+        a.join();
+        b.join();
+        const auto st = m.state(1);
+        const std::uint64_t recorded = st.writes[0] + st.writes[1];
+        check(recorded > 0 && recorded <= std::uint64_t(2 * per_thread), w,
+              "two threads: " + std::to_string(recorded) + " writes recorded of " + std::to_string(2 * per_thread));
+    }
 }
 
 }  // namespace
