@@ -1021,6 +1021,7 @@ def test_fills_of_loans_by_fastcopy_learn_the_store_mode_and_stay_correct():
         tx.close()
 
 
+@no_subprocess
 def test_a_forced_kernel_is_not_replaced_by_the_store_mode(tmp_path):
     # FASTCOPY_KERNEL forces one kernel for every copy: fills of loans are not timed then.
     code = textwrap.dedent(f"""
