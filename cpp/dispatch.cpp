@@ -178,7 +178,11 @@ void copy_bytes_to_shared(void* dst, const void* src, std::size_t n, policy::Sha
     }
     const CopyFn cached = policy::choose_inline(p, dst, src, n, Region::ToShared).fn;
     const CopyFn streaming = streaming_twin(cached);
-    if (!streaming || streaming == cached) {  // nothing to choose: no twin, or the profile streams already
+    // Nothing to choose: no twin, the profile streams already, or a page distance where the
+    // profile's NT rule forbids streaming stores (their loads 4K-alias the stores in flight).
+    const std::uintptr_t off = (reinterpret_cast<std::uintptr_t>(dst) - reinterpret_cast<std::uintptr_t>(src)) & 4095;
+    const std::size_t min_distance = p.region[static_cast<int>(Region::ToShared)].nt.min_page_distance;
+    if (!streaming || streaming == cached || (off != 0 && off < min_distance)) {
         copy_bytes(dst, src, n, Region::ToShared);
         return;
     }

@@ -1045,3 +1045,29 @@ def test_a_forced_kernel_is_not_replaced_by_the_store_mode(tmp_path):
     env = dict(os.environ, FASTCOPY_KERNEL="generic")
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_fills_at_a_page_distance_the_nt_rule_forbids_are_not_timed():
+    # Streaming stores whose loads 4K-alias the stores in flight run several times slower; the
+    # profile's NT rule names the distances where they are never used, and the store mode
+    # does not try them there either.
+    guard = fastcopy.info()["profile"]["regions"]["to_shared"]["nt"]["min_page_distance"]
+    if guard <= 64:
+        pytest.skip(f"the active profile allows streaming stores at page distance 64 (guard {guard})")
+    tx = Channel.create(capacity=4 << 20)
+    rx = Channel.attach(tx.name)
+    try:
+        n = 1 << 20
+        buf = np.empty(n + 8192, np.uint8)
+        start = (4032 - buf.ctypes.data) % 4096  # src at page offset 4032: a page-aligned loan is 64 ahead
+        src = buf[start:start + n]
+        src[...] = np.arange(n, dtype=np.uint64).astype(np.uint8)
+        for _ in range(20):
+            with tx.loan(n, np.uint8) as a:
+                assert (a.ctypes.data - src.ctypes.data) % 4096 == 64
+                fastcopy.copy(a, src)
+            assert np.array_equal(rx.recv_view(), src)
+        assert tx.store_modes == [], tx.store_modes
+    finally:
+        rx.close()
+        tx.close()
