@@ -790,13 +790,12 @@ policy::SharedWriteMode* loan_write_mode(PyObject* dst) {
 
 // Channel.store_modes / Topic.store_modes: one dict per size class that saw timed writes.
 py::list store_modes(const policy::SharedWriteMode& m) {
-    static const char* names[policy::SharedWriteMode::kClasses] = {"256 KiB-1 MiB", "1-4 MiB", "4 MiB and more"};
     py::list out;
     for (int c = 0; c < policy::SharedWriteMode::kClasses; ++c) {
         const auto s = m.state(c);
         if (s.writes[0] + s.writes[1] == 0) continue;
         py::dict d;
-        d["sizes"] = names[c];
+        d["sizes"] = policy::SharedWriteMode::class_name(c);
         d["stores"] = s.current_streaming ? "streaming" : "cached";
         d["cached_gbps"] = s.rate[0] / 1e9;
         d["streaming_gbps"] = s.rate[1] / 1e9;

@@ -2,7 +2,6 @@
 #include "shared_writes.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <thread>
 
 namespace fastcopy {
@@ -81,23 +80,9 @@ SharedWriteMode::ClassState SharedWriteMode::state(int cls) const {
     return cls_[c];
 }
 
-std::string SharedWriteMode::describe() const {
-    static const char* names[kClasses] = {"256 KiB-1 MiB", "1-4 MiB", "4 MiB and more"};
-    std::string out;
-    for (int c = 0; c < kClasses; ++c) {
-        const ClassState s = state(c);
-        if (s.writes[0] + s.writes[1] == 0) continue;
-        char line[256];
-        std::snprintf(line, sizeof line,
-                      "%s: %s stores (last rates: cached %.1f GB/s, streaming %.1f GB/s; %llu + %llu writes, "
-                      "%llu switches)",
-                      names[c], s.current_streaming ? "streaming" : "cached", s.rate[0] / 1e9, s.rate[1] / 1e9,
-                      static_cast<unsigned long long>(s.writes[0]), static_cast<unsigned long long>(s.writes[1]),
-                      static_cast<unsigned long long>(s.switches));
-        if (!out.empty()) out += "\n";
-        out += line;
-    }
-    return out;
+const char* SharedWriteMode::class_name(int cls) {
+    static const char* const names[kClasses] = {"256 KiB-1 MiB", "1-4 MiB", "4 MiB and more"};
+    return names[std::max(0, std::min(kClasses - 1, cls))];
 }
 
 }  // namespace policy

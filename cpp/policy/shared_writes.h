@@ -27,7 +27,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <atomic>
-#include <string>
 
 namespace fastcopy {
 namespace policy {
@@ -70,9 +69,7 @@ public:
     };
     ClassState state(int cls) const;
     static int class_of(std::size_t n);  // -1 below kMinBytes
-    // One line per size class that saw writes, for info()/tests: "1-4 MiB: streaming (cached 2.4
-    // GB/s, streaming 27.1 GB/s; 120 + 3600 writes, 2 switches)".
-    std::string describe() const;
+    static const char* class_name(int cls);  // "256 KiB-1 MiB", "1-4 MiB", "4 MiB and more"
 
 private:
     // Guards cls_. Never waited for: a call that finds it taken (another thread of the

@@ -450,7 +450,9 @@ void shared_write_mode_checks() {
         const int st = count_streaming(f, 100, 10, 27);
         check(f.state(1).current_streaming && st >= 80, w, "a faster streaming mode was not adopted");
     }
-    check(!policy::SharedWriteMode().describe().size(), w, "describe() of a fresh mode is not empty");
+    check(std::string(SharedWriteMode::class_name(0)) == "256 KiB-1 MiB" &&
+              std::string(SharedWriteMode::class_name(2)) == "4 MiB and more",
+          w, "size class names");
     {
         // Two threads calling at once (fills from two threads, store_modes read meanwhile):
         // no call waits for the other, and no write is counted twice.
