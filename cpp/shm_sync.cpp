@@ -212,13 +212,15 @@ std::uint64_t fork_generation() { return g_fork_gen.load(std::memory_order_relax
 const char* timed_write_rule() {
     using M = policy::SharedWriteMode;
     static const std::string text = [] {
-        char b[600];
+        char b[800];
         std::snprintf(b, sizeof b,
                       "fastcopy.copy into a loan (Channel or Topic) from this size is timed, and each size class "
                       "(256 KiB, 1 MiB, 4 MiB up) uses cached or streaming stores, whichever ran faster lately: "
                       "the other is tried after %u fills, then ever less often (up to every %u), and takes over "
                       "when %gx faster (streaming) or %gx (cached); the current one leaves after %u slow fills in "
-                      "a row. send() is not timed. Channel.store_modes and Topic.store_modes show the state",
+                      "a row. Not timed: send(), forced kernels, kernels without a streaming twin, fills the "
+                      "profile streams already, and page distances its non-temporal rule excludes. "
+                      "Channel.store_modes and Topic.store_modes show the state",
                       M::kExploreMin, M::kExploreMax, M::kToStreamingMargin, M::kToCachedMargin,
                       M::kSlowWritesToLeave);
         return std::string(b);
