@@ -267,6 +267,18 @@ void bind_info(py::module_& m) {
           "writing it): how far apart the two CPUs are now. ValueError for a CPU outside the affinity mask, rounds "
           "outside 1..16777216 or "
           "cpu_a == cpu_b; RuntimeError when a thread cannot be pinned or the turns stall for limit_s.");
+    m.def("pool_stats", [] {
+        const pool::Stats s = pool::stats();
+        py::dict d;
+        d["parallel_copies"] = s.parallel_copies;
+        d["busy_fallbacks"] = s.busy_fallbacks;
+        d["chunks_by_workers"] = s.chunks_by_workers;
+        d["pools_started"] = s.pools_started;
+        d["late_events"] = s.late_events;
+        d["backoff_fallbacks"] = s.backoff_fallbacks;
+        return d;
+    }, "Counters of the thread pool since import: copies split, copies done alone (pool busy, or back-off after "
+       "late workers), chunks the workers copied, pool starts, late-worker events.");
     m.def("default_threads", [] { return pool::default_threads(); }, "Threads from CPU affinity and cgroup quota.");
     m.def("threads_reason", [] { return pool::threads_reason(); }, "Where the thread count comes from, in words.");
     m.def("set_threads", [](long n) {

@@ -142,6 +142,44 @@ def test_info_reports_large_copy_settings():
         fastcopy.set_threads(0)
 
 
+def test_info_counts_what_the_pool_did():
+    """info()["threads"]["pool"]: each large copy is counted once, as split over threads or as
+    done alone (pool busy, or backing off after late workers); small and one-thread copies are
+    not counted. The text report prints the same counts."""
+    from fastcopy._report import format_info
+
+    par = fastcopy.info()["thresholds"]["parallel_bytes"]
+    if par is None:
+        pytest.skip("the active profile never splits copies over threads")
+    n = max(par, 1 << 20)
+    src = np.random.default_rng(3).integers(0, 256, n, dtype=np.uint8)
+    dst = np.empty_like(src)
+
+    def handled(pool):
+        return pool["parallel_copies"] + pool["busy_fallbacks"] + pool["backoff_fallbacks"]
+
+    fastcopy.set_threads(2)
+    try:
+        before = fastcopy.info()["threads"]["pool"]
+        assert set(before) == {"parallel_copies", "busy_fallbacks", "chunks_by_workers", "pools_started",
+                               "late_events", "backoff_fallbacks"}
+        for _ in range(3):
+            fastcopy.copy(dst, src)
+        fastcopy.copy(dst[:4096], src[:4096])  # below the threshold: not the pool's
+        after = fastcopy.info()["threads"]["pool"]
+        assert handled(after) - handled(before) == 3
+        assert after["pools_started"] >= 1 and all(after[k] >= before[k] for k in before)
+        assert np.array_equal(dst, src)
+        fastcopy.set_threads(1)
+        fastcopy.copy(dst, src)
+        assert handled(fastcopy.info()["threads"]["pool"]) == handled(after)
+        data = fastcopy.info()
+        pool = data["threads"]["pool"]
+        assert f"{pool['parallel_copies']} copies split over threads" in format_info(data)
+    finally:
+        fastcopy.set_threads(0)
+
+
 @pytest.mark.parametrize("direction", ["forward", "backward"])
 def test_overlapping_copies_from_the_non_temporal_threshold(direction):
     """The non-temporal kernel copies forward only: overlapping copies above its threshold

@@ -8,6 +8,7 @@ own. FASTCOPY_NO_SUBPROCESS=1 skips them all."""
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import re
@@ -526,6 +527,41 @@ def test_ipc_bench_smoke():
     assert set(res["ratios"]["64"]) == {"channel_vs_queue", "channel_vs_pipe"}
     table = format_ipc_table(res)
     assert "message rate" in table and "channel" in table and "pipe" in table
+
+
+def test_repeat_order_balances_who_runs_first_and_who_runs_after_whom():
+    from fastcopy.measure.engine import repeat_order
+
+    orders = [repeat_order("ABC", r) for r in range(6)]
+    assert ["".join(o) for o in orders] == ["ABC", "CBA", "BCA", "BAC", "CAB", "ACB"]
+    firsts = collections.Counter(o[0] for o in orders)
+    after = collections.Counter((o[i], o[i + 1]) for o in orders for i in range(2))
+    assert firsts == {"A": 2, "B": 2, "C": 2}
+    assert after == {(x, y): 2 for x in "ABC" for y in "ABC" if x != y}
+    assert [repeat_order(["ch", "view"], r) for r in range(4)] == [
+        ["ch", "view"], ["view", "ch"], ["view", "ch"], ["ch", "view"]]
+    assert repeat_order([], 3) == [] and repeat_order(["x"], 5) == ["x"]
+    five = [repeat_order(list(range(5)), r) for r in range(10)]
+    assert all(sorted(o) == list(range(5)) for o in five)
+    assert collections.Counter(o[0] for o in five) == {i: 2 for i in range(5)}
+
+
+def test_ipc_bench_changes_the_order_of_transports_every_repeat(monkeypatch):
+    from fastcopy import ipc_bench
+
+    seen = []
+    real = ipc_bench.repeat_order
+
+    def spy(names, r):
+        order = real(names, r)
+        seen.append(order)
+        return order
+
+    monkeypatch.setattr(ipc_bench, "repeat_order", spy)
+    res = ipc_bench.run_ipc_bench(sizes=[4096], repeats=2, min_time=0.01, transports=["channel", "queue"])
+    assert {r["transport"] for r in res["rows"]} == {"channel", "queue"}
+    # two throughput repeats, then two of round trips: each in both orders
+    assert seen == [["channel", "queue"], ["queue", "channel"]] * 2
 
 
 def test_ratio_words_mark_a_ratio_of_medians_outside_its_paired_spread():

@@ -650,7 +650,13 @@ def test_topic_benchmark_reports_per_subscriber_throughput_and_ratios(monkeypatc
     loans = []  # the view configurations fill loans; the others send copies
     for cls in (Channel, Topic):
         monkeypatch.setattr(cls, "loan", lambda self, *a, _loan=cls.loan, **k: loans.append(1) or _loan(self, *a, **k))
+    from fastcopy import topic_bench
+
+    orders = []  # each repeat runs the configurations in another order (engine.repeat_order)
+    monkeypatch.setattr(topic_bench, "repeat_order",
+                        lambda names, rep, _real=topic_bench.repeat_order: orders.append(_real(names, rep)) or orders[-1])
     r = run_topic_bench(sizes=[1 << 16], repeats=2, min_time=0.01)
+    assert orders == [list(CONFIGS), list(reversed(CONFIGS))]
     assert len(loans) == 3 * 2 * r["rows"][0]["messages"]
     assert [(row["config"], row["size"]) for row in r["rows"]] == [(c, 1 << 16) for c in CONFIGS]
     assert all(row["gbps"] > 0 for row in r["rows"])

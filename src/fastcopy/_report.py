@@ -73,6 +73,9 @@ def collect_info(brand: bool = True) -> Dict[str, Any]:
             "count": _core.threads(),
             "default": _core.default_threads(),
             "reason": threads_reason,
+            # What the pool did in this process so far: the back-off and the busy fallback are
+            # decided per copy at run time, so they show here rather than in the policy table.
+            "pool": dict(_core.pool_stats()),
         },
         "overrides": _core.overrides(),
         "shm": list(_core._shm_rules()),
@@ -128,6 +131,13 @@ def format_info(data: Dict[str, Any]) -> str:
               (f"  thread pool: never ({t['parallel_reason']})" if t["parallel_bytes"] is None else
                f"  thread pool from {human_size(t['parallel_bytes'])} (copies without overlap): {t['parallel_reason']}"),
               f"  threads: {th['reason']}"]
+    pool = th.get("pool")
+    if pool:
+        alone = pool["busy_fallbacks"] + pool["backoff_fallbacks"]
+        lines.append(f"  this process so far: {pool['parallel_copies']} copies split over threads, {alone} done alone "
+                     f"({pool['busy_fallbacks']} with the pool busy with another call, {pool['backoff_fallbacks']} "
+                     f"in a back-off after {pool['late_events']} late-worker events), "
+                     f"{pool['chunks_by_workers']} chunks copied by workers")
     lines += ["", "Shared memory (fastcopy.shm):"]
     for rule in data["shm"]:
         lines.append(f"  {rule['name']} = {_rule_value(rule)}: {rule['rule']}")

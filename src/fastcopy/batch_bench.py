@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 import fastcopy
+from .measure.engine import repeat_order
 
 # name -> (what, count, bytes per array, out=?)
 CASES: Dict[str, Dict[str, Any]] = {
@@ -115,7 +116,7 @@ def run_batch_bench(cases: Optional[Sequence[str]] = None, repeats: int = 11, mi
         order = list(calls)
         seconds: Dict[str, List[float]] = {v: [] for v in order}
         for r in range(repeats):
-            for v in order[r % len(order):] + order[:r % len(order)]:
+            for v in repeat_order(order, r):  # none always first or after the same one
                 c, n = calls[v], loops[v]
                 t0 = time.perf_counter()
                 for _ in range(n):

@@ -54,7 +54,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .measure import system
-from .measure.engine import SPREAD_DISAGREES_NOTE, paired_spread, ratio_words
+from .measure.engine import SPREAD_DISAGREES_NOTE, paired_spread, ratio_words, repeat_order
 
 __all__ = ["run_ipc_bench", "format_ipc_table", "DEFAULT_SIZES", "TRANSPORTS"]
 
@@ -633,11 +633,12 @@ def run_ipc_bench(
                     count = min(max_messages, max(count + 1, int(count * min(100.0, min_time / max(dt, 1e-6)))))
                 targets[transport] = max(2, min(max_messages, int(math.ceil(count * min_time / max(dt, 1e-6)))))
             # Repeats are interleaved across transports, so a change in machine load affects
-            # all of them alike and the ratios stay fair.
+            # all of them alike and the ratios stay fair; each repeat runs them in another order
+            # (repeat_order), so that none always runs first or right after the same one.
             runs: Dict[str, List[Dict[str, float]]] = {t: [] for t in transports}
-            for _ in range(repeats):
+            for r in range(repeats):
                 distance.append(system.cache_line_round_trip(pair))
-                for transport in transports:
+                for transport in repeat_order(transports, r):
                     dt = parent.throughput(transport, size, targets[transport], timeout)
                     runs[transport].append({"messages": targets[transport], "seconds": dt})
             # Round trips are interleaved the same way: each repeat runs a ping-pong loop per
@@ -650,8 +651,8 @@ def run_ipc_bench(
                     per = statistics.median(r["seconds"] for r in runs[transport]) / targets[transport]
                     iters[transport] = max(3, min(10000, int(min_time / max(2 * per, 1e-6)) // repeats))
                     parent.pingpong(transport, size, min(iters[transport], 10), timeout)  # warm-up
-                for _ in range(repeats):
-                    for transport in transports:
+                for r in range(repeats):
+                    for transport in repeat_order(transports, r):
                         trips = parent.pingpong(transport, size, iters[transport], timeout)
                         rtts[transport] += trips
                         rtt_runs[transport].append(statistics.median(trips) * 1e6)

@@ -38,7 +38,7 @@ import numpy as np
 
 from . import _core
 from .measure import system
-from .measure.engine import SPREAD_DISAGREES_NOTE, paired_spread, ratio_words
+from .measure.engine import SPREAD_DISAGREES_NOTE, paired_spread, ratio_words, repeat_order
 
 __all__ = ["run_topic_bench", "format_topic_table", "DEFAULT_TOPIC_SIZES", "CONFIGS", "BASELINES"]
 
@@ -148,10 +148,10 @@ def run_topic_bench(sizes: Iterable[int] = DEFAULT_TOPIC_SIZES, repeats: int = 5
     distance: List[Optional[float]] = []  # one probe before each repeat of each size
     counts = {s: max(8, min(50_000, int(min_time * _BYTES_PER_SECOND_GUESS / s))) for s in sizes}
     try:
-        for _ in range(repeats):  # interleaved: every configuration sees the same machine state
+        for r in range(repeats):  # interleaved: every configuration sees the same machine state
             for s in sizes:
                 distance.append(system.cache_line_round_trip(pair))
-                for c in configs:
+                for c in repeat_order(configs, r):  # none always first or after the same one
                     receivers = [parent for parent, _ in pipes[:_subscribers(c)]]
                     runs[(c, s)].append(_one_run(c, receivers, s, counts[s], view_fill))
     finally:

@@ -510,6 +510,23 @@ def ratio_words(ratio: float, spread_pair: Optional[Sequence[float]]) -> Tuple[s
     return words + f" ({lo:.2f}-{hi:.2f})" + (" !" if outside else ""), outside
 
 
+def repeat_order(names: Sequence[Any], repeat: int) -> List[Any]:
+    """The order in which repeat number ``repeat`` runs ``names``: the list rotated by one place
+    every two repeats, every other repeat reversed (for three names: ABC, CBA, BCA, BAC, CAB,
+    ACB). Over ``2 * len(names)`` repeats each name goes first equally often, and runs right
+    after its neighbour on either side of the list equally often (after every other name, for up
+    to three names). Benchmarks between processes need it: with one fixed order, the transport
+    that ran right after ``send`` + ``recv(out=)`` lost a few per cent (16 MiB, loan + view against
+    iceoryx2's view path: 0.94-0.99x in that order, 1.07-1.12x with neither after it; Zen 4 VM,
+    three runs each), so the ratio followed the order, not the transports."""
+    k = len(names)
+    if k == 0:
+        return []
+    base = list(names) if repeat % 2 == 0 else list(reversed(names))
+    shift = (repeat // 2) % k
+    return base[shift:] + base[:shift]
+
+
 def time_interleaved(timers: Dict[str, Timer], iterations: int, repeats: int,
                      rng: Optional[random.Random] = None) -> Dict[str, List[float]]:
     """Seconds per copy of each timer, ``repeats`` samples each: every repeat runs each timer once
