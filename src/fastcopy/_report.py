@@ -132,7 +132,7 @@ def format_info(data: Dict[str, Any]) -> str:
                f"  thread pool from {human_size(t['parallel_bytes'])} (copies without overlap): {t['parallel_reason']}"),
               f"  threads: {th['reason']}"]
     pool = th.get("pool")
-    if pool:
+    if pool and any(pool.values()):  # `python -m fastcopy info` is a fresh process: nothing to say
         alone = pool["busy_fallbacks"] + pool["backoff_fallbacks"]
         lines.append(f"  this process so far: {pool['parallel_copies']} copies split over threads, {alone} done alone "
                      f"({pool['busy_fallbacks']} with the pool busy with another call, {pool['backoff_fallbacks']} "
