@@ -276,9 +276,11 @@ void bind_info(py::module_& m) {
         d["pools_started"] = s.pools_started;
         d["late_events"] = s.late_events;
         d["backoff_fallbacks"] = s.backoff_fallbacks;
+        d["asleep_fallbacks"] = s.asleep_fallbacks;
         return d;
-    }, "Counters of the thread pool since import: copies split, copies done alone (pool busy, or back-off after "
-       "late workers), chunks the workers copied, pool starts, late-worker events.");
+    }, "Counters of the thread pool since import: copies split, copies done alone (pool busy, back-off after "
+       "late workers, or an isolated copy under 2 MiB while the workers slept), chunks the workers copied, pool starts, "
+       "late-worker events.");
     m.def("default_threads", [] { return pool::default_threads(); }, "Threads from CPU affinity and cgroup quota.");
     m.def("threads_reason", [] { return pool::threads_reason(); }, "Where the thread count comes from, in words.");
     m.def("set_threads", [](long n) {

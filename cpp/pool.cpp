@@ -66,6 +66,22 @@ constexpr std::int64_t kCallerSpinNs = 20'000;
 // would hold the CPU for the whole window while the other party cannot run; measured here
 // this turned a 0.4 us hand-off into 52 us (= the spin window).
 constexpr std::int64_t kPureSpinNs = 1'000;
+// An isolated copy (the previous one that reached the pool ended more than kIsolatedGapNs
+// ago) smaller than kWakeWorkersMinBytes does not wake sleeping workers: the caller copies
+// alone. Waking one costs the caller a FUTEX_WAKE and the worker tens of microseconds under
+// KVM, which a copy this small does not win back. Isolated copies (1 ms idle before each, so
+// the worker sleeps), pool against one thread, `cpp/bench/bandwidth`: on the Intel KVM VM
+// 0.75-1.11x at 1 MiB and 1.04-1.43x at 2 MiB (3 runs, SCHED_FIFO); on the Zen 4 KVM VM
+// 0.80-1.00x at 1 MiB and 0.93-1.07x at 2 MiB (2 sessions). With this rule, Zen 4, three
+// runs interleaved with three of the code before it: 0.91-1.01x at 1 MiB (before 0.80-0.91x),
+// and for a forced thread count 0.82-1.17x at 256 KiB (0.47-0.64x) and 0.91-0.95x at 512 KiB
+// (0.84-0.87x); 2 MiB unchanged (0.93-1.01x against 0.93-1.04x).
+// Copies closer together are left as they were: a first version that also skipped the wake
+// for gaps down to the worker's 50 us spin held every 1 MiB loan + view ping-pong between two
+// processes (gaps of 30-150 us) at 108-119 us round trips, where the wake lets some runs reach
+// 64-90 us (Zen 4 VM, 6 and 8 runs).
+constexpr std::size_t kWakeWorkersMinBytes = 2u << 20;
+constexpr std::int64_t kIsolatedGapNs = 500'000;
 // Chunks per thread for load balancing, and the largest chunk.
 constexpr std::size_t kChunksPerThread = 8;
 constexpr std::size_t kMaxChunkBytes = 4u << 20;
@@ -184,7 +200,7 @@ struct Pool {
 };
 
 std::atomic<std::uint64_t> g_parallel_copies{0}, g_busy_fallbacks{0}, g_worker_chunks{0},
-    g_pools_started{0}, g_late_events{0}, g_backoff_fallbacks{0};
+    g_pools_started{0}, g_late_events{0}, g_backoff_fallbacks{0}, g_asleep_fallbacks{0};
 
 // Adaptive back-off (see parallel_copy_chunked). g_backoff_* belong to the g_busy holder.
 constexpr std::int64_t kLateSlackNs = 50'000;
@@ -193,6 +209,8 @@ constexpr std::int64_t kMaxBackoffNs = 100'000'000;
 std::atomic<bool> g_adaptive{true};
 std::int64_t g_backoff_until = 0;
 std::int64_t g_backoff_ns = kMinBackoffNs / 2;
+// When the last copy that held the pool ended (steady clock, ns); owned by the g_busy holder.
+std::int64_t g_last_end_ns = 0;
 
 void worker_main(Worker* w) {
 #if defined(__linux__)
@@ -235,6 +253,13 @@ void enlist(Worker* w, Job* j) {
     w->job = j;
     const std::uint32_t old = w->state.exchange(kGo, std::memory_order_acq_rel);
     if (old == kSleeping) wake_all(&w->state);
+}
+
+// Whether the first `helpers` workers all sleep (none spinning, none busy).
+bool all_asleep(const Pool& p, std::size_t helpers) {
+    for (std::size_t i = 0; i < helpers; ++i)
+        if (p.workers[i]->state.load(std::memory_order_acquire) != kSleeping) return false;
+    return helpers > 0;
 }
 
 // After the caller ran out of chunks: withdraw the job from a worker that has not picked it
@@ -495,6 +520,15 @@ void run_job(Job& job, unsigned t, Alone&& alone) {
     }
     Pool* p = pool_with(t - 1);
     const std::size_t helpers = std::min<std::size_t>(p->workers.size(), job.nchunks - 1);
+    if (adaptive && !job.item && job.n < kWakeWorkersMinBytes && t0 - g_last_end_ns > kIsolatedGapNs &&
+        all_asleep(*p, helpers)) {
+        // An isolated copy too small to pay for waking them: alone, and they sleep on.
+        alone();
+        g_last_end_ns = now_ns();
+        g_asleep_fallbacks.fetch_add(1, std::memory_order_relaxed);
+        g_busy.store(false, std::memory_order_release);
+        return;
+    }
     for (std::size_t i = 0; i < helpers; ++i) enlist(p->workers[i], &job);
     const std::size_t mine = run_chunks(job);
     const std::int64_t t1 = adaptive ? now_ns() : 0;
@@ -515,6 +549,7 @@ void run_job(Job& job, unsigned t, Alone&& alone) {
         }
     }
     g_parallel_copies.fetch_add(1, std::memory_order_relaxed);
+    if (adaptive) g_last_end_ns = now_ns();
     g_busy.store(false, std::memory_order_release);
 }
 
@@ -679,6 +714,7 @@ Stats stats() {
     s.busy_fallbacks = g_busy_fallbacks.load(std::memory_order_relaxed);
     s.late_events = g_late_events.load(std::memory_order_relaxed);
     s.backoff_fallbacks = g_backoff_fallbacks.load(std::memory_order_relaxed);
+    s.asleep_fallbacks = g_asleep_fallbacks.load(std::memory_order_relaxed);
     s.chunks_by_workers = g_worker_chunks.load(std::memory_order_relaxed);
     s.pools_started = g_pools_started.load(std::memory_order_relaxed);
     return s;

@@ -80,12 +80,14 @@ struct Stats {
     std::uint64_t pools_started = 0;    // pool (re)builds, e.g. after fork
     std::uint64_t late_events = 0;      // copies where the caller waited long for a worker
     std::uint64_t backoff_fallbacks = 0;  // copies done alone during the back-off after one
+    std::uint64_t asleep_fallbacks = 0;  // isolated copies under 2 MiB done alone: the workers slept
 };
 
 // Adaptive back-off, on by default: when the caller had to wait for a worker much longer
 // than a chunk takes (the worker was descheduled: the machine is oversubscribed), the next
 // copies for 1 ms (doubling while it repeats, up to 100 ms) run on the caller alone. Tests
-// and benchmarks that need every copy split turn it off.
+// and benchmarks that need every copy split turn it off (it also turns off the rule that an
+// isolated copy under 2 MiB does not wake sleeping workers: see kWakeWorkersMinBytes).
 void set_adaptive(bool on);
 Stats stats();
 

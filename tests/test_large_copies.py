@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -156,13 +157,13 @@ def test_info_counts_what_the_pool_did():
     dst = np.empty_like(src)
 
     def handled(pool):
-        return pool["parallel_copies"] + pool["busy_fallbacks"] + pool["backoff_fallbacks"]
+        return pool["parallel_copies"] + pool["busy_fallbacks"] + pool["backoff_fallbacks"] + pool["asleep_fallbacks"]
 
     fastcopy.set_threads(2)
     try:
         before = fastcopy.info()["threads"]["pool"]
         assert set(before) == {"parallel_copies", "busy_fallbacks", "chunks_by_workers", "pools_started",
-                               "late_events", "backoff_fallbacks"}
+                               "late_events", "backoff_fallbacks", "asleep_fallbacks"}
         for _ in range(3):
             fastcopy.copy(dst, src)
         fastcopy.copy(dst[:4096], src[:4096])  # below the threshold: not the pool's
@@ -178,6 +179,40 @@ def test_info_counts_what_the_pool_did():
         assert f"{pool['parallel_copies']} copies split over threads" in format_info(data)
     finally:
         fastcopy.set_threads(0)
+
+
+def test_isolated_copies_under_2_mib_do_not_wake_sleeping_workers():
+    """A copy under 2 MiB that comes more than 500 us after the previous one finds the pool's
+    worker asleep and copies alone (waking it would cost more than it gains); larger ones and
+    copies that come closer together still split. Counted in info()["threads"]["pool"]."""
+    k2 = fastcopy.kernel("generic", threads=2)  # always the pool, whatever the profile says
+    rng = np.random.default_rng(5)
+    small = rng.integers(0, 256, 1 << 20, dtype=np.uint8)
+    large = rng.integers(0, 256, 4 << 20, dtype=np.uint8)
+    out_small, out_large = np.zeros_like(small), np.zeros_like(large)
+    k2(out_small, small)  # starts the pool
+
+    def asleep_fallbacks():  # what info()["threads"]["pool"] shows, without info()'s 0.1 s
+        return fastcopy._core.pool_stats()["asleep_fallbacks"]
+
+    def asleep_after(copy, pause):
+        before = asleep_fallbacks()
+        time.sleep(pause)  # the worker spins 50 us, then sleeps
+        copy()
+        return asleep_fallbacks() - before
+
+    isolated = [asleep_after(lambda: k2(out_small, small), 0.01) for _ in range(20)]
+    assert sum(isolated) >= 10, isolated  # each one, unless the worker had not yet gone to sleep
+    assert np.array_equal(out_small, small)
+    assert [asleep_after(lambda: k2(out_large, large), 0.01) for _ in range(5)] == [0] * 5
+    assert np.array_equal(out_large, large)
+    # 200 us apart (the worker asleep, but a stream of copies): they split, waking it.
+    close = [asleep_after(lambda: k2(out_small, small), 0.0002) for _ in range(20)]
+    assert sum(close) < 10, close  # a pause that overshot 500 us on a loaded machine may count
+    before = asleep_fallbacks()
+    for _ in range(200):  # back to back
+        k2(out_small, small)
+    assert asleep_fallbacks() - before <= 1
 
 
 @pytest.mark.parametrize("direction", ["forward", "backward"])

@@ -291,9 +291,10 @@ int main(int argc, char** argv) {
     }
     const auto s = pool::stats();
     std::printf("\npool: %llu parallel copies, %llu chunks by workers, %llu late workers, "
-                "%llu copies alone during back-off\n",
+                "%llu copies alone during back-off, %llu alone while the workers slept\n",
                 (unsigned long long)s.parallel_copies, (unsigned long long)s.chunks_by_workers,
-                (unsigned long long)s.late_events, (unsigned long long)s.backoff_fallbacks);
+                (unsigned long long)s.late_events, (unsigned long long)s.backoff_fallbacks,
+                (unsigned long long)s.asleep_fallbacks);
     std::free(src);
     std::free(dst);
     return 0;

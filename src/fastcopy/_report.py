@@ -133,11 +133,11 @@ def format_info(data: Dict[str, Any]) -> str:
               f"  threads: {th['reason']}"]
     pool = th.get("pool")
     if pool and any(pool.values()):  # `python -m fastcopy info` is a fresh process: nothing to say
-        alone = pool["busy_fallbacks"] + pool["backoff_fallbacks"]
+        alone = pool["busy_fallbacks"] + pool["backoff_fallbacks"] + pool["asleep_fallbacks"]
         lines.append(f"  this process so far: {pool['parallel_copies']} copies split over threads, {alone} done alone "
                      f"({pool['busy_fallbacks']} with the pool busy with another call, {pool['backoff_fallbacks']} "
-                     f"in a back-off after {pool['late_events']} late-worker events), "
-                     f"{pool['chunks_by_workers']} chunks copied by workers")
+                     f"in a back-off after {pool['late_events']} late-worker events, {pool['asleep_fallbacks']} under "
+                     f"2 MiB, isolated, while the workers slept), {pool['chunks_by_workers']} chunks copied by workers")
     lines += ["", "Shared memory (fastcopy.shm):"]
     for rule in data["shm"]:
         lines.append(f"  {rule['name']} = {_rule_value(rule)}: {rule['rule']}")
