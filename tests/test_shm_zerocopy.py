@@ -969,9 +969,13 @@ def test_fills_of_loans_by_fastcopy_learn_the_store_mode_and_stay_correct():
         n = 1 << 20
         rng = np.random.default_rng(7)
         messages = 40
-        # One source buffer: every fill has the same (dst - src) mod 4096 (large loans start on
-        # a page), so the policy gives each the same kernel as the probe.
-        src = np.empty(n, np.uint8)
+        # One page-aligned source buffer: every fill has (dst - src) mod 4096 = 0 (large loans
+        # start on a page), so the policy gives each the same kernel as the probe, and the NT
+        # rule's page-distance guard never applies (where numpy put a plain np.empty depended
+        # on the tests that ran before: at a small page offset the fills are not timed).
+        buf = np.empty(n + 4096, np.uint8)
+        start = (-buf.ctypes.data) % 4096
+        src = buf[start:start + n]
         with tx.loan(n, np.uint8) as probe:
             cached, streaming = _ring_write_kernel(probe, src)
         rx.recv_view()
