@@ -513,6 +513,7 @@ void run_job(Job& job, unsigned t, Alone&& alone) {
     const std::int64_t t0 = adaptive ? now_ns() : 0;
     if (adaptive && t0 < g_backoff_until) {
         // Workers were late recently (descheduled: other processes hold the cores).
+        g_last_end_ns = t0;  // a copy of the stream: the next one is not isolated
         g_busy.store(false, std::memory_order_release);
         g_backoff_fallbacks.fetch_add(1, std::memory_order_relaxed);
         alone();
@@ -539,6 +540,7 @@ void run_job(Job& job, unsigned t, Alone&& alone) {
         // can hide. Waiting much longer than a chunk takes the caller means exactly that:
         // then copy alone for a while (1 ms, doubling while it repeats, up to 100 ms).
         const std::int64_t t2 = now_ns();
+        g_last_end_ns = t2;
         const std::int64_t per_chunk = (t1 - t0) / std::int64_t(mine ? mine : 1);
         if (t2 - t1 > 4 * per_chunk + kLateSlackNs) {
             g_backoff_ns = std::min<std::int64_t>(g_backoff_ns * 2, kMaxBackoffNs);
@@ -549,7 +551,6 @@ void run_job(Job& job, unsigned t, Alone&& alone) {
         }
     }
     g_parallel_copies.fetch_add(1, std::memory_order_relaxed);
-    if (adaptive) g_last_end_ns = now_ns();
     g_busy.store(false, std::memory_order_release);
 }
 

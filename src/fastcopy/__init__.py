@@ -94,8 +94,8 @@ def info() -> Dict[str, Any]:
     ``policy`` (the same bands as flat rows: region, class, min/max bytes, kernel, reason); ``notes``;
     ``thresholds`` (non-temporal and parallel, with reasons); ``threads`` (count, default,
     reason, and ``pool``: this process's counts of copies split over threads, copies done
-    alone because the pool was busy or backing off after late workers, chunks the workers
-    copied); ``overrides``;
+    alone because the pool was busy, backing off after late workers, or isolated while the
+    workers slept, and chunks the workers copied); ``overrides``;
     ``shm`` (the size and time rules of ``fastcopy.shm``'s Channel and Topic: name, value,
     unit, what the rule does, and the measurement behind it).
     """
