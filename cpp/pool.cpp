@@ -66,22 +66,6 @@ constexpr std::int64_t kCallerSpinNs = 20'000;
 // would hold the CPU for the whole window while the other party cannot run; measured here
 // this turned a 0.4 us hand-off into 52 us (= the spin window).
 constexpr std::int64_t kPureSpinNs = 1'000;
-// An isolated copy (the previous one that reached the pool ended more than kIsolatedGapNs
-// ago) smaller than kWakeWorkersMinBytes does not wake sleeping workers: the caller copies
-// alone. Waking one costs the caller a FUTEX_WAKE and the worker tens of microseconds under
-// KVM, which a copy this small does not win back. Isolated copies (1 ms idle before each, so
-// the worker sleeps), pool against one thread, `cpp/bench/bandwidth`: on the Intel KVM VM
-// 0.75-1.11x at 1 MiB and 1.04-1.43x at 2 MiB (3 runs, SCHED_FIFO); on the Zen 4 KVM VM
-// 0.80-1.00x at 1 MiB and 0.93-1.07x at 2 MiB (2 sessions). With this rule, Zen 4, three
-// runs interleaved with three of the code before it: 0.91-1.01x at 1 MiB (before 0.80-0.91x),
-// and for a forced thread count 0.82-1.17x at 256 KiB (0.47-0.64x) and 0.91-0.95x at 512 KiB
-// (0.84-0.87x); 2 MiB unchanged (0.93-1.01x against 0.93-1.04x).
-// Copies closer together are left as they were: a first version that also skipped the wake
-// for gaps down to the worker's 50 us spin held every 1 MiB loan + view ping-pong between two
-// processes (gaps of 30-150 us) at 108-119 us round trips, where the wake lets some runs reach
-// 64-90 us (Zen 4 VM, 6 and 8 runs).
-constexpr std::size_t kWakeWorkersMinBytes = 2u << 20;
-constexpr std::int64_t kIsolatedGapNs = 500'000;
 // Chunks per thread for load balancing, and the largest chunk.
 constexpr std::size_t kChunksPerThread = 8;
 constexpr std::size_t kMaxChunkBytes = 4u << 20;

@@ -185,10 +185,16 @@ def test_isolated_copies_under_2_mib_do_not_wake_sleeping_workers():
     """A copy under 2 MiB that comes more than 500 us after the previous one finds the pool's
     worker asleep and copies alone (waking it would cost more than it gains); larger ones and
     copies that come closer together still split. Counted in info()["threads"]["pool"]."""
+    from fastcopy._report import format_info
+
     k2 = fastcopy.kernel("generic", threads=2)  # always the pool, whatever the profile says
     rng = np.random.default_rng(5)
     small = rng.integers(0, 256, 1 << 20, dtype=np.uint8)
     large = rng.integers(0, 256, 4 << 20, dtype=np.uint8)
+    data = fastcopy.info()
+    rule = data["threads"]["isolated_copies"]  # the rule as info() shows it
+    assert small.nbytes < rule["below_bytes"] == 2 << 20 <= large.nbytes and rule["gap_seconds"] == 0.0005
+    assert rule["rule"] and rule["why"] and "isolated copies under 2 MiB (more than 500 us" in format_info(data)
     out_small, out_large = np.zeros_like(small), np.zeros_like(large)
     k2(out_small, small)  # starts the pool
 

@@ -95,7 +95,8 @@ def info() -> Dict[str, Any]:
     ``thresholds`` (non-temporal and parallel, with reasons); ``threads`` (count, default,
     reason, and ``pool``: this process's counts of copies split over threads, copies done
     alone because the pool was busy, backing off after late workers, or isolated while the
-    workers slept, and chunks the workers copied); ``overrides``;
+    workers slept, and chunks the workers copied; ``isolated_copies``: that last rule, with
+    its thresholds and measurement); ``overrides``;
     ``shm`` (the size and time rules of ``fastcopy.shm``'s Channel and Topic: name, value,
     unit, what the rule does, and the measurement behind it).
     """

@@ -76,6 +76,7 @@ def collect_info(brand: bool = True) -> Dict[str, Any]:
             # What the pool did in this process so far: the back-off and the busy fallback are
             # decided per copy at run time, so they show here rather than in the policy table.
             "pool": dict(_core.pool_stats()),
+            "isolated_copies": dict(_core.isolated_copy_rule()),
         },
         "overrides": _core.overrides(),
         "shm": list(_core._shm_rules()),
@@ -131,6 +132,11 @@ def format_info(data: Dict[str, Any]) -> str:
               (f"  thread pool: never ({t['parallel_reason']})" if t["parallel_bytes"] is None else
                f"  thread pool from {human_size(t['parallel_bytes'])} (copies without overlap): {t['parallel_reason']}"),
               f"  threads: {th['reason']}"]
+    iso = th.get("isolated_copies")
+    if iso:
+        lines.append(f"  isolated copies under {human_size(iso['below_bytes'])} (more than "
+                     f"{iso['gap_seconds'] * 1e6:g} us after the previous one) run alone while the workers sleep: "
+                     f"{iso['why']}")
     pool = th.get("pool")
     if pool and any(pool.values()):  # `python -m fastcopy info` is a fresh process: nothing to say
         alone = pool["busy_fallbacks"] + pool["backoff_fallbacks"] + pool["asleep_fallbacks"]
