@@ -281,6 +281,9 @@ void bind_info(py::module_& m) {
     }, "Counters of the thread pool since import: copies split, copies done alone (pool busy, back-off after "
        "late workers, or an isolated copy under 2 MiB while the workers slept), chunks the workers copied, pool starts, "
        "late-worker events.");
+    m.def("pool_sleeping_workers", [] { return pool::sleeping_workers(); },
+          "Started pool workers that sleep on their futex now (a snapshot: the isolated-copy rule applies only "
+          "when the workers a copy would use all sleep).");
     m.def("isolated_copy_rule", [] {
         py::dict d;
         d["below_bytes"] = pool::kWakeWorkersMinBytes;

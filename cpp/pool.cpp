@@ -693,6 +693,16 @@ unsigned started_workers() {
     return n;
 }
 
+unsigned sleeping_workers() {
+    // Under the pool lock, like started_workers(): the pool cannot be rebuilt meanwhile.
+    while (g_busy.exchange(true, std::memory_order_acquire)) std::this_thread::yield();
+    unsigned n = 0;
+    if (g_pool)
+        for (const Worker* w : g_pool->workers) n += w->state.load(std::memory_order_acquire) == kSleeping;
+    g_busy.store(false, std::memory_order_release);
+    return n;
+}
+
 Stats stats() {
     Stats s;
     s.parallel_copies = g_parallel_copies.load(std::memory_order_relaxed);

@@ -89,6 +89,10 @@ double cgroup_cpu_quota(const std::string& cgroup_text, const std::string& mount
 // Workers currently started (0 before the first parallel copy and in a forked child).
 unsigned started_workers();
 
+// Started workers that sleep on their futex now (a snapshot). Tests use it to know that the
+// next copy finds the workers asleep, which the isolated-copy rule depends on.
+unsigned sleeping_workers();
+
 struct Stats {
     std::uint64_t parallel_copies = 0;  // copies that used the pool
     std::uint64_t busy_fallbacks = 0;   // copies done alone because another caller held the pool
