@@ -277,13 +277,20 @@ void bind_info(py::module_& m) {
         d["late_events"] = s.late_events;
         d["backoff_fallbacks"] = s.backoff_fallbacks;
         d["asleep_fallbacks"] = s.asleep_fallbacks;
+        d["worker_sleeps"] = s.worker_sleeps;
         return d;
     }, "Counters of the thread pool since import: copies split, copies done alone (pool busy, back-off after "
        "late workers, or an isolated copy under 2 MiB while the workers slept), chunks the workers copied, pool starts, "
-       "late-worker events.");
+       "late-worker events, times a worker stopped spinning and slept.");
     m.def("pool_sleeping_workers", [] { return pool::sleeping_workers(); },
           "Started pool workers that sleep on their futex now (a snapshot: the isolated-copy rule applies only "
           "when the workers a copy would use all sleep).");
+    m.def("pool_worker_spin_seconds", [] { return double(pool::worker_spin_now_ns()) * 1e-9; },
+          "How long idle pool workers spin before sleeping, as the last copy split over threads set it "
+          "(worker_spin_rule()).");
+    m.def("pool_last_worker_spin_seconds", [] { return double(pool::last_worker_spin_ns()) * 1e-9; },
+          "How long the first pool worker spun (at most) before sleeping when it last became idle: "
+          "worker_spin_rule()'s value for the copy it helped with.");
     m.def("isolated_copy_rule", [] {
         py::dict d;
         d["below_bytes"] = pool::kWakeWorkersMinBytes;
@@ -296,6 +303,18 @@ void bind_info(py::module_& m) {
                    "cpp/bench/bandwidth, 3 interleaved runs each)";
         return d;
     }, "The thread pool's rule for isolated copies that find the workers asleep, with its measurement.");
+    m.def("worker_spin_rule", [] {
+        py::dict d;
+        d["after_isolated_copy_seconds"] = double(pool::kWorkerSpinNs) * 1e-9;
+        d["within_stream_seconds"] = double(pool::worker_spin_ns(0)) * 1e-9;
+        d["rule"] = "an idle worker spins (yielding to other threads) before it sleeps on a futex: "
+                    "within_stream_seconds after a copy that came within the isolated-copy gap of the previous one, "
+                    "after_isolated_copy_seconds after others";
+        d["why"] = "waking a sleeping worker costs tens of us under KVM: with a 50 us spin, 1 MiB copies 100-450 us apart "
+                   "took 33-50 us (one thread: about 25), 15-25 us with this rule; 1 MiB loan + view ping-pongs between "
+                   "two processes ran at 97-145 us round trips in 9 of 12 runs, 62-70 us in most with it (Zen 4 VM)";
+        return d;
+    }, "How long idle pool workers spin before sleeping, with its measurement.");
     m.def("default_threads", [] { return pool::default_threads(); }, "Threads from CPU affinity and cgroup quota.");
     m.def("threads_reason", [] { return pool::threads_reason(); }, "Where the thread count comes from, in words.");
     m.def("set_threads", [](long n) {

@@ -55,9 +55,6 @@ static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t), "fute
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "futex word");
 
 constexpr std::size_t kLine = 64;
-// How long an idle worker waits for the next job before it sleeps on the futex; long enough
-// to catch back-to-back copies, short enough that an idle pool costs nothing measurable.
-constexpr std::int64_t kWorkerSpinNs = 50'000;
 // How long the caller waits for a worker to finish its last chunk before sleeping.
 constexpr std::int64_t kCallerSpinNs = 20'000;
 // Within those windows, pure spinning on plain loads only for this long; after it, spin
@@ -177,6 +174,7 @@ struct alignas(kLine) Worker {
     std::atomic<std::uint32_t> state{kIdle};
     Job* job = nullptr;  // written by the owner before state -> GO, read after GO -> RUNNING
     std::thread thread;
+    std::atomic<std::int64_t> last_spin_ns{0};  // the spin it took when it last became idle
 };
 
 struct Pool {
@@ -184,7 +182,7 @@ struct Pool {
 };
 
 std::atomic<std::uint64_t> g_parallel_copies{0}, g_busy_fallbacks{0}, g_worker_chunks{0},
-    g_pools_started{0}, g_late_events{0}, g_backoff_fallbacks{0}, g_asleep_fallbacks{0};
+    g_pools_started{0}, g_late_events{0}, g_backoff_fallbacks{0}, g_asleep_fallbacks{0}, g_worker_sleeps{0};
 
 // Adaptive back-off (see parallel_copy_chunked). g_backoff_* belong to the g_busy holder.
 constexpr std::int64_t kLateSlackNs = 50'000;
@@ -195,6 +193,9 @@ std::int64_t g_backoff_until = 0;
 std::int64_t g_backoff_ns = kMinBackoffNs / 2;
 // When the last copy that held the pool ended (steady clock, ns); owned by the g_busy holder.
 std::int64_t g_last_end_ns = 0;
+// How long idle workers spin before sleeping (ns): set by the caller at each split copy from
+// the gap before it (worker_spin_ns), read by each worker when it becomes idle.
+std::atomic<std::int64_t> g_worker_spin_ns{kWorkerSpinNs};
 
 void worker_main(Worker* w) {
 #if defined(__linux__)
@@ -203,13 +204,16 @@ void worker_main(Worker* w) {
     for (;;) {
         std::uint32_t s = w->state.load(std::memory_order_acquire);
         if (s == kIdle) {
-            spin_until([&] { return (s = w->state.load(std::memory_order_relaxed)) != kIdle; },
-                       kWorkerSpinNs);
+            const std::int64_t spin_ns = g_worker_spin_ns.load(std::memory_order_relaxed);
+            w->last_spin_ns.store(spin_ns, std::memory_order_relaxed);
+            spin_until([&] { return (s = w->state.load(std::memory_order_relaxed)) != kIdle; }, spin_ns);
             if (s == kIdle) {
                 std::uint32_t expected = kIdle;
                 if (w->state.compare_exchange_strong(expected, kSleeping,
-                                                     std::memory_order_acq_rel))
+                                                     std::memory_order_acq_rel)) {
+                    g_worker_sleeps.fetch_add(1, std::memory_order_relaxed);
                     wait_while(&w->state, kSleeping);
+                }
             }
             continue;
         }
@@ -514,6 +518,8 @@ void run_job(Job& job, unsigned t, Alone&& alone) {
         g_busy.store(false, std::memory_order_release);
         return;
     }
+    g_worker_spin_ns.store(adaptive ? worker_spin_ns(t0 - g_last_end_ns) : kWorkerSpinNs,
+                           std::memory_order_relaxed);
     for (std::size_t i = 0; i < helpers; ++i) enlist(p->workers[i], &job);
     const std::size_t mine = run_chunks(job);
     const std::int64_t t1 = adaptive ? now_ns() : 0;
@@ -703,6 +709,16 @@ unsigned sleeping_workers() {
     return n;
 }
 
+std::int64_t worker_spin_now_ns() { return g_worker_spin_ns.load(std::memory_order_relaxed); }
+
+std::int64_t last_worker_spin_ns() {
+    while (g_busy.exchange(true, std::memory_order_acquire)) std::this_thread::yield();
+    const std::int64_t ns =
+        g_pool && !g_pool->workers.empty() ? g_pool->workers[0]->last_spin_ns.load(std::memory_order_relaxed) : 0;
+    g_busy.store(false, std::memory_order_release);
+    return ns;
+}
+
 Stats stats() {
     Stats s;
     s.parallel_copies = g_parallel_copies.load(std::memory_order_relaxed);
@@ -710,6 +726,7 @@ Stats stats() {
     s.late_events = g_late_events.load(std::memory_order_relaxed);
     s.backoff_fallbacks = g_backoff_fallbacks.load(std::memory_order_relaxed);
     s.asleep_fallbacks = g_asleep_fallbacks.load(std::memory_order_relaxed);
+    s.worker_sleeps = g_worker_sleeps.load(std::memory_order_relaxed);
     s.chunks_by_workers = g_worker_chunks.load(std::memory_order_relaxed);
     s.pools_started = g_pools_started.load(std::memory_order_relaxed);
     return s;

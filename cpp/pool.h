@@ -2,6 +2,7 @@
 // never at import. Knows nothing about policy: dispatch decides when to call it.
 // How it works, sizing, fork and concurrency behaviour: docs/threads.md.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -67,6 +68,22 @@ constexpr unsigned kDefaultThreadsCap = 8;
 // 64-90 us (Zen 4 VM, 6 and 8 runs).
 constexpr std::size_t kWakeWorkersMinBytes = 2u << 20;
 constexpr std::int64_t kIsolatedGapNs = 500'000;  // 500 us, in ns
+// How long an idle worker spins (with sched_yield() after the first 1 us) before it sleeps on
+// its futex. After a copy that came as part of a stream (within kIsolatedGapNs of the previous
+// one) it spins kIsolatedGapNs, so that the stream's next copy finds it awake; after an isolated
+// copy, kWorkerSpinNs (enough for back-to-back copies). Waking a sleeping worker costs the
+// caller a FUTEX_WAKE and the copy the worker's late start, tens of microseconds under KVM. With
+// a 50 us spin for every copy, on the Zen 4 KVM VM: 1 MiB copies 100-450 us apart took a
+// median 33-50 us, slower than one thread (about 25 us), against 15-25 us with this rule; and
+// 1 MiB loan + view ping-pongs between two processes (fills 50-130 us apart) settled at
+// 97-145 us round trips in 9 of 12 runs, where fills found the worker asleep, against 62-70 us
+// in most runs with the longer spin (docs/threads.md has the runs). The cost: in a stream with
+// gaps of 100-450 us a worker spins through them (a CPU busy, yielding to other threads).
+constexpr std::int64_t kWorkerSpinNs = 50'000;  // 50 us, in ns
+constexpr std::int64_t worker_spin_ns(std::int64_t gap_before_copy_ns) {
+    return gap_before_copy_ns < kIsolatedGapNs ? kIsolatedGapNs : kWorkerSpinNs;
+}
+
 // Smallest chunk parallel_copy cuts (bytes, a multiple of 64).
 constexpr std::size_t kMinChunkBytes = 16 * 1024;
 
@@ -93,6 +110,14 @@ unsigned started_workers();
 // next copy finds the workers asleep, which the isolated-copy rule depends on.
 unsigned sleeping_workers();
 
+// The spin (ns) the last split copy set for the workers (worker_spin_ns of its gap; kWorkerSpinNs
+// before the first, and with set_adaptive(false)). For tests of that rule.
+std::int64_t worker_spin_now_ns();
+
+// The spin (ns) the first worker took when it last became idle (worker_spin_ns of the copy it
+// helped; 0 before the pool starts). For tests of that rule.
+std::int64_t last_worker_spin_ns();
+
 struct Stats {
     std::uint64_t parallel_copies = 0;  // copies that used the pool
     std::uint64_t busy_fallbacks = 0;   // copies done alone because another caller held the pool
@@ -101,13 +126,15 @@ struct Stats {
     std::uint64_t late_events = 0;      // copies where the caller waited long for a worker
     std::uint64_t backoff_fallbacks = 0;  // copies done alone during the back-off after one
     std::uint64_t asleep_fallbacks = 0;  // isolated copies under 2 MiB done alone: the workers slept
+    std::uint64_t worker_sleeps = 0;     // times a worker stopped spinning and slept on its futex
 };
 
 // Adaptive back-off, on by default: when the caller had to wait for a worker much longer
 // than a chunk takes (the worker was descheduled: the machine is oversubscribed), the next
 // copies for 1 ms (doubling while it repeats, up to 100 ms) run on the caller alone. Tests
 // and benchmarks that need every copy split turn it off (it also turns off the rule that an
-// isolated copy under 2 MiB does not wake sleeping workers: see kWakeWorkersMinBytes).
+// isolated copy under 2 MiB does not wake sleeping workers: see kWakeWorkersMinBytes, and the
+// longer spin of workers within a stream of copies: see worker_spin_ns).
 void set_adaptive(bool on);
 Stats stats();
 

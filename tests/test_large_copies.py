@@ -163,7 +163,7 @@ def test_info_counts_what_the_pool_did():
     try:
         before = fastcopy.info()["threads"]["pool"]
         assert set(before) == {"parallel_copies", "busy_fallbacks", "chunks_by_workers", "pools_started",
-                               "late_events", "backoff_fallbacks", "asleep_fallbacks"}
+                               "late_events", "backoff_fallbacks", "asleep_fallbacks", "worker_sleeps"}
         for _ in range(3):
             fastcopy.copy(dst, src)
         fastcopy.copy(dst[:4096], src[:4096])  # below the threshold: not the pool's
@@ -177,6 +177,7 @@ def test_info_counts_what_the_pool_did():
         data = fastcopy.info()
         pool = data["threads"]["pool"]
         assert f"{pool['parallel_copies']} copies split over threads" in format_info(data)
+        assert f"{pool['worker_sleeps']} times a worker went to sleep" in format_info(data)
     finally:
         fastcopy.set_threads(0)
 
@@ -212,19 +213,23 @@ def test_isolated_copies_under_2_mib_do_not_wake_sleeping_workers():
     assert np.array_equal(out_small, small)
     assert [asleep_after(lambda: k2(out_large, large), 0.01) for _ in range(5)] == [0] * 5
     assert np.array_equal(out_large, large)
-    # Closer than 500 us to the previous copy, the worker asleep in between (it spins 50 us,
-    # then sleeps): a stream of copies, so they split and wake it. Each try: a copy, a busy
-    # wait until the worker sleeps, the next copy. A try shows the rule only when both copies
-    # ran within 450 us of this thread's clock (the previous copy's end and the next one's
-    # start lie inside that), and the next copy did not go alone for another reason (the
-    # back-off after a late worker, on a loaded machine). An earlier version (20 copies 200 us
-    # apart, no check that the worker slept) passed with the gap check removed while CI
-    # compiled beside it: a starved worker had not reached its sleep, so every copy split.
+    # Closer than 500 us to the previous copy, yet the worker asleep in between: such a copy
+    # belongs to a stream, so it splits and wakes the worker. Each try: a 2 MiB copy 600 us after
+    # the last one (isolated, so the worker spins only 50 us after it), a busy wait until the
+    # worker sleeps, then a 1 MiB copy. A try shows the rule only when both copies ran within
+    # 450 us of this thread's clock (the previous copy's end and the next one's start lie inside
+    # that), and the 1 MiB copy did not go alone for another reason (the back-off after a late
+    # worker, on a loaded machine). An earlier version (20 copies 200 us apart, no check that
+    # the worker slept) passed with the gap check removed while CI compiled beside it: a starved
+    # worker had not reached its sleep, so every copy split.
     shown = []
-    give_up = time.perf_counter() + 5  # natively ~40000 tries show it per second; ~100 under two CPU hogs
+    give_up = time.perf_counter() + 10  # natively 10 tries take 10 ms; under a CPU hog, seconds
     while len(shown) < 10 and time.perf_counter() < give_up:
+        t = time.perf_counter()
+        while time.perf_counter() - t < 0.0006:
+            pass
         start = time.perf_counter()
-        k2(out_small, small)
+        k2(out_large[: 2 << 20], large[: 2 << 20])
         while fastcopy._core.pool_sleeping_workers() == 0 and time.perf_counter() - start < 0.0004:
             pass
         if fastcopy._core.pool_sleeping_workers() == 0:
@@ -237,10 +242,82 @@ def test_isolated_copies_under_2_mib_do_not_wake_sleeping_workers():
         if after["backoff_fallbacks"] == before["backoff_fallbacks"]:
             shown.append(after["asleep_fallbacks"] - before["asleep_fallbacks"])
     assert len(shown) >= 3 and not any(shown), shown  # too few: no try fitted in 450 us for 5 s
+    assert np.array_equal(out_small, small) and np.array_equal(out_large, large)
     before = asleep_fallbacks()
     for _ in range(200):  # back to back (a preemption of over 500 us on a loaded machine may count)
         k2(out_small, small)
     assert asleep_fallbacks() - before < 20
+
+
+def test_workers_spin_through_a_stream_of_copies_and_briefly_after_an_isolated_one():
+    """A copy that comes within 500 us of the previous one (a stream) has idle workers spin
+    500 us before they sleep, so the stream's next copy finds them awake; an isolated one,
+    50 us. Each copy split over the threads sets the spin: read back after each. Where the
+    worker took part in the copy, the spin it took is read back too, and how long it stayed
+    awake is timed from the copy's start (it spins after that; a loaded machine can only make
+    it sleep later). A worker starved on a loaded machine (or under qemu) rarely takes part:
+    those checks then have fewer cases, the first ones none fewer."""
+    from fastcopy._report import format_info
+
+    core = fastcopy._core
+    k2 = fastcopy.kernel("generic", threads=2)  # always the pool, whatever the profile says
+    rule = fastcopy.info()["threads"]["worker_spin"]
+    assert (rule["within_stream_seconds"], rule["after_isolated_copy_seconds"]) == (0.0005, 0.00005)
+    assert rule["rule"] and rule["why"] and "idle workers spin 500 us" in format_info(fastcopy.info())
+    rng = np.random.default_rng(6)
+    large = rng.integers(0, 256, 4 << 20, dtype=np.uint8)  # split even when isolated (2 MiB and up)
+    small = rng.integers(0, 256, 1 << 20, dtype=np.uint8)  # 16 chunks: an awake worker takes some
+    out_large, out_small = np.zeros_like(large), np.zeros_like(small)
+    k2(out_large, large)  # starts the pool
+
+    def busy_wait(seconds: float) -> None:  # time.sleep() overshoots by 50 us and more
+        t = time.perf_counter()
+        while time.perf_counter() - t < seconds:
+            pass
+
+    def copy(dst: np.ndarray, src: np.ndarray) -> tuple[bool, bool, float, float]:
+        """(split over the threads, the worker copied a part, start, end)."""
+        before = core.pool_stats()
+        start = time.perf_counter()
+        k2(dst, src)
+        end = time.perf_counter()
+        after = core.pool_stats()
+        return (after["parallel_copies"] > before["parallel_copies"],
+                after["chunks_by_workers"] > before["chunks_by_workers"], start, end)
+
+    def asleep_since(start: float) -> float | None:
+        """Seconds from `start` until the worker sleeps (None: not within 3 ms)."""
+        while time.perf_counter() - start < 0.003:
+            if core.pool_sleeping_workers():
+                return time.perf_counter() - start
+        return None
+
+    isolated, stream, isolated_worker, stream_worker = [], [], [], []
+    sleeps = core.pool_stats()["worker_sleeps"]
+    give_up = time.perf_counter() + 5
+    while (len(isolated) < 5 or len(stream) < 5) and time.perf_counter() < give_up:
+        busy_wait(0.002)  # isolated: 2 ms after the previous copy
+        split, helped, start, _ = copy(out_large, large)
+        if split:
+            isolated.append(core.pool_worker_spin_seconds())
+            if helped and asleep_since(start) is not None:
+                isolated_worker.append(core.pool_last_worker_spin_seconds())
+        busy_wait(0.002)
+        copy(out_small, small)  # isolated and under 2 MiB: may run alone
+        _, _, first_start, _ = copy(out_small, small)  # a stream: wakes the worker if it slept
+        split, helped, start, end = copy(out_small, small)  # finds it awake
+        if split and end - first_start < 0.00045:  # surely within 500 us of the copy before
+            stream.append(core.pool_worker_spin_seconds())
+            asleep = asleep_since(start)
+            if helped and asleep is not None:
+                stream_worker.append((core.pool_last_worker_spin_seconds(), asleep))
+    assert np.array_equal(out_large, large) and np.array_equal(out_small, small)
+    assert len(isolated) >= 3 and set(isolated) == {0.00005}, isolated
+    assert len(stream) >= 3 and set(stream) == {0.0005}, stream
+    assert set(isolated_worker) <= {0.00005}, isolated_worker
+    assert all(spin == 0.0005 and asleep >= 0.00045 for spin, asleep in stream_worker), stream_worker
+    assert core.pool_stats()["worker_sleeps"] - sleeps >= len(isolated_worker) + len(stream_worker)
+    print(f"worker took part: {len(isolated_worker)} isolated, {len(stream_worker)} stream copies")
 
 
 @pytest.mark.parametrize("direction", ["forward", "backward"])

@@ -454,6 +454,22 @@ double cpu_seconds() {
 }
 
 // An idle pool sleeps: after the spin window, the process uses (almost) no CPU.
+// How long idle workers spin: through the gap of a stream of copies (so the next one finds
+// them awake), briefly after an isolated copy. The timing itself is tested in Python
+// (tests/test_large_copies.py), where the copies' gaps are made.
+void test_worker_spin_rule() {
+    using pool::kIsolatedGapNs;
+    using pool::kWorkerSpinNs;
+    CHECK(kWorkerSpinNs < kIsolatedGapNs, "the spin after an isolated copy must be the shorter");
+    CHECK(pool::worker_spin_ns(0) == kIsolatedGapNs, "back to back: spin %lld", (long long)pool::worker_spin_ns(0));
+    CHECK(pool::worker_spin_ns(kIsolatedGapNs - 1) == kIsolatedGapNs, "just inside the stream gap: spin %lld",
+          (long long)pool::worker_spin_ns(kIsolatedGapNs - 1));
+    CHECK(pool::worker_spin_ns(kIsolatedGapNs) == kWorkerSpinNs, "at the isolated gap: spin %lld",
+          (long long)pool::worker_spin_ns(kIsolatedGapNs));
+    CHECK(pool::worker_spin_ns(std::int64_t(1) << 62) == kWorkerSpinNs, "the first copy (gap from 0): spin %lld",
+          (long long)pool::worker_spin_ns(std::int64_t(1) << 62));
+}
+
 void test_idle_pool_sleeps() {
     pool::set_threads(2);
     copy_and_check(4 << 20, 0, 0, copy_generic, 0, 11, "before idle");
@@ -557,6 +573,7 @@ int main() {
     // has its own test.
     pool::set_adaptive(false);
     test_sizing();
+    test_worker_spin_rule();
 #if defined(__linux__)
     test_cgroup_quota();
 #endif

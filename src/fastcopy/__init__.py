@@ -95,8 +95,10 @@ def info() -> Dict[str, Any]:
     ``thresholds`` (non-temporal and parallel, with reasons); ``threads`` (count, default,
     reason, and ``pool``: this process's counts of copies split over threads, copies done
     alone because the pool was busy, backing off after late workers, or isolated while the
-    workers slept, and chunks the workers copied; ``isolated_copies``: that last rule, with
-    its thresholds and measurement); ``overrides``;
+    workers slept, chunks the workers copied, and times a worker went to sleep;
+    ``isolated_copies``: that last rule, with its thresholds and measurement; ``worker_spin``:
+    how long idle workers spin before sleeping, within a stream of copies and after an isolated
+    one, with its measurement); ``overrides``;
     ``shm`` (the size and time rules of ``fastcopy.shm``'s Channel and Topic: name, value,
     unit, what the rule does, and the measurement behind it).
     """

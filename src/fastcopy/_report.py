@@ -77,6 +77,7 @@ def collect_info(brand: bool = True) -> Dict[str, Any]:
             # decided per copy at run time, so they show here rather than in the policy table.
             "pool": dict(_core.pool_stats()),
             "isolated_copies": dict(_core.isolated_copy_rule()),
+            "worker_spin": dict(_core.worker_spin_rule()),
         },
         "overrides": _core.overrides(),
         "shm": list(_core._shm_rules()),
@@ -137,13 +138,19 @@ def format_info(data: Dict[str, Any]) -> str:
         lines.append(f"  isolated copies under {human_size(iso['below_bytes'])} (more than "
                      f"{iso['gap_seconds'] * 1e6:g} us after the previous one) run alone while the workers sleep: "
                      f"{iso['why']}")
+    spin = th.get("worker_spin")
+    if spin:
+        lines.append(f"  idle workers spin {spin['within_stream_seconds'] * 1e6:g} us after a copy of a stream, "
+                     f"{spin['after_isolated_copy_seconds'] * 1e6:g} us after an isolated one, then sleep: "
+                     f"{spin['why']}")
     pool = th.get("pool")
     if pool and any(pool.values()):  # `python -m fastcopy info` is a fresh process: nothing to say
         alone = pool["busy_fallbacks"] + pool["backoff_fallbacks"] + pool["asleep_fallbacks"]
         lines.append(f"  this process so far: {pool['parallel_copies']} copies split over threads, {alone} done alone "
                      f"({pool['busy_fallbacks']} with the pool busy with another call, {pool['backoff_fallbacks']} "
                      f"in a back-off after {pool['late_events']} late-worker events, {pool['asleep_fallbacks']} under "
-                     f"2 MiB, isolated, while the workers slept), {pool['chunks_by_workers']} chunks copied by workers")
+                     f"2 MiB, isolated, while the workers slept), {pool['chunks_by_workers']} chunks copied by workers, "
+                     f"{pool['worker_sleeps']} times a worker went to sleep")
     lines += ["", "Shared memory (fastcopy.shm):"]
     for rule in data["shm"]:
         lines.append(f"  {rule['name']} = {_rule_value(rule)}: {rule['rule']}")
