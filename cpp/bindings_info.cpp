@@ -310,9 +310,9 @@ void bind_info(py::module_& m) {
         d["rule"] = "an idle worker spins (yielding to other threads) before it sleeps on a futex: "
                     "within_stream_seconds after a copy that came within the isolated-copy gap of the previous one, "
                     "after_isolated_copy_seconds after others";
-        d["why"] = "waking a sleeping worker costs tens of us under KVM: with a 50 us spin, 1 MiB copies 100-450 us apart "
-                   "took 33-50 us (one thread: about 25), 15-25 us with this rule; 1 MiB loan + view ping-pongs between "
-                   "two processes ran at 97-145 us round trips in 9 of 12 runs, 62-70 us in most with it (Zen 4 VM)";
+        d["why"] = "waking a sleeping worker costs tens of us under KVM: with a 50 us spin after every copy, 1 MiB "
+                   "copies 100-450 us apart took 31.9-49.6 us on two threads, slower than one thread (22.3-24.3 us); "
+                   "13.6-24.7 us with this rule (Zen 4 VM, interleaved runs)";
         return d;
     }, "How long idle pool workers spin before sleeping, with its measurement.");
     m.def("default_threads", [] { return pool::default_threads(); }, "Threads from CPU affinity and cgroup quota.");

@@ -73,12 +73,11 @@ constexpr std::int64_t kIsolatedGapNs = 500'000;  // 500 us, in ns
 // one) it spins kIsolatedGapNs, so that the stream's next copy finds it awake; after an isolated
 // copy, kWorkerSpinNs (enough for back-to-back copies). Waking a sleeping worker costs the
 // caller a FUTEX_WAKE and the copy the worker's late start, tens of microseconds under KVM. With
-// a 50 us spin for every copy, on the Zen 4 KVM VM: 1 MiB copies 100-450 us apart took a
-// median 33-50 us, slower than one thread (about 25 us), against 15-25 us with this rule; and
-// 1 MiB loan + view ping-pongs between two processes (fills 50-130 us apart) settled at
-// 97-145 us round trips in 9 of 12 runs, where fills found the worker asleep, against 62-70 us
-// in most runs with the longer spin (docs/threads.md has the runs). The cost: in a stream with
-// gaps of 100-450 us a worker spins through them (a CPU busy, yielding to other threads).
+// a 50 us spin after every copy, on the Zen 4 KVM VM, 1 MiB copies 100-450 us apart took a
+// median 31.9-49.6 us on two threads, slower than one thread's 22.3-24.3 us; with this rule
+// 13.6-24.7 us (runs interleaved; docs/threads.md has them, and the loan + view ping-pongs that
+// it helped less surely). The cost: in a stream with gaps of 100-450 us a worker spins through
+// them (up to a CPU busy, yielding to other threads).
 constexpr std::int64_t kWorkerSpinNs = 50'000;  // 50 us, in ns
 constexpr std::int64_t worker_spin_ns(std::int64_t gap_before_copy_ns) {
     return gap_before_copy_ns < kIsolatedGapNs ? kIsolatedGapNs : kWorkerSpinNs;
