@@ -140,8 +140,9 @@ def format_info(data: Dict[str, Any]) -> str:
                      f"{iso['why']}")
     spin = th.get("worker_spin")
     if spin:
-        lines.append(f"  idle workers spin {spin['within_stream_seconds'] * 1e6:g} us after a copy of a stream, "
-                     f"{spin['after_isolated_copy_seconds'] * 1e6:g} us after an isolated one, then sleep: "
+        gap = f" (within {iso['gap_seconds'] * 1e6:g} us of the previous one)" if iso else ""
+        lines.append(f"  idle workers spin {spin['within_stream_seconds'] * 1e6:g} us after a copy of a stream{gap}, "
+                     f"{spin['after_isolated_copy_seconds'] * 1e6:g} us after others, then sleep: "
                      f"{spin['why']}")
     pool = th.get("pool")
     if pool and any(pool.values()):  # `python -m fastcopy info` is a fresh process: nothing to say
