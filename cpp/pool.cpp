@@ -691,32 +691,37 @@ bool ping() {
     return ok;
 }
 
-unsigned started_workers() {
-    // Read under the pool lock; a busy pool reports the workers of its last known size.
+namespace {
+// Reads `read(g_pool)` under the pool lock (g_pool may be null), so the pool cannot be rebuilt
+// meanwhile; waits while a copy holds the pool.
+template <class Read>
+auto read_pool(Read&& read) {
     while (g_busy.exchange(true, std::memory_order_acquire)) std::this_thread::yield();
-    const unsigned n = g_pool ? unsigned(g_pool->workers.size()) : 0;
+    const auto value = read(g_pool);
     g_busy.store(false, std::memory_order_release);
-    return n;
+    return value;
+}
+}  // namespace
+
+unsigned started_workers() {
+    return read_pool([](const Pool* p) { return p ? unsigned(p->workers.size()) : 0u; });
 }
 
 unsigned sleeping_workers() {
-    // Under the pool lock, like started_workers(): the pool cannot be rebuilt meanwhile.
-    while (g_busy.exchange(true, std::memory_order_acquire)) std::this_thread::yield();
-    unsigned n = 0;
-    if (g_pool)
-        for (const Worker* w : g_pool->workers) n += w->state.load(std::memory_order_acquire) == kSleeping;
-    g_busy.store(false, std::memory_order_release);
-    return n;
+    return read_pool([](const Pool* p) {
+        unsigned n = 0;
+        if (p)
+            for (const Worker* w : p->workers) n += w->state.load(std::memory_order_acquire) == kSleeping;
+        return n;
+    });
 }
 
 std::int64_t worker_spin_now_ns() { return g_worker_spin_ns.load(std::memory_order_relaxed); }
 
 std::int64_t last_worker_spin_ns() {
-    while (g_busy.exchange(true, std::memory_order_acquire)) std::this_thread::yield();
-    const std::int64_t ns =
-        g_pool && !g_pool->workers.empty() ? g_pool->workers[0]->last_spin_ns.load(std::memory_order_relaxed) : 0;
-    g_busy.store(false, std::memory_order_release);
-    return ns;
+    return read_pool([](const Pool* p) -> std::int64_t {
+        return p && !p->workers.empty() ? p->workers[0]->last_spin_ns.load(std::memory_order_relaxed) : 0;
+    });
 }
 
 Stats stats() {

@@ -2,7 +2,6 @@
 // never at import. Knows nothing about policy: dispatch decides when to call it.
 // How it works, sizing, fork and concurrency behaviour: docs/threads.md.
 #pragma once
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>

@@ -453,7 +453,6 @@ double cpu_seconds() {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-// An idle pool sleeps: after the spin window, the process uses (almost) no CPU.
 // How long idle workers spin: through the gap of a stream of copies (so the next one finds
 // them awake), briefly after an isolated copy. The timing itself is tested in Python
 // (tests/test_large_copies.py), where the copies' gaps are made.
@@ -470,6 +469,7 @@ void test_worker_spin_rule() {
           (long long)pool::worker_spin_ns(std::int64_t(1) << 62));
 }
 
+// An idle pool sleeps: after the spin window, the process uses (almost) no CPU.
 void test_idle_pool_sleeps() {
     pool::set_threads(2);
     copy_and_check(4 << 20, 0, 0, copy_generic, 0, 11, "before idle");

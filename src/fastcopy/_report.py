@@ -149,8 +149,8 @@ def format_info(data: Dict[str, Any]) -> str:
         alone = pool["busy_fallbacks"] + pool["backoff_fallbacks"] + pool["asleep_fallbacks"]
         lines.append(f"  this process so far: {pool['parallel_copies']} copies split over threads, {alone} done alone "
                      f"({pool['busy_fallbacks']} with the pool busy with another call, {pool['backoff_fallbacks']} "
-                     f"in a back-off after {pool['late_events']} late-worker events, {pool['asleep_fallbacks']} under "
-                     f"2 MiB, isolated, while the workers slept), {pool['chunks_by_workers']} chunks copied by workers, "
+                     f"in a back-off after {pool['late_events']} late-worker events, {pool['asleep_fallbacks']} isolated "
+                     f"while the workers slept), {pool['chunks_by_workers']} chunks copied by workers, "
                      f"{pool['worker_sleeps']} times a worker went to sleep")
     lines += ["", "Shared memory (fastcopy.shm):"]
     for rule in data["shm"]:
