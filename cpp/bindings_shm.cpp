@@ -343,14 +343,32 @@ public:
                                                "buffer, got ") + Py_TYPE(out.ptr())->tp_name);
         PyThreadState* ts = nullptr;
         Ring::GilHooks hooks{gil_release, gil_acquire, &ts, check_signals};
-        MsgInfo info;
-        if (!ring_->peek(info, t, hooks))
-            raise(PyExc_TimeoutError, "recv timed out after " + seconds_words(t) + ": no message arrived");
+        const TimeLeft left(t);
+        // Again after a message the producer cut while it was read (consume() false).
+        for (;;) {
+            MsgInfo info;
+            if (!ring_->peek(info, left(), hooks))
+                raise(PyExc_TimeoutError, "recv timed out after " + seconds_words(t) + ": no message arrived");
+            if (py::object got = recv_one(info, out, left(), hooks)) return got;
+        }
+    }
+
+private:
+    // The time left of a timeout (negative: none) for each wait of one call.
+    struct TimeLeft {
+        double t, deadline;
+        explicit TimeLeft(double timeout) : t(timeout), deadline(timeout < 0 ? 0 : shm::monotonic_seconds() + timeout) {}
+        double operator()() const { return t < 0 ? -1.0 : std::max(0.0, deadline - shm::monotonic_seconds()); }
+    };
+
+    // The message peeked, copied into `out` (returned) or a new array; a null object when
+    // the producer cut it (then `out` may hold part of it).
+    py::object recv_one(const MsgInfo& info, const py::object& out, double t, const Ring::GilHooks& hooks) {
         const DtypeEntry& de = checked_dtype(info);
         if (out.is_none()) {
             std::vector<py::ssize_t> shape(info.shape, info.shape + info.ndim);
             py::array result(py::reinterpret_borrow<py::dtype>(de.dtype), shape);
-            ring_->consume(info, result.mutable_data(), t, hooks);
+            if (!ring_->consume(info, result.mutable_data(), t, hooks)) return py::object();
             return std::move(result);
         }
         if (py::isinstance<py::array>(out)) {
@@ -367,8 +385,7 @@ public:
             if (!(o.flags() & py::array::c_style))
                 raise(PyExc_ValueError, "recv: out must be C-contiguous");
             if (!o.writeable()) raise(PyExc_ValueError, "recv: out is read-only");
-            ring_->consume(info, o.mutable_data(), t, hooks);
-            return out;
+            return ring_->consume(info, o.mutable_data(), t, hooks) ? out : py::object();
         }
         Py_buffer view;
         if (PyObject_GetBuffer(out.ptr(), &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) {
@@ -385,41 +402,46 @@ public:
                                         std::to_string(info.payload_len) + " (dtype " +
                                         py::str(de.dtype).cast<std::string>() + ", shape " + shape_words(info) +
                                         "; the message stays in the channel)");
-        ring_->consume(info, view.buf, t, hooks);
-        return out;
+        return ring_->consume(info, view.buf, t, hooks) ? out : py::object();
     }
+
+public:
 
     // The next message as a read-only array pointing into the ring (see ShmSlot).
     py::object recv_view(const py::object& timeout) {
         double t = timeout_arg(timeout, "recv_view");
         PyThreadState* ts = nullptr;
         Ring::GilHooks hooks{gil_release, gil_acquire, &ts, check_signals};
+        const TimeLeft left(t);
         MsgInfo info;
-        if (!ring_->peek(info, t, hooks))
-            raise(PyExc_TimeoutError, "recv_view timed out after " + seconds_words(t) + ": no message arrived");
-        const DtypeEntry& de = checked_dtype(info);
-        std::vector<py::ssize_t> shape(info.shape, info.shape + info.ndim);
+        const std::uint8_t* p = nullptr;
         std::uint64_t id = 0;
-        bool timed_out = false;
-        const std::uint8_t* p = ring_->take_view(info, t, hooks, id, timed_out);
-        if (timed_out)
-            raise(PyExc_TimeoutError, "recv_view timed out after " + seconds_words(t) +
-                                          ": the message was not complete (it stays in the channel)");
-        if (!p) {
+        const DtypeEntry* de = nullptr;
+        for (;;) {  // again after a message the producer cut while it was read
+            if (!ring_->peek(info, left(), hooks))
+                raise(PyExc_TimeoutError, "recv_view timed out after " + seconds_words(t) + ": no message arrived");
+            de = &checked_dtype(info);
+            bool timed_out = false;
+            p = ring_->take_view(info, left(), hooks, id, timed_out);
+            if (timed_out)
+                raise(PyExc_TimeoutError, "recv_view timed out after " + seconds_words(t) +
+                                              ": the message was not complete (it stays in the channel)");
+            if (p) break;
             // Not one piece of the ring (a sent message that wraps, or one larger than the
             // ring): a read-only copy, which holds no slot.
-            py::array result(py::reinterpret_borrow<py::dtype>(de.dtype), shape);
-            ring_->consume(info, result.mutable_data(), t, hooks);
+            py::object result = recv_one(info, py::none(), left(), hooks);
+            if (!result) continue;
             py::detail::array_proxy(result.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
-            return std::move(result);
+            return result;
         }
+        std::vector<py::ssize_t> shape(info.shape, info.shape + info.ndim);
         auto slot = std::make_unique<ShmSlot>();
         slot->ledger = ring_->ledger();
         slot->mapping = ring_->ledger()->mapping_ref();
         slot->id = id;
         slot->nbytes = info.payload_len;
         py::object base = py::cast(std::move(slot));  // from here its destructor releases the view
-        return make_array(de.dtype, shape, const_cast<std::uint8_t*>(p), base, false, nullptr);
+        return make_array(de->dtype, shape, const_cast<std::uint8_t*>(p), base, false, nullptr);
     }
 
     // A writable array of (shape, dtype) in the ring; publish_loan() sends it.
@@ -981,6 +1003,9 @@ void bind_shm(py::module_& m) {
         .def_property_readonly("closed", [](PyRing& r) { return r.ring().closed(); })
         .def_property_readonly("pending_bytes", [](PyRing& r) { return r.ring().pending_bytes(); },
                                "Bytes sent and not yet received (a snapshot).")
+        .def_property_readonly("cut_messages", [](PyRing& r) { return r.ring().cut_messages(); },
+                               "Consumer: messages larger than the ring whose send timed out or was interrupted half "
+                               "way, skipped by this end (their send raised; nothing of them was received).")
         .def_property_readonly("role", [](PyRing& r) -> py::object {
             switch (r.ring().role()) {
                 case shm::Role::Producer: return py::str("producer");

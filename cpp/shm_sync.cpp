@@ -874,6 +874,61 @@ void Ring::abandon_message(const std::string& why) {
     futex_wake(word(kOffSpaceFutex), 1 << 30);
 }
 
+// A streamed send that times out or is interrupted by a signal (KeyboardInterrupt) in the
+// middle of its message cuts the message instead of breaking the channel: the send raises, so
+// the message was never reported sent, and the consumer skips what was written of it.
+// - The producer stores the cut, the ring position where it stopped (head_, 64-aligned:
+//   streamed chunks are multiples of 64 bytes, see stream_chunk), before it publishes anything
+//   past it; its next message starts there.
+// - A consumer reading the cut message (between its start and its end) sees the cut as soon as
+//   it reads a head past it, and skips to it (skip_to_cut), acknowledging it in kOffCutAck. The
+//   producer cuts only while it waits for room, so the consumer has data to read then and finds
+//   the cut between two chunks; the wake-up covers a consumer that read the last chunk just
+//   before the cut and went to wait.
+// - Positions only grow, so a cut lies inside exactly one message, and an old cut lies at or
+//   before the start of every later one.
+// - One cut in flight: before another streamed message (which could be cut in turn) the
+//   producer waits until the consumer acknowledged the last cut (wait_cut_skipped); otherwise a
+//   consumer still in the first cut message could take the second cut for its own.
+void Ring::cut_message() {
+    cut_at_ = head_;
+    __atomic_store_n(reinterpret_cast<std::uint64_t*>(word(kOffCutAt)), cut_at_, __ATOMIC_SEQ_CST);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    fetch_add_u32(word(kOffDataFutex), 1);
+    futex_wake(word(kOffDataFutex), 1 << 30);
+}
+
+bool Ring::wait_cut_skipped(double deadline, const GilHooks& hooks, bool gil_released) {
+    if (load_acquire_u64(word(kOffCutAck)) != cut_at_ &&
+        wait(kCutSkipped, cut_at_, deadline, hooks, kSpinStart, gil_released) != 0)
+        return false;
+    cut_at_ = 0;
+    return true;
+}
+
+std::uint64_t Ring::cut_in(std::uint64_t start, std::uint64_t end) const {
+    const std::uint64_t at = load_acquire_u64(word(kOffCutAt));
+    return at > start && at < end ? at : 0;
+}
+
+void Ring::skip_to_cut(std::uint64_t at) {
+    read_head_checked();  // the producer published up to the cut before it stored the cut
+    if (at % kAlign != 0 || at < tail_ || at > head_)
+        broken("channel header is corrupt: the producer's cut position " + std::to_string(at) + " is outside [" +
+               std::to_string(tail_) + ", " + std::to_string(head_) + "] or not at a message boundary");
+    tail_ = at;
+    ++cut_messages_;
+    store_release_u64(word(kOffCutAck), at);
+    publish_tail(tail_);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    fetch_add_u32(word(kOffSpaceFutex), 1);  // a producer may wait for the acknowledgement
+    futex_wake(word(kOffSpaceFutex), 1 << 30);
+}
+
+std::uint64_t Ring::stream_chunk() const {
+    return std::min<std::uint64_t>(kPublishChunk, cap_ / 4) & ~std::uint64_t(kAlign - 1);
+}
+
 void Ring::check_abandoned() {
     std::uint32_t code = load_acquire_u32(word(kOffAbandoned));
     if (code == 0) return;
@@ -889,7 +944,8 @@ void Ring::check_abandoned() {
 int Ring::wait(WaitFor what, std::uint64_t need, double deadline, const GilHooks& hooks, double spin_s,
                bool gil_released) {
     auto ready = [&]() -> bool {
-        if (what == kData) return read_head_checked() - tail_ >= need;
+        if (what == kData) return read_head_checked() - tail_ >= need || (watch_end_ && cut_in(watch_start_, watch_end_));
+        if (what == kCutSkipped) return load_acquire_u64(word(kOffCutAck)) == need;
         return cap_ - (head_ - read_tail_checked()) >= need;
     };
     if (ready()) return 0;
@@ -1029,7 +1085,7 @@ bool Ring::send(void* hdr, std::size_t hdr_len, const void* payload, std::size_t
             msg_start = head_ + pad;
         }
         if (payload_len >= kReleaseGilBytes) gil.release();
-        const std::uint64_t step = payload_len >= kPipelineBytes ? std::min<std::uint64_t>(kPublishChunk, cap_ / 4) : total;
+        const std::uint64_t step = payload_len >= kPipelineBytes ? stream_chunk() : total;
         for (std::uint64_t w = 0; w < total;) {
             std::uint64_t n = std::min(step, total - w);
             write_logical(w, w + n);
@@ -1040,9 +1096,11 @@ bool Ring::send(void* hdr, std::size_t hdr_len, const void* payload, std::size_t
         return true;
     }
     // Streamed: the message is larger than the ring. Write it in chunks as room frees up and
-    // publish each chunk.
+    // publish each chunk. A timeout or a signal in the middle cuts the message (cut_message),
+    // so another streamed message waits until the consumer skipped the last cut.
     gil.release();
-    const std::uint64_t chunk = std::min<std::uint64_t>(kPublishChunk, cap_ / 4);
+    if (cut_at_ != 0 && !wait_cut_skipped(deadline, hooks, gil.released)) return false;
+    const std::uint64_t chunk = stream_chunk();
     std::uint64_t written = 0;
     while (written < total) {
         std::uint64_t remaining = total - written;
@@ -1054,7 +1112,7 @@ bool Ring::send(void* hdr, std::size_t hdr_len, const void* payload, std::size_t
                 try {
                     r = wait(kSpace, want, deadline, hooks, written ? kSpinMidMessage : kSpinStart, gil.released);
                 } catch (const ShmInterrupted&) {
-                    if (written) abandon_message("a send was interrupted (a signal handler raised) in the middle of a message");
+                    if (written) cut_message();
                     throw;
                 } catch (const ShmError& e) {
                     if (written) abandon_message(std::string("a send failed in the middle of a message: ") + e.what());
@@ -1062,13 +1120,16 @@ bool Ring::send(void* hdr, std::size_t hdr_len, const void* payload, std::size_t
                 }
                 if (r != 0) {
                     if (written == 0) return false;
-                    abandon_message("a send timed out in the middle of a message larger than the ring");
-                    throw ShmTimeout("send timed out in the middle of a message larger than the ring "
-                                     "(the channel is now unusable)");
+                    cut_message();
+                    throw ShmTimeout("send timed out in the middle of a message larger than the ring: the "
+                                     "consumer skips what was written of it, nothing of it is received, and the "
+                                     "channel goes on");
                 }
             }
         }
-        std::uint64_t n = std::min<std::uint64_t>({cap_ - (head_ - tail_), remaining, chunk});
+        // Whole multiples of 64 bytes (`want` is one, and the room is at least `want`), so a cut
+        // lies on a message boundary.
+        std::uint64_t n = std::min<std::uint64_t>({(cap_ - (head_ - tail_)) & ~std::uint64_t(kAlign - 1), remaining, chunk});
         write_logical(written, written + n);
         written += n;
         advance(written);
@@ -1092,7 +1153,16 @@ bool Ring::peek(MsgInfo& info, double timeout_s, const GilHooks& hooks) {
             if (head_ - tail_ < kAlign && wait(kData, kAlign, deadline, hooks, kSpinStart) != 0) return false;
         }
         std::memcpy(&h, data() + tail_ % cap_, sizeof h);  // 64-aligned position: never wraps
-        if (h.magic != kPadMagic) break;
+        if (h.magic != kPadMagic) {
+            // A message the producer cut (cut_message): skip the part of it that was written.
+            if (h.magic == kMsgMagic && h.payload_len <= kMaxPayload) {
+                if (const std::uint64_t at = cut_in(tail_, tail_ + h.header_len + pad64(h.payload_len))) {
+                    skip_to_cut(at);
+                    continue;
+                }
+            }
+            break;
+        }
         // A padding record (before a loan that would have wrapped, or one whose payload starts
         // on a page): a multiple of 64 bytes that ends at or before the end of the ring, and
         // published whole; then it is skipped.
@@ -1150,7 +1220,7 @@ bool Ring::peek(MsgInfo& info, double timeout_s, const GilHooks& hooks) {
     return true;
 }
 
-void Ring::consume(const MsgInfo& info, void* dst, double timeout_s, const GilHooks& hooks) {
+bool Ring::consume(const MsgInfo& info, void* dst, double timeout_s, const GilHooks& hooks) {
     BusyGuard busy(*this);
     claim(Role::Consumer);
     if (!peeked_ || info.payload_len != peeked_payload_ || info.header_len != peeked_hdr_)
@@ -1160,9 +1230,16 @@ void Ring::consume(const MsgInfo& info, void* dst, double timeout_s, const GilHo
                                           : monotonic_seconds() + timeout_s;
     const std::uint64_t payload_len = peeked_payload_;
     const std::uint64_t body = pad64(payload_len);
-    const std::uint64_t chunk = std::min<std::uint64_t>(kPublishChunk, cap_ / 4);
+    const std::uint64_t chunk = stream_chunk();
     auto* out = static_cast<std::uint8_t*>(dst);
+    const std::uint64_t msg_start = tail_, msg_end = tail_ + peeked_hdr_ + body;
     tail_ += peeked_hdr_;
+    // While this message is read, a cut of it ends a wait for data (see wait()).
+    struct Watch {
+        Ring& r;
+        Watch(Ring& ring, std::uint64_t start, std::uint64_t end) : r(ring) { r.watch_start_ = start; r.watch_end_ = end; }
+        ~Watch() { r.watch_start_ = r.watch_end_ = 0; }
+    } watch(*this, msg_start, msg_end);
     GilGuard gil(hooks);
     if (payload_len >= kReleaseGilBytes) gil.release();
     std::uint64_t done = 0;
@@ -1188,6 +1265,12 @@ void Ring::consume(const MsgInfo& info, void* dst, double timeout_s, const GilHo
                 }
             }
         }
+        // The bytes up to head_ are this message's unless the producer cut it: it stores the
+        // cut before it publishes a head past it, so a head read past the cut shows the cut.
+        if (const std::uint64_t at = cut_in(msg_start, msg_end)) {
+            skip_to_cut(at);
+            return false;
+        }
         std::uint64_t n = std::min<std::uint64_t>({head_ - tail_, body - done, chunk});
         if (done < payload_len)
             copy_out(tail_, out + done, std::min<std::uint64_t>(n, payload_len - done), payload_len);
@@ -1198,6 +1281,7 @@ void Ring::consume(const MsgInfo& info, void* dst, double timeout_s, const GilHo
     ++seq_;
     store_release_u64(word(kOffConsSeq), seq_);
     publish_tail(tail_);
+    return true;
 }
 
 bool Ring::wait_space(std::uint64_t need, double deadline, const GilHooks& hooks) {

@@ -109,7 +109,9 @@ private:
 constexpr std::uint64_t kMagic = 0x31484353504f4346ull;  // "FCOPSCH1" little-endian
 // 2: padding records may end before the end of the ring (page-aligned loans). A version-1
 // consumer would call them corrupt, so the two refuse each other at attach instead.
-constexpr std::uint32_t kVersion = 2;
+// 3: a streamed send that times out or is interrupted cuts its message (kOffCutAt) instead of
+// breaking the channel; a version-2 consumer would read the next message as the rest of it.
+constexpr std::uint32_t kVersion = 3;
 constexpr std::size_t kHeaderBytes = 4096;
 constexpr std::size_t kMinCapacity = 64 * 1024;
 constexpr std::size_t kMaxCapacity = std::size_t(1) << 40;
@@ -141,12 +143,18 @@ constexpr std::size_t kAlign = 64;
 enum Off : std::size_t {
     kOffMagic = 0, kOffVersion = 8, kOffHeaderBytes = 12, kOffCapacity = 16,
     kOffProdPid = 128, kOffProdClosed = 132, kOffProdStart = 136, kOffProdSeq = 144,
+    // Where the producer cut the last message it gave up half-sent (a ring position, 64-aligned;
+    // 0: none yet), and the last cut the consumer has skipped to: see Ring::cut_message.
+    kOffCutAt = 152,
     kOffConsPid = 256, kOffConsClosed = 260, kOffConsStart = 264, kOffConsSeq = 272,
+    kOffCutAck = 280,
     kOffHead = 512, kOffTail = 640,
     kOffDataFutex = 768, kOffConsWaiting = 896,
     kOffSpaceFutex = 1024, kOffProdWaiting = 1152,
-    // Nonzero once an end gave up a message in the middle (kAbandonedBy*): the channel is
-    // unusable and the peer says why. Written by either end, only ever from 0.
+    // Nonzero once an end gave up a message in the middle for good (kAbandonedBy*: the consumer
+    // timed out or was interrupted, or an error other than a timeout or a signal stopped the
+    // producer): the channel is unusable and the peer says why. Written by either end, only
+    // ever from 0.
     kOffAbandoned = 1280,
     // The process that created the segment (pid, start time): `python -m fastcopy shm --clean`
     // removes segments whose creator is gone. Zero in segments made before this field.
@@ -261,8 +269,10 @@ public:
     // Producer side. The message is the header bytes hdr[0:hdr_len] (a MsgHeader, whose seq
     // field send() fills in, then shape and dtype) followed by payload.
     // Messages with pad64(hdr_len)+pad64(payload_len) <= capacity are written atomically
-    // (all or nothing). Larger ones stream through the ring in chunks; a timeout or error in
-    // the middle breaks the channel (later calls raise ShmError).
+    // (all or nothing). Larger ones stream through the ring in chunks; a timeout or a signal in
+    // the middle cuts the message (ShmTimeout or ShmInterrupted: the consumer skips what was
+    // written of it, the channel goes on), any other error breaks the channel (later calls
+    // raise ShmError).
     // Returns false on timeout before anything was written (channel still usable).
     // `release_gil`/`reacquire_gil` callbacks are invoked around blocking waits and large
     // copies (nullptr: never).
@@ -282,8 +292,12 @@ public:
     // on timeout (nothing consumed). Does not consume anything.
     bool peek(MsgInfo& info, double timeout_s, const GilHooks& gil);
     // Step 2: consume the message peeked, copying its payload into dst (info.payload_len
-    // bytes). Waits for streamed parts with the same deadline rules as send.
-    void consume(const MsgInfo& info, void* dst, double timeout_s, const GilHooks& gil);
+    // bytes). Waits for streamed parts with the same deadline rules as send. Returns false
+    // when the producer cut the message (dst then holds part of it, and the consumer is at
+    // the next message: peek again).
+    bool consume(const MsgInfo& info, void* dst, double timeout_s, const GilHooks& gil);
+    // Consumer: messages the producer cut that this end skipped (see cut_message).
+    std::uint64_t cut_messages() const { return cut_messages_; }
     // Bytes published and not yet consumed (consumer view; 0 for other roles).
     std::uint64_t pending_bytes();
 
@@ -344,13 +358,29 @@ private:
     // Producer: publishes a padding record of `bytes` at head_ once there is room. False on timeout.
     bool send_padding(std::uint64_t bytes, double deadline, const GilHooks& gil);
     // Waits until pred() or deadline; returns 0 ready, 1 timeout; throws on peer death.
-    enum WaitFor { kData, kSpace };
+    // kData: `need` bytes published, or (while watch_end_ is set) the producer cut the
+    // message being read; kSpace: `need` bytes free; kCutSkipped: the consumer acknowledged
+    // the cut at `need`.
+    enum WaitFor { kData, kSpace, kCutSkipped };
     // gil_released: the caller released the GIL already (mid-message); the wait may take it
     // briefly to run signal handlers and leaves it released.
     int wait(WaitFor what, std::uint64_t need, double deadline, const GilHooks& gil, double spin_s,
              bool gil_released = false);
     void abandon_message(const std::string& why);
     void check_abandoned();  // ShmError when an end gave up a message half-way
+    // Producer: gives up the streamed message being written at head_ (see the .cpp).
+    void cut_message();
+    // Producer: waits until the consumer skipped to the last cut (before a streamed message,
+    // which could be cut in turn). False on timeout.
+    bool wait_cut_skipped(double deadline, const GilHooks& gil, bool gil_released);
+    // Consumer: the position where the producer cut the message [start, end), or 0 when it
+    // did not cut it.
+    std::uint64_t cut_in(std::uint64_t start, std::uint64_t end) const;
+    // Consumer: skips to the cut at `at` (validated) and acknowledges it.
+    void skip_to_cut(std::uint64_t at);
+    // Streamed messages move in chunks of this many bytes (a multiple of 64, so that a cut
+    // lies on a message boundary).
+    std::uint64_t stream_chunk() const;
     [[noreturn]] void broken(const std::string& why);
 
     std::string name_;
@@ -371,6 +401,9 @@ private:
     std::uint32_t pid_ = 0;
     std::uint64_t head_ = 0, tail_ = 0;   // our copies: own index authoritative, peer's cached
     std::uint64_t seq_ = 0;
+    std::uint64_t cut_at_ = 0;            // producer: the last cut, until the consumer skipped to it
+    std::uint64_t cut_messages_ = 0;      // consumer: cuts skipped
+    std::uint64_t watch_start_ = 0, watch_end_ = 0;  // consumer: the message being read (cuts end a wait)
     std::string broken_;
     bool broken_corrupt_ = false;         // broken_ came from failed validation
     std::uint32_t peeked_hdr_ = 0;        // header_len of the message peek() validated

@@ -431,8 +431,10 @@ def test_two_producer_threads_lose_nothing():
 # The parent sends (or receives) an 8 MiB message through a 1 MiB ring while the child at the
 # other end is stopped (SIGSTOP) with part of the message in transfer. SIGINT must end the
 # parent's call with KeyboardInterrupt within a wait slice (50 ms; the bound below is loose
-# for a loaded machine) instead of when the peer resumes (3 s here); the resumed child must
-# get a ChannelError saying the message was given up, not ChannelCorrupted.
+# for a loaded machine) instead of when the peer resumes (3 s here). A sending parent cuts the
+# message: the resumed child skips it and receives the parent's next message. A receiving
+# parent gives the message up for good: the resumed child gets a ChannelError saying so, not
+# ChannelCorrupted.
 CTRL_C = r"""
 import os, signal, subprocess, sys, threading, time
 import numpy as np
@@ -447,10 +449,11 @@ ch = Channel.attach(sys.argv[2])
 print("ready", flush=True)
 try:
     if sys.argv[1] == "send":   # the parent sends: the child receives
-        ch.recv(timeout=20)
+        got = ch.recv(timeout=20)
+        print("child-result received", got.tobytes().decode(), "after skipping", ch.cut_messages)
     else:
         ch.send(np.zeros(8 << 20, np.uint8), timeout=20)
-    print("child-result completed")
+        print("child-result completed")
 except ChannelError as e:
     print("child-result", type(e).__name__, e)
 '''
@@ -483,12 +486,19 @@ except KeyboardInterrupt:
     print("parent-result interrupted after %.3f s" % (time.monotonic() - sent_at[0]))
 time.sleep(3.5)
 os.kill(child.pid, signal.SIGCONT)
+if role == "send":
+    try:
+        ch.send(b"next", timeout=20)
+        print("after sent")
+    except Exception as e:
+        print("after", type(e).__name__, e)
 print(child.stdout.read().strip())
 child.wait(timeout=30)
-try:
-    ch.send(b"x") if role == "send" else ch.recv(timeout=0)
-except Exception as e:
-    print("after", type(e).__name__, e)
+if role == "recv":
+    try:
+        ch.recv(timeout=0)
+    except Exception as e:
+        print("after", type(e).__name__, e)
 ch.close(); ch.unlink()
 """
 
@@ -502,10 +512,88 @@ def test_ctrl_c_in_the_middle_of_a_message_with_the_peer_stopped(tmp_path, role)
     parent = lines["parent-result"]
     assert parent.startswith("interrupted after"), explain(proc)
     assert float(parent.split()[2]) < 1.5, explain(proc)  # 3.0 s (the peer's resume) before the fix
-    child = lines["child-result"]
-    assert child.startswith("ChannelError") and "gave up a message" in child, explain(proc)
-    after = lines["after"]
-    assert after.startswith("ChannelError") and "interrupted" in after, explain(proc)
+    child, after = lines["child-result"], lines["after"]
+    if role == "send":
+        assert child == "received next after skipping 1", explain(proc)
+        assert after == "sent", explain(proc)
+    else:
+        assert child.startswith("ChannelError") and "gave up a message" in child, explain(proc)
+        assert after.startswith("ChannelError") and "interrupted" in after, explain(proc)
+    assert shm_names() == set()
+
+
+# ---- a cut reaches a consumer in the middle of the message ---------------------------------------
+# The child receives a 256 MiB message through a 64 KiB ring into out=; once it has read 1 MiB
+# of it the parent stops it (SIGSTOP), so the parent's send times out half way and cuts the
+# message. The resumed child, woken in the middle of that message, must skip the rest of it at
+# once (before the parent sends again) and receive the parent's next message of the same shape
+# whole into the same out (all 2s), not a torn mix of the two (a consumer that ignored cuts
+# would read the next message's header as data).
+CUT_MID_MESSAGE = r"""
+import mmap, os, signal, subprocess, sys, threading, time
+import numpy as np
+from fastcopy.shm import Channel
+
+name = sys.argv[1]
+N = 256 << 20
+ch = Channel.create(name, capacity=1 << 16)
+child_code = '''
+import sys, numpy as np
+from fastcopy.shm import Channel
+ch = Channel.attach(sys.argv[1])
+out = np.zeros(256 << 20, np.uint8)
+print("ready", flush=True)
+ch.recv(out=out, timeout=60)
+print("child-result", int(np.count_nonzero(out == 2)), int(np.count_nonzero(out != 2)), ch.cut_messages)
+'''
+child = subprocess.Popen([sys.executable, "-c", child_code, name], stdout=subprocess.PIPE, text=True)
+assert child.stdout.readline().strip() == "ready"
+fd = os.open("/dev/shm/" + name, os.O_RDONLY)
+header = mmap.mmap(fd, 4096, prot=mmap.PROT_READ)
+os.close(fd)
+tail = lambda: int.from_bytes(header[640:648], "little")  # the consumer's read position
+outcome = []
+
+def send_first():
+    try:
+        ch.send(np.ones(N, np.uint8), timeout=2.0)
+        outcome.append("sent whole")
+    except TimeoutError as e:
+        outcome.append("timed out: " + str(e))
+
+sender = threading.Thread(target=send_first)
+sender.start()
+while tail() < (1 << 20) and sender.is_alive():
+    time.sleep(0.0005)
+stopped_at = tail()
+os.kill(child.pid, signal.SIGSTOP)
+sender.join()
+os.kill(child.pid, signal.SIGCONT)
+print("first", outcome[0])
+print("stopped-at", stopped_at)
+# The resumed child, waiting in the middle of the cut message, skips it at once (its
+# acknowledgement equals the cut), not only when the next message arrives.
+word = lambda off: int.from_bytes(header[off:off + 8], "little")
+deadline = time.monotonic() + 20
+while not (word(152) != 0 and word(280) == word(152)) and time.monotonic() < deadline:
+    time.sleep(0.001)
+print("skipped-before-next", "yes" if word(152) != 0 and word(280) == word(152) else "no")
+ch.send(np.full(N, 2, np.uint8), timeout=60)
+print(child.stdout.read().strip())
+child.wait(timeout=60)
+header.close(); ch.close(); ch.unlink()
+"""
+
+
+@subprocess_only
+def test_a_cut_reaches_a_consumer_in_the_middle_of_the_message(tmp_path):
+    proc = run_script(tmp_path, CUT_MID_MESSAGE, f"{PREFIX}cutmid", timeout=120)
+    assert proc.returncode == 0, explain(proc)
+    lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
+    assert lines["first"].startswith("timed out") and "in the middle" in lines["first"], explain(proc)
+    assert (1 << 20) <= int(lines["stopped-at"]) < (256 << 20), explain(proc)  # the child was mid-message
+    assert lines["skipped-before-next"] == "yes", explain(proc)
+    assert lines["child-result"] == f"{256 << 20} 0 1", explain(proc)
     assert shm_names() == set()
 
 
@@ -786,18 +874,26 @@ def shm_scenarios(tmp_path):
         tx, rx = _pair()
         rx.peek(timeout=0)  # rx is the consumer
         outcome = _raises(lambda: tx.send(np.zeros(1 << 20, np.uint8), timeout=0.2))
-        later = {_raises(lambda: tx.send(b"x")), _raises(lambda: rx.recv(timeout=1))}
+        skipped = _raises(lambda: rx.recv(timeout=0.2))  # skips the cut message; nothing else comes
+        assert skipped == "TimeoutError" and rx.cut_messages == 1, (skipped, rx.cut_messages)
+        tx.send(b"x", timeout=1)
+        assert bytes(rx.recv(timeout=1)) == b"x"
         _close(tx, rx)
-        assert later == {"ChannelError"}, later
-        return outcome + " ChannelError"
+        return outcome + " cut skips usable"
 
     def ctrl_c_between():
         proc = run_script(tmp_path, CTRL_C_BETWEEN, f"{PREFIX}fm-int")
         assert proc.stdout.split() == ["KeyboardInterrupt", "usable"], explain(proc)
         return "KeyboardInterrupt usable"
 
-    def ctrl_c_mid_message():
+    def ctrl_c_mid_send():
         proc = run_script(tmp_path, CTRL_C, "send", f"{PREFIX}fm-intmid", timeout=90)
+        assert "parent-result interrupted" in proc.stdout, explain(proc)
+        assert "child-result received next after skipping 1" in proc.stdout, explain(proc)
+        return "KeyboardInterrupt cut skips usable"
+
+    def ctrl_c_mid_recv():
+        proc = run_script(tmp_path, CTRL_C, "recv", f"{PREFIX}fm-intmidr", timeout=90)
         assert "parent-result interrupted" in proc.stdout and "child-result ChannelError" in proc.stdout, explain(proc)
         return "KeyboardInterrupt ChannelError"
 
@@ -952,9 +1048,10 @@ def shm_scenarios(tmp_path):
         "the peer process is killed while this end waits for it": peer_killed,
         "the peer calls `close()`": peer_closed,
         "`timeout` passes before a message that fits the ring could be sent": timeout_fits,
-        "`timeout` passes in the middle of a message larger than the ring": timeout_mid_message,
+        "a `send` times out in the middle of a message larger than the ring": timeout_mid_message,
         "Ctrl-C while blocked between messages": ctrl_c_between,
-        "Ctrl-C in the middle of a message while the peer is stopped": ctrl_c_mid_message,
+        "Ctrl-C in `send` in the middle of a message while the consumer is stopped": ctrl_c_mid_send,
+        "Ctrl-C in `recv` in the middle of a message while the producer is stopped": ctrl_c_mid_recv,
         "a second producer or consumer (another process, or another `Channel` object of this process)": second_producer,
         "one `Channel` object used by two threads at once": two_threads,
         "the segment's header is overwritten with garbage": garbage_header,

@@ -285,7 +285,10 @@ class Channel(_core.ShmRing):
         memoryview, mmap) into the ring. Blocks while the ring is full; ``timeout`` in
         seconds (None = wait forever, 0 = don't wait) raises ``TimeoutError`` with nothing
         sent. Messages larger than the capacity are streamed in chunks (the consumer must be
-        receiving); if such a send times out or fails half way, the channel is broken.
+        receiving); if such a send times out or is interrupted half way, the message is cut:
+        the consumer skips it (``cut_messages`` counts them) and the channel goes on; a
+        ``send`` that raises never delivers its message. Any other failure half way breaks
+        the channel, as does a ``recv`` that times out or is interrupted half way.
     ``recv(out=None, timeout=None)``
         Returns the next message as a new numpy array with the sent dtype and shape
         (buffers that were not numpy arrays come back as 1-D ``uint8`` arrays), or copies
