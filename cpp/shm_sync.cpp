@@ -720,6 +720,12 @@ void Ring::claim(Role want) {
         }
     }
     seq_ = load_acquire_u64(word(want == Role::Producer ? kOffProdSeq : kOffConsSeq));
+    if (want == Role::Producer) {
+        // A cut by an earlier producer (another process, or this one before a fork) that the
+        // consumer has not skipped yet is still in flight (see cut_message).
+        const std::uint64_t cut = load_acquire_u64(word(kOffCutAt));
+        cut_at_ = cut != 0 && load_acquire_u64(word(kOffCutAck)) != cut ? cut : 0;
+    }
     peeked_ = false;
     role_ = want;
     g_claims.erase(std::remove_if(g_claims.begin(), g_claims.end(),

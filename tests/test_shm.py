@@ -670,7 +670,8 @@ def test_a_second_streamed_send_waits_until_the_consumer_skipped_the_last_cut():
     """One cut in flight: a consumer still inside the first cut message would take a second
     cut for its own and skip the messages between the two. So after a cut, a streamed send
     waits for the consumer's acknowledgement and times out having sent nothing, even when the
-    ring has room (here: room made by moving the tail word by hand, without an acknowledgement)."""
+    ring has room (here: room made by moving the tail word by hand, without an acknowledgement),
+    and so does a producer end that takes over after the first closed."""
     name = new_name()
     with Channel.create(name, capacity=1 << 16) as tx, Channel.attach(name) as rx:
         with pytest.raises(TimeoutError, match="in the middle"):
@@ -683,8 +684,13 @@ def test_a_second_streamed_send_waits_until_the_consumer_skipped_the_last_cut():
             with pytest.raises(TimeoutError, match="the ring is full"):  # nothing sent
                 tx.send(np.ones(STREAMED, np.uint8), timeout=0.2)
             assert u64(m, HEAD) == head
-            tx.send(b"small")  # a message that fits cannot be cut: it goes
-            assert u64(m, HEAD) > head
+            tx.close()  # a new producer end (another process, or here this one) inherits the cut
+            with Channel.attach(name) as tx2:
+                with pytest.raises(TimeoutError, match="the ring is full"):
+                    tx2.send(np.ones(STREAMED, np.uint8), timeout=0.2)
+                assert u64(m, HEAD) == head
+                tx2.send(b"small")  # a message that fits cannot be cut: it goes
+                assert u64(m, HEAD) > head
         finally:
             m.close()
         tx.unlink()
