@@ -666,12 +666,10 @@ def test_a_send_interrupted_half_way_cuts_its_message():
         tx.unlink()
 
 
-def test_a_second_streamed_send_waits_until_the_consumer_skipped_the_last_cut():
-    """One cut in flight: a consumer still inside the first cut message would take a second
-    cut for its own and skip the messages between the two. So after a cut, a streamed send
-    waits for the consumer's acknowledgement and times out having sent nothing, even when the
-    ring has room (here: room made by moving the tail word by hand, without an acknowledgement),
-    and so does a producer end that takes over after the first closed."""
+@pytest.fixture
+def cut_pair():
+    """A 64 KiB channel whose producer cut a streamed message nobody read: (tx, rx, the mapped
+    segment, the head, which is the cut)."""
     name = new_name()
     with Channel.create(name, capacity=1 << 16) as tx, Channel.attach(name) as rx:
         with pytest.raises(TimeoutError, match="in the middle"):
@@ -680,36 +678,37 @@ def test_a_second_streamed_send_waits_until_the_consumer_skipped_the_last_cut():
         try:
             head = u64(m, HEAD)
             assert u64(m, CUT_AT) == head == 1 << 16
-            set_u64(m, TAIL, head)  # all room free, no acknowledgement
-            with pytest.raises(TimeoutError, match="the ring is full"):  # nothing sent
-                tx.send(np.ones(STREAMED, np.uint8), timeout=0.2)
-            assert u64(m, HEAD) == head
-            tx.close()  # a new producer end (another process, or here this one) inherits the cut
-            with Channel.attach(name) as tx2:
-                with pytest.raises(TimeoutError, match="the ring is full"):
-                    tx2.send(np.ones(STREAMED, np.uint8), timeout=0.2)
-                assert u64(m, HEAD) == head
-                tx2.send(b"small")  # a message that fits cannot be cut: it goes
-                assert u64(m, HEAD) > head
+            yield tx, rx, m, head
         finally:
             m.close()
-        tx.unlink()
+            os.unlink("/dev/shm/" + name)
+
+
+def test_a_second_streamed_send_waits_until_the_consumer_skipped_the_last_cut(cut_pair):
+    """One cut in flight: a consumer still inside the first cut message would take a second
+    cut for its own and skip the messages between the two. So after a cut, a streamed send
+    waits for the consumer's acknowledgement and times out having sent nothing, even when the
+    ring has room (here: room made by moving the tail word by hand, without an acknowledgement),
+    and so does a producer end that takes over after the first closed."""
+    tx, rx, m, head = cut_pair
+    set_u64(m, TAIL, head)  # all room free, no acknowledgement
+    with pytest.raises(TimeoutError, match="the ring is full"):  # nothing sent
+        tx.send(np.ones(STREAMED, np.uint8), timeout=0.2)
+    assert u64(m, HEAD) == head
+    tx.close()  # a new producer end (another process, or here this one) inherits the cut
+    with Channel.attach(tx.name) as tx2:
+        with pytest.raises(TimeoutError, match="the ring is full"):
+            tx2.send(np.ones(STREAMED, np.uint8), timeout=0.2)
+        assert u64(m, HEAD) == head
+        tx2.send(b"small")  # a message that fits cannot be cut: it goes
+        assert u64(m, HEAD) > head
 
 
 @pytest.mark.parametrize("where", ["not at a message boundary", "past the head"])
-def test_a_hostile_cut_position_is_refused(where):
+def test_a_hostile_cut_position_is_refused(cut_pair, where):
     """The cut position comes from the other process: the consumer moves there only when it
     lies on a 64-byte boundary between where it reads and the published head."""
-    name = new_name()
-    with Channel.create(name, capacity=1 << 16) as tx, Channel.attach(name) as rx:
-        with pytest.raises(TimeoutError, match="in the middle"):
-            tx.send(np.ones(STREAMED, np.uint8), timeout=0.2)
-        m = open_segment(name)
-        try:
-            head = u64(m, HEAD)
-            set_u64(m, CUT_AT, head - 32 if where == "not at a message boundary" else head + 64)
-            expect_corrupt(lambda: rx.recv(timeout=1), "cut position")
-            assert u64(m, CUT_ACK) == 0
-        finally:
-            m.close()
-        tx.unlink()
+    tx, rx, m, head = cut_pair
+    set_u64(m, CUT_AT, head - 32 if where == "not at a message boundary" else head + 64)
+    expect_corrupt(lambda: rx.recv(timeout=1), "cut position")
+    assert u64(m, CUT_ACK) == 0
