@@ -913,6 +913,7 @@ bool Ring::wait_cut_skipped(double deadline, const GilHooks& hooks, bool gil_rel
 }
 
 std::uint64_t Ring::cut_in(std::uint64_t start, std::uint64_t end) const {
+    if (end - start <= cap_) return 0;  // only messages larger than the ring are streamed, and cut
     const std::uint64_t at = load_acquire_u64(word(kOffCutAt));
     return at > start && at < end ? at : 0;
 }

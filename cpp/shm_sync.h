@@ -143,11 +143,7 @@ constexpr std::size_t kAlign = 64;
 enum Off : std::size_t {
     kOffMagic = 0, kOffVersion = 8, kOffHeaderBytes = 12, kOffCapacity = 16,
     kOffProdPid = 128, kOffProdClosed = 132, kOffProdStart = 136, kOffProdSeq = 144,
-    // Where the producer cut the last message it gave up half-sent (a ring position, 64-aligned;
-    // 0: none yet), and the last cut the consumer has skipped to: see Ring::cut_message.
-    kOffCutAt = 152,
     kOffConsPid = 256, kOffConsClosed = 260, kOffConsStart = 264, kOffConsSeq = 272,
-    kOffCutAck = 280,
     kOffHead = 512, kOffTail = 640,
     kOffDataFutex = 768, kOffConsWaiting = 896,
     kOffSpaceFutex = 1024, kOffProdWaiting = 1152,
@@ -156,6 +152,11 @@ enum Off : std::size_t {
     // producer): the channel is unusable and the peer says why. Written by either end, only
     // ever from 0.
     kOffAbandoned = 1280,
+    // Where the producer cut the last message it gave up half-sent (a ring position, 64-aligned;
+    // 0: none yet), and the last cut the consumer has skipped to: see Ring::cut_message. Both
+    // change only at a cut, so the line the consumer reads them from stays in its cache (not
+    // beside kOffProdSeq, which the producer writes with every message).
+    kOffCutAt = 1288, kOffCutAck = 1296,
     // The process that created the segment (pid, start time): `python -m fastcopy shm --clean`
     // removes segments whose creator is gone. Zero in segments made before this field.
     kOffCreatorPid = 1408, kOffCreatorStart = 1416,

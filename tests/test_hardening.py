@@ -575,9 +575,10 @@ print("stopped-at", stopped_at)
 # acknowledgement equals the cut), not only when the next message arrives.
 word = lambda off: int.from_bytes(header[off:off + 8], "little")
 deadline = time.monotonic() + 20
-while not (word(152) != 0 and word(280) == word(152)) and time.monotonic() < deadline:
+cut_at, cut_ack = 1288, 1296  # header words
+while not (word(cut_at) != 0 and word(cut_ack) == word(cut_at)) and time.monotonic() < deadline:
     time.sleep(0.001)
-print("skipped-before-next", "yes" if word(152) != 0 and word(280) == word(152) else "no")
+print("skipped-before-next", "yes" if word(cut_at) != 0 and word(cut_ack) == word(cut_at) else "no")
 ch.send(np.full(N, 2, np.uint8), timeout=60)
 print(child.stdout.read().strip())
 child.wait(timeout=60)

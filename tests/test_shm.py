@@ -600,7 +600,7 @@ def test_names_with_a_leading_slash():
 
 
 STREAMED = 1 << 20  # 16 capacities of the 64 KiB test ring: streamed in chunks
-CUT_AT, CUT_ACK = 152, 280  # header words: the producer's last cut, the consumer's acknowledgement
+CUT_AT, CUT_ACK = 1288, 1296  # header words: the producer's last cut, the consumer's acknowledgement
 
 
 @pytest.mark.parametrize("capacity", [1 << 16, (1 << 16) + 64])
