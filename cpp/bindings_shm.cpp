@@ -365,10 +365,17 @@ private:
     // the producer cut it (then `out` may hold part of it).
     py::object recv_one(const MsgInfo& info, const py::object& out, double t, const Ring::GilHooks& hooks) {
         const DtypeEntry& de = checked_dtype(info);
+        if (!ring_->resuming()) drop_partial();  // skipped: the producer cut it
         if (out.is_none()) {
-            std::vector<py::ssize_t> shape(info.shape, info.shape + info.ndim);
-            py::array result(py::reinterpret_borrow<py::dtype>(de.dtype), shape);
-            if (!ring_->consume(info, result.mutable_data(), t, hooks)) return py::object();
+            py::array result;
+            const bool has_partial = ring_->resuming() && partial_array_;  // the array the last recv filled part of
+            if (has_partial) {
+                result = py::reinterpret_steal<py::array>(partial_array_.release());
+            } else {
+                std::vector<py::ssize_t> shape(info.shape, info.shape + info.ndim);
+                result = py::array(py::reinterpret_borrow<py::dtype>(de.dtype), shape);
+            }
+            if (!consume_into(info, result.mutable_data(), result, has_partial, t, hooks)) return py::object();
             return std::move(result);
         }
         if (py::isinstance<py::array>(out)) {
@@ -385,7 +392,7 @@ private:
             if (!(o.flags() & py::array::c_style))
                 raise(PyExc_ValueError, "recv: out must be C-contiguous");
             if (!o.writeable()) raise(PyExc_ValueError, "recv: out is read-only");
-            return ring_->consume(info, o.mutable_data(), t, hooks) ? out : py::object();
+            return consume_into(info, o.mutable_data(), py::object(), false, t, hooks) ? out : py::object();
         }
         Py_buffer view;
         if (PyObject_GetBuffer(out.ptr(), &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) {
@@ -402,7 +409,44 @@ private:
                                         std::to_string(info.payload_len) + " (dtype " +
                                         py::str(de.dtype).cast<std::string>() + ", shape " + shape_words(info) +
                                         "; the message stays in the channel)");
-        return ring_->consume(info, view.buf, t, hooks) ? out : py::object();
+        return consume_into(info, view.buf, py::object(), false, t, hooks) ? out : py::object();
+    }
+
+    // consume() into dst, resuming a message a recv gave up half way (Ring::resuming): unless
+    // dst already holds them (has_partial), its first bytes come from where that recv kept
+    // them. When this one times out or is interrupted half way in turn, it keeps what it
+    // received: `own` (the new array dst is in) as it is, a caller's buffer as a copy (the
+    // caller may reuse it meanwhile). Out of memory for the copy gives the message up.
+    bool consume_into(const MsgInfo& info, void* dst, const py::object& own, bool has_partial, double t,
+                      const Ring::GilHooks& hooks) {
+        if (ring_->resuming() && !has_partial) {
+            const void* from = partial_array_ ? py::reinterpret_borrow<py::array>(partial_array_).data()
+                                              : static_cast<const void*>(partial_bytes_.data());
+            std::memcpy(dst, from, ring_->partial_bytes());
+        }
+        drop_partial();  // dst holds the first bytes now
+        try {
+            return ring_->consume(info, dst, t, hooks);
+        } catch (const shm::ShmError&) {
+            if (ring_->resuming()) {
+                try {
+                    if (own) {
+                        partial_array_ = own;
+                    } else {
+                        const auto* d = static_cast<const std::uint8_t*>(dst);
+                        partial_bytes_.assign(d, d + ring_->partial_bytes());
+                    }
+                } catch (const std::bad_alloc&) {
+                    ring_->give_up_partial();
+                }
+            }
+            throw;
+        }
+    }
+
+    void drop_partial() {
+        partial_array_ = py::object();
+        std::vector<std::uint8_t>().swap(partial_bytes_);
     }
 
 public:
@@ -583,6 +627,10 @@ private:
 
     std::unique_ptr<Ring> ring_;
     DtypeCodec codec_;
+    // What a recv that timed out or was interrupted in the middle of a message received of it
+    // (Ring::resuming): the array it was filling, or a copy of the caller's buffer.
+    py::object partial_array_;
+    std::vector<std::uint8_t> partial_bytes_;
 };
 
 // ---- Topic (one publisher, many subscribers; see shm_topic.h) -----------------------------------

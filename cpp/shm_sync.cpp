@@ -936,6 +936,12 @@ std::uint64_t Ring::stream_chunk() const {
     return std::min<std::uint64_t>(kPublishChunk, cap_ / 4) & ~std::uint64_t(kAlign - 1);
 }
 
+void Ring::give_up_partial() {
+    if (!partial_.active) return;
+    partial_.active = false;
+    abandon_message("a recv could not keep the part of a message it had received (out of memory)");
+}
+
 void Ring::check_abandoned() {
     std::uint32_t code = load_acquire_u32(word(kOffAbandoned));
     if (code == 0) return;
@@ -1150,6 +1156,18 @@ bool Ring::peek(MsgInfo& info, double timeout_s, const GilHooks& hooks) {
     claim(Role::Consumer);
     check_header();
     peeked_ = false;
+    if (partial_.active) {
+        if (const std::uint64_t at = cut_in(partial_.start, partial_.end)) {
+            partial_.active = false;  // the producer gave it up meanwhile: go on with the next one
+            skip_to_cut(at);
+        } else {
+            info = partial_.info;
+            peeked_ = true;
+            peeked_hdr_ = info.header_len;
+            peeked_payload_ = info.payload_len;
+            return true;
+        }
+    }
     if (tail_ % kAlign != 0) broken("channel header is corrupt: tail index is not at a message boundary");
     const double deadline = timeout_s < 0 ? std::numeric_limits<double>::infinity()
                                           : monotonic_seconds() + timeout_s;
@@ -1239,8 +1257,12 @@ bool Ring::consume(const MsgInfo& info, void* dst, double timeout_s, const GilHo
     const std::uint64_t body = pad64(payload_len);
     const std::uint64_t chunk = stream_chunk();
     auto* out = static_cast<std::uint8_t*>(dst);
-    const std::uint64_t msg_start = tail_, msg_end = tail_ + peeked_hdr_ + body;
-    tail_ += peeked_hdr_;
+    const bool resume = partial_.active;
+    const std::uint64_t msg_start = resume ? partial_.start : tail_;
+    const std::uint64_t msg_end = resume ? partial_.end : tail_ + peeked_hdr_ + body;
+    std::uint64_t done = resume ? partial_.done : 0;
+    partial_.active = false;
+    if (!resume) tail_ += peeked_hdr_;
     // While this message is read, a cut of it ends a wait for data (see wait()).
     struct Watch {
         Ring& r;
@@ -1249,7 +1271,15 @@ bool Ring::consume(const MsgInfo& info, void* dst, double timeout_s, const GilHo
     } watch(*this, msg_start, msg_end);
     GilGuard gil(hooks);
     if (payload_len >= kReleaseGilBytes) gil.release();
-    std::uint64_t done = 0;
+    // A timeout or a signal keeps the place in this message for the next recv (resuming()).
+    auto keep_place = [&] {
+        partial_.active = true;
+        partial_.info = info;
+        partial_.done = done;
+        partial_.start = msg_start;
+        partial_.end = msg_end;
+        peeked_ = false;
+    };
     while (done < body) {
         if (head_ == tail_) {
             read_head_checked();
@@ -1260,15 +1290,16 @@ bool Ring::consume(const MsgInfo& info, void* dst, double timeout_s, const GilHo
                 try {
                     r = wait(kData, 1, deadline, hooks, kSpinMidMessage, gil.released);
                 } catch (const ShmInterrupted&) {
-                    abandon_message("a recv was interrupted (a signal handler raised) in the middle of a message");
+                    keep_place();
                     throw;
                 } catch (const ShmError& e) {
                     abandon_message(std::string("a recv failed in the middle of a message: ") + e.what());
                     throw;
                 }
                 if (r != 0) {
-                    abandon_message("a recv timed out in the middle of a message");
-                    throw ShmTimeout("recv timed out in the middle of a message (the channel is now unusable)");
+                    keep_place();
+                    throw ShmTimeout("recv timed out in the middle of a message larger than the ring: the next recv "
+                                     "goes on with it, nothing is lost");
                 }
             }
         }
@@ -1437,7 +1468,7 @@ const std::uint8_t* Ring::take_view(const MsgInfo& info, double timeout_s, const
         throw ShmError("internal error: take_view() without a matching peek()");
     const std::uint64_t total = peeked_hdr_ + pad64(peeked_payload_);
     // peek() bounded header_len by 64 + 8*64 + 1024 and payload_len by 2^46, so no overflow.
-    if (total > cap_ || tail_ % cap_ + total > cap_) return nullptr;  // not contiguous: copy it
+    if (partial_.active || total > cap_ || tail_ % cap_ + total > cap_) return nullptr;  // not contiguous: copy it
     const double deadline = timeout_s < 0 ? std::numeric_limits<double>::infinity()
                                           : monotonic_seconds() + timeout_s;
     if (head_ - tail_ < total) {

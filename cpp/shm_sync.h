@@ -147,9 +147,9 @@ enum Off : std::size_t {
     kOffHead = 512, kOffTail = 640,
     kOffDataFutex = 768, kOffConsWaiting = 896,
     kOffSpaceFutex = 1024, kOffProdWaiting = 1152,
-    // Nonzero once an end gave up a message in the middle for good (kAbandonedBy*: the consumer
-    // timed out or was interrupted, or an error other than a timeout or a signal stopped the
-    // producer): the channel is unusable and the peer says why. Written by either end, only
+    // Nonzero once an end gave up a message in the middle for good (kAbandonedBy*: an error
+    // other than a timeout or a signal stopped it, or a consumer had no memory to keep the part
+    // it received): the channel is unusable and the peer says why. Written by either end, only
     // ever from 0.
     kOffAbandoned = 1280,
     // Where the producer cut the last message it gave up half-sent (a ring position, 64-aligned;
@@ -295,10 +295,22 @@ public:
     // Step 2: consume the message peeked, copying its payload into dst (info.payload_len
     // bytes). Waits for streamed parts with the same deadline rules as send. Returns false
     // when the producer cut the message (dst then holds part of it, and the consumer is at
-    // the next message: peek again).
+    // the next message: peek again). A timeout or a signal half way keeps the place (see
+    // resuming()); any other error half way gives the message up (the channel is broken).
     bool consume(const MsgInfo& info, void* dst, double timeout_s, const GilHooks& gil);
     // Consumer: messages the producer cut that this end skipped (see cut_message).
     std::uint64_t cut_messages() const { return cut_messages_; }
+    // Consumer: a consume() that timed out or was interrupted (ShmTimeout, ShmInterrupted) in
+    // the middle of a streamed message keeps its place: the next peek() returns that message
+    // again, resuming() is true, and consume() goes on from where it stopped. The caller then
+    // puts the first partial_bytes() bytes it already received into dst itself.
+    bool resuming() const { return partial_.active; }
+    std::uint64_t partial_bytes() const {
+        return partial_.active ? std::min<std::uint64_t>(partial_.done, partial_.info.payload_len) : 0;
+    }
+    // Consumer: gives up the message being resumed (the caller could not keep its first bytes):
+    // the channel is broken, as when a consumer fails in the middle of a message.
+    void give_up_partial();
     // Bytes published and not yet consumed (consumer view; 0 for other roles).
     std::uint64_t pending_bytes();
 
@@ -405,6 +417,11 @@ private:
     std::uint64_t cut_at_ = 0;            // producer: the last cut, until the consumer skipped to it
     std::uint64_t cut_messages_ = 0;      // consumer: cuts skipped
     std::uint64_t watch_start_ = 0, watch_end_ = 0;  // consumer: the message being read (cuts end a wait)
+    struct Partial {                      // consumer: see resuming()
+        bool active = false;
+        MsgInfo info;
+        std::uint64_t done = 0, start = 0, end = 0;  // body bytes consumed; the message's ring span
+    } partial_;
     std::string broken_;
     bool broken_corrupt_ = false;         // broken_ came from failed validation
     std::uint32_t peeked_hdr_ = 0;        // header_len of the message peek() validated

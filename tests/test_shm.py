@@ -712,3 +712,35 @@ def test_a_hostile_cut_position_is_refused(cut_pair, where):
     set_u64(m, CUT_AT, head - 32 if where == "not at a message boundary" else head + 64)
     expect_corrupt(lambda: rx.recv(timeout=1), "cut position")
     assert u64(m, CUT_ACK) == 0
+
+
+def test_a_send_given_up_for_good_half_way_is_reported_to_the_consumer():
+    """A streamed send that fails half way for another reason than a timeout or a signal (here
+    its own head index changed under it: ChannelCorrupted) cannot cut the message: it records
+    in the header that it gave the message up, so the consumer gets a ChannelError naming that
+    instead of waiting for the rest."""
+    name = new_name()
+    with Channel.create(name, capacity=1 << 16) as tx, Channel.attach(name) as rx:
+        errors = []
+
+        def send():
+            try:
+                tx.send(np.ones(STREAMED, np.uint8), timeout=30)
+            except ChannelError as e:
+                errors.append(e)
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        m = open_segment(name)
+        try:
+            deadline = time.monotonic() + 10
+            while u64(m, HEAD) < 1 << 16 and time.monotonic() < deadline:  # the ring is full
+                time.sleep(0.001)
+            set_u64(m, HEAD, u64(m, HEAD) - 64)  # still a valid head for the consumer
+            sender.join(10)
+            assert len(errors) == 1 and isinstance(errors[0], ChannelCorrupted), errors
+            with pytest.raises(ChannelError, match="producer gave up a message half-sent"):
+                rx.recv(timeout=5)
+        finally:
+            m.close()
+        tx.unlink()

@@ -287,8 +287,9 @@ class Channel(_core.ShmRing):
         sent. Messages larger than the capacity are streamed in chunks (the consumer must be
         receiving); if such a send times out or is interrupted half way, the message is cut:
         the consumer skips it (``cut_messages`` counts them) and the channel goes on; a
-        ``send`` that raises never delivers its message. Any other failure half way breaks
-        the channel, as does a ``recv`` that times out or is interrupted half way.
+        ``send`` that raises never delivers its message. A ``recv`` that times out or is
+        interrupted half way keeps its place: the next ``recv`` returns the whole message.
+        Any other failure half way (a dead peer, a corrupt header) breaks the channel.
     ``recv(out=None, timeout=None)``
         Returns the next message as a new numpy array with the sent dtype and shape
         (buffers that were not numpy arrays come back as 1-D ``uint8`` arrays), or copies
