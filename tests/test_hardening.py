@@ -518,6 +518,18 @@ def test_ctrl_c_in_the_middle_of_a_message_with_the_peer_stopped(tmp_path, role)
     assert shm_names() == set()
 
 
+# Shared by the two scenarios below: starts `child_code` with the channel's name, waits for its
+# "ready" and maps the channel's header read-only (tail(): the consumer's read position).
+START_CHILD_AND_MAP_HEADER = r"""
+child = subprocess.Popen([sys.executable, "-c", child_code, name], stdout=subprocess.PIPE, text=True)
+assert child.stdout.readline().strip() == "ready"
+fd = os.open("/dev/shm/" + name, os.O_RDONLY)
+header = mmap.mmap(fd, 4096, prot=mmap.PROT_READ)
+os.close(fd)
+tail = lambda: int.from_bytes(header[640:648], "little")  # the consumer's read position
+"""
+
+
 # ---- a cut reaches a consumer in the middle of the message ---------------------------------------
 # The child receives a 256 MiB message through a 64 KiB ring into out=; once it has read 1 MiB
 # of it the parent stops it (SIGSTOP), so the parent's send times out half way and cuts the
@@ -542,13 +554,7 @@ print("ready", flush=True)
 ch.recv(out=out, timeout=60)
 print("child-result", int(np.count_nonzero(out == 2)), int(np.count_nonzero(out != 2)), ch.cut_messages)
 '''
-child = subprocess.Popen([sys.executable, "-c", child_code, name], stdout=subprocess.PIPE, text=True)
-assert child.stdout.readline().strip() == "ready"
-fd = os.open("/dev/shm/" + name, os.O_RDONLY)
-header = mmap.mmap(fd, 4096, prot=mmap.PROT_READ)
-os.close(fd)
-tail = lambda: int.from_bytes(header[640:648], "little")  # the consumer's read position
-outcome = []
+""" + START_CHILD_AND_MAP_HEADER + r"""outcome = []
 
 def send_first():
     try:
@@ -620,13 +626,7 @@ ch.send(np.tile(np.arange(251, dtype=np.uint8), N // 251 + 1)[:N], timeout=60)
 ch.send(b"after", timeout=60)
 print("child-result sent both")
 '''
-child = subprocess.Popen([sys.executable, "-c", child_code, name], stdout=subprocess.PIPE, text=True)
-assert child.stdout.readline().strip() == "ready"
-fd = os.open("/dev/shm/" + name, os.O_RDONLY)
-header = mmap.mmap(fd, 4096, prot=mmap.PROT_READ)
-os.close(fd)
-tail = lambda: int.from_bytes(header[640:648], "little")  # the consumer's read position
-stopped = []
+""" + START_CHILD_AND_MAP_HEADER + r"""stopped = []
 
 def stop_child():
     give_up = time.monotonic() + 20  # a run that never got there fails on stopped-at, not by hanging
