@@ -615,10 +615,8 @@ void Ring::close() {
         if (load_acquire_u32(word(pid_off)) == pid_) {
             store_release_u32(word(closed_off), 1);
             __atomic_thread_fence(__ATOMIC_SEQ_CST);
-            fetch_add_u32(word(kOffDataFutex), 1);
-            fetch_add_u32(word(kOffSpaceFutex), 1);
-            futex_wake(word(kOffDataFutex), 1 << 30);
-            futex_wake(word(kOffSpaceFutex), 1 << 30);
+            wake_all(kOffDataFutex);
+            wake_all(kOffSpaceFutex);
         }
     }
     forget_claims_of(this);
@@ -863,6 +861,13 @@ void Ring::copy_out(std::uint64_t pos, void* dst, std::size_t n, std::size_t who
     if (n > first) copy_bytes_piece(d + first, data(), n - first, whole, Region::FromShared);
 }
 
+// Wakes every waiter on the futex word at `futex_off` (after a full fence by the caller):
+// changes the word first, so a waiter about to sleep on the old value does not.
+void Ring::wake_all(std::size_t futex_off) {
+    fetch_add_u32(word(futex_off), 1);
+    futex_wake(word(futex_off), 1 << 30);
+}
+
 // Gives up the message in transfer: this end is broken, and the header says so, so the peer
 // gets a ChannelError naming the cause instead of waiting for the rest or reading a torn
 // message as corrupt.
@@ -874,10 +879,8 @@ void Ring::abandon_message(const std::string& why) {
     __atomic_compare_exchange_n(reinterpret_cast<std::uint32_t*>(word(kOffAbandoned)), &none, code, false,
                                 __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    fetch_add_u32(word(kOffDataFutex), 1);
-    fetch_add_u32(word(kOffSpaceFutex), 1);
-    futex_wake(word(kOffDataFutex), 1 << 30);
-    futex_wake(word(kOffSpaceFutex), 1 << 30);
+    wake_all(kOffDataFutex);
+    wake_all(kOffSpaceFutex);
 }
 
 // A streamed send that times out or is interrupted by a signal (KeyboardInterrupt) in the
@@ -898,10 +901,9 @@ void Ring::abandon_message(const std::string& why) {
 //   consumer still in the first cut message could take the second cut for its own.
 void Ring::cut_message() {
     cut_at_ = head_;
-    __atomic_store_n(reinterpret_cast<std::uint64_t*>(word(kOffCutAt)), cut_at_, __ATOMIC_SEQ_CST);
+    store_release_u64(word(kOffCutAt), cut_at_);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    fetch_add_u32(word(kOffDataFutex), 1);
-    futex_wake(word(kOffDataFutex), 1 << 30);
+    wake_all(kOffDataFutex);
 }
 
 bool Ring::wait_cut_skipped(double deadline, const GilHooks& hooks, bool gil_released) {
@@ -928,8 +930,7 @@ void Ring::skip_to_cut(std::uint64_t at) {
     store_release_u64(word(kOffCutAck), at);
     publish_tail(tail_);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    fetch_add_u32(word(kOffSpaceFutex), 1);  // a producer may wait for the acknowledgement
-    futex_wake(word(kOffSpaceFutex), 1 << 30);
+    wake_all(kOffSpaceFutex);  // a producer may wait for the acknowledgement
 }
 
 std::uint64_t Ring::stream_chunk() const {

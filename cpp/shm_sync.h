@@ -379,6 +379,7 @@ private:
     // briefly to run signal handlers and leaves it released.
     int wait(WaitFor what, std::uint64_t need, double deadline, const GilHooks& gil, double spin_s,
              bool gil_released = false);
+    void wake_all(std::size_t futex_off);
     void abandon_message(const std::string& why);
     void check_abandoned();  // ShmError when an end gave up a message half-way
     // Producer: gives up the streamed message being written at head_ (see the .cpp).
