@@ -600,6 +600,84 @@ def test_a_cut_reaches_a_consumer_in_the_middle_of_the_message(tmp_path):
     assert shm_names() == set()
 
 
+# ---- a cut wakes a consumer that waits for the rest of the message -----------------------------
+# The child sends 1 MiB through a 64 KiB ring; once the ring is full and the child waits for
+# room, the parent stops it (SIGSTOP). The parent's recv reads what is in the ring and goes to
+# wait for more. Then the parent stores a cut where the stopped producer's head is, in the
+# header word the producer writes when its send gives up there (cut_message), and wakes no one:
+# the waiting consumer must find the cut at its next look (its futex sleeps are sliced at 50
+# ms), skip to it and acknowledge it, and then wait for a next message, which never comes
+# (TimeoutError). A consumer whose wait ignored cuts would sleep in the middle of the message
+# until the timeout and keep its place there. (A real producer cuts only while it waits for
+# room, so the consumer normally finds the cut between two chunks; the wait matters when it had
+# read the last chunk before the cut: a race this scenario takes out of timing.)
+CUT_WHILE_WAITING = r"""
+import mmap, os, signal, subprocess, sys, threading, time
+import numpy as np
+from fastcopy.shm import Channel
+
+name = sys.argv[1]
+ch = Channel.create(name, capacity=1 << 16)
+child_code = '''
+import sys, numpy as np
+from fastcopy.shm import Channel
+ch = Channel.attach(sys.argv[1])
+print("ready", flush=True)
+ch.send(np.ones(1 << 20, np.uint8), timeout=60)
+'''
+""" + START_CHILD_AND_MAP_HEADER + r"""fd = os.open("/dev/shm/" + name, os.O_RDWR)
+writable = mmap.mmap(fd, 4096)
+os.close(fd)
+words64 = np.frombuffer(writable, np.uint64, count=512)  # aligned 8-byte loads and stores
+words32 = np.frombuffer(writable, np.uint32, count=1024)
+head, tail, cut_at, cut_ack = (lambda: int(words64[64]), lambda: int(words64[80]),
+                               lambda: int(words64[161]), lambda: int(words64[162]))
+producer_waiting, consumer_waiting = lambda: int(words32[288]), lambda: int(words32[224])
+
+def wait_for(condition, what):
+    give_up = time.monotonic() + 20
+    while not condition():
+        assert time.monotonic() < give_up, what
+        time.sleep(0.001)
+
+wait_for(lambda: head() == 1 << 16 and producer_waiting() == 1, "the producer never waited for room")
+os.kill(child.pid, signal.SIGSTOP)
+outcome = []
+
+def receive():
+    try:
+        ch.recv(timeout=3)
+        outcome.append("received")
+    except TimeoutError as e:
+        outcome.append("TimeoutError " + str(e))
+
+receiver = threading.Thread(target=receive)
+receiver.start()
+wait_for(lambda: tail() == head() and consumer_waiting() == 1, "the consumer never waited mid-message")
+print("waiting-at", tail())
+words64[161] = head()  # the cut, where the producer stopped
+receiver.join()
+print("recv", outcome[0])
+print("cut", cut_at(), "ack", cut_ack(), "skipped", ch.cut_messages)
+os.kill(child.pid, signal.SIGKILL)
+child.wait(timeout=30)
+del words64, words32
+writable.close(); header.close(); ch.close(); ch.unlink()
+"""
+
+
+@subprocess_only
+def test_a_cut_wakes_a_consumer_waiting_in_the_middle_of_the_message(tmp_path):
+    proc = run_script(tmp_path, CUT_WHILE_WAITING, f"{PREFIX}cutwait", timeout=90)
+    assert proc.returncode == 0, explain(proc)
+    lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
+    assert lines["waiting-at"] == str(1 << 16), explain(proc)  # the ring read, mid-message
+    assert lines["cut"] == f"{1 << 16} ack {1 << 16} skipped 1", explain(proc)
+    # Timed out waiting for a next message, not in the middle of the cut one.
+    assert lines["recv"].startswith("TimeoutError") and "middle" not in lines["recv"], explain(proc)
+    assert shm_names() == set()
+
+
 # ---- a recv given up half way goes on at the next recv ----------------------------------------
 # The parent receives a 128 MiB message through a 64 KiB ring; once it has read 1 MiB of it a
 # watcher thread stops the producing child (SIGSTOP), so the parent's recv times out half way.
