@@ -427,20 +427,32 @@ private:
         drop_partial();  // dst holds the first bytes now
         try {
             return ring_->consume(info, dst, t, hooks);
-        } catch (const shm::ShmError&) {
-            if (ring_->resuming()) {
-                try {
-                    if (own) {
-                        partial_array_ = own;
-                    } else {
-                        const auto* d = static_cast<const std::uint8_t*>(dst);
-                        partial_bytes_.assign(d, d + ring_->partial_bytes());
-                    }
-                } catch (const std::bad_alloc&) {
-                    ring_->give_up_partial();
-                }
+        } catch (const shm::ShmError& e) {
+            if (ring_->resuming() && !keep_partial(dst, own)) {
+                // The timeout's own words promise that the next recv goes on: no longer true.
+                if (dynamic_cast<const shm::ShmTimeout*>(&e))
+                    throw shm::ShmTimeout("recv timed out in the middle of a message larger than the ring, and there "
+                                          "was no memory to keep the part received of it: the message is given up "
+                                          "and the channel is unusable (both ends get ChannelError from now on)");
             }
             throw;
+        }
+    }
+
+    // Keeps the part of a message a recv received before it gave up half way (see
+    // consume_into). False when there is no memory for the copy: the message is given up then.
+    bool keep_partial(const void* dst, const py::object& own) {
+        try {
+            if (own) {
+                partial_array_ = own;
+            } else {
+                const auto* d = static_cast<const std::uint8_t*>(dst);
+                partial_bytes_.assign(d, d + ring_->partial_bytes());
+            }
+            return true;
+        } catch (const std::bad_alloc&) {
+            ring_->give_up_partial();
+            return false;
         }
     }
 

@@ -749,6 +749,88 @@ def test_a_recv_that_times_out_half_way_goes_on_at_the_next_recv(tmp_path, first
     assert shm_names() == set()
 
 
+# ---- no memory to keep the part received: the message is given up, and said so ----------------
+# As above (a recv into the caller's out that times out half way through a 128 MiB message),
+# but once the child is stopped the receiving process may map only 2 MiB more than it has
+# (RLIMIT_AS, set by the watcher thread while the recv waits), so the copy of the 40 MiB or more
+# received cannot be made. (With one malloc arena, MALLOC_ARENA_MAX=1: glibc retries a failed
+# allocation in another thread's arena, whose 64 MiB of address space is reserved already.) The message is then given up for good (the channel's abandoned
+# word), the TimeoutError says so instead of promising that the next recv goes on, and from
+# then on both ends get ChannelError naming the cause.
+KEEP_WITHOUT_MEMORY = r"""
+import mmap, os, resource, signal, subprocess, sys, threading, time
+import numpy as np
+from fastcopy.shm import Channel, ChannelError
+
+name = sys.argv[1]
+N = 128 << 20
+ch = Channel.create(name, capacity=1 << 16)
+child_code = '''
+import sys, numpy as np
+from fastcopy.shm import Channel, ChannelError
+ch = Channel.attach(sys.argv[1])
+print("ready", flush=True)
+try:
+    ch.send(np.ones(128 << 20, np.uint8), timeout=60)
+    print("child-result sent")
+except ChannelError as e:
+    print("child-result", type(e).__name__, e)
+'''
+""" + START_CHILD_AND_MAP_HEADER + r"""stopped = []
+
+def stop_child_and_limit_memory():
+    give_up = time.monotonic() + 20
+    while tail() < (40 << 20) and time.monotonic() < give_up:
+        time.sleep(0.0002)
+    os.kill(child.pid, signal.SIGSTOP)
+    stopped.append(tail())
+    with open("/proc/self/status") as f:
+        vm_size = next(int(line.split()[1]) << 10 for line in f if line.startswith("VmSize:"))
+    resource.setrlimit(resource.RLIMIT_AS, (vm_size + (2 << 20), resource.RLIM_INFINITY))
+
+buf = np.zeros(N, np.uint8)
+watcher = threading.Thread(target=stop_child_and_limit_memory)
+watcher.start()
+try:
+    ch.recv(out=buf, timeout=5)
+    print("first completed")
+except TimeoutError as e:
+    print("first", "TimeoutError", e)
+watcher.join()
+resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+print("stopped-at", stopped[0])
+os.kill(child.pid, signal.SIGCONT)
+try:
+    ch.recv(out=buf, timeout=10)
+    print("second received")
+except ChannelError as e:
+    print("second", type(e).__name__, e)
+print(child.stdout.read().strip())
+child.wait(timeout=60)
+header.close(); ch.close(); ch.unlink()
+"""
+
+
+def keep_without_memory(tmp_path, name):
+    """Runs KEEP_WITHOUT_MEMORY and checks its outcome (also a row of the failure-modes table)."""
+    proc = run_script(tmp_path, KEEP_WITHOUT_MEMORY, name, timeout=120, env=child_env(MALLOC_ARENA_MAX="1"))
+    assert proc.returncode == 0, explain(proc)
+    lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
+    assert (40 << 20) <= int(lines["stopped-at"]) < (128 << 20), explain(proc)  # half way
+    first = lines["first"]
+    assert first.startswith("TimeoutError") and "no memory to keep" in first, explain(proc)
+    assert "goes on with it" not in first, explain(proc)
+    assert lines["second"].startswith("ChannelError") and "out of memory" in lines["second"], explain(proc)
+    assert lines["child-result"].startswith("ChannelError") and "consumer gave up" in lines["child-result"], \
+        explain(proc)
+
+
+@subprocess_only
+def test_a_recv_without_memory_to_keep_its_place_gives_the_message_up_and_says_so(tmp_path):
+    keep_without_memory(tmp_path, f"{PREFIX}keepoom")
+    assert shm_names() == set()
+
+
 # ---- wrong argument types: TypeError naming the argument ---------------------------------------
 def _channel_pair():
     ch = shm.Channel.create(f"{PREFIX}types-{time.monotonic_ns()}", capacity=1 << 16)
@@ -1056,6 +1138,10 @@ def shm_scenarios(tmp_path):
         assert f"second {128 << 20} mismatches 0" in proc.stdout and "third after" in proc.stdout, explain(proc)
         return "TimeoutError next recv goes on nothing lost usable"
 
+    def recv_timeout_mid_message_without_memory():
+        keep_without_memory(tmp_path, f"{PREFIX}fm-keepoom")
+        return "TimeoutError saying so given up both ends get ChannelError"
+
     def second_producer():
         tx, rx = _pair()
         other = shm.Channel.attach(tx.name)
@@ -1212,6 +1298,8 @@ def shm_scenarios(tmp_path):
         "Ctrl-C in `send` in the middle of a message while the consumer is stopped": ctrl_c_mid_send,
         "Ctrl-C in `recv` in the middle of a message while the producer is stopped": ctrl_c_mid_recv,
         "a `recv` times out in the middle of a message larger than the ring": recv_timeout_mid_message,
+        "the same, and there is no memory to keep the part received (a copy of the caller's `out`)":
+            recv_timeout_mid_message_without_memory,
         "a second producer or consumer (another process, or another `Channel` object of this process)": second_producer,
         "one `Channel` object used by two threads at once": two_threads,
         "the segment's header is overwritten with garbage": garbage_header,
