@@ -684,7 +684,8 @@ def test_a_cut_wakes_a_consumer_waiting_in_the_middle_of_the_message(tmp_path):
 # After the child resumes, the next recv must return the whole message, byte for byte, and the
 # message after it: nothing lost, nothing torn, whichever way each call takes the message (a new
 # array, or a buffer of the caller's: the first call's part is kept, not read back from that
-# buffer, which is filled with 0xFF in between).
+# buffer, which is filled with 0xFF in between; or, for the second, recv_view, which returns a
+# message larger than the ring as a read-only copy).
 RESUME = r"""
 import mmap, os, signal, subprocess, sys, threading, time
 import numpy as np
@@ -726,7 +727,11 @@ print("stopped-at", stopped[0])
 buf[:] = 0xFF  # the caller reuses its buffer: the part kept must not come from it
 os.kill(child.pid, signal.SIGCONT)
 other = np.zeros(N, np.uint8)
-got = ch.recv(timeout=60) if second == "new" else ch.recv(out=other, timeout=60)
+if second == "view":  # a message larger than the ring comes back as a read-only copy
+    got = ch.recv_view(timeout=60)
+    print("view-writeable", got.flags.writeable)
+else:
+    got = ch.recv(timeout=60) if second == "new" else ch.recv(out=other, timeout=60)
 print("second", got.nbytes, "mismatches", int(np.count_nonzero(got != pattern)))
 print("third", ch.recv(timeout=60).tobytes().decode())
 print(child.stdout.read().strip())
@@ -736,7 +741,8 @@ header.close(); ch.close(); ch.unlink()
 
 
 @subprocess_only
-@pytest.mark.parametrize("first, second", [("new", "new"), ("new", "out"), ("out", "new"), ("out", "out")])
+@pytest.mark.parametrize("first, second", [("new", "new"), ("new", "out"), ("out", "new"), ("out", "out"),
+                                           ("new", "view"), ("out", "view")])
 def test_a_recv_that_times_out_half_way_goes_on_at_the_next_recv(tmp_path, first, second):
     proc = run_script(tmp_path, RESUME, f"{PREFIX}resume-{first}-{second}", first, second, timeout=120)
     assert proc.returncode == 0, explain(proc)
@@ -744,6 +750,8 @@ def test_a_recv_that_times_out_half_way_goes_on_at_the_next_recv(tmp_path, first
     assert lines["first"].startswith("TimeoutError") and "goes on with it" in lines["first"], explain(proc)
     assert (1 << 20) <= int(lines["stopped-at"]) < (128 << 20), explain(proc)  # half way
     assert lines["second"] == f"{128 << 20} mismatches 0", explain(proc)
+    if second == "view":
+        assert lines["view-writeable"] == "False", explain(proc)
     assert lines["third"] == "after", explain(proc)
     assert lines["child-result"] == "sent both", explain(proc)
     assert shm_names() == set()
