@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -819,6 +820,11 @@ header.close(); ch.close(); ch.unlink()
 """
 
 
+# AddressSanitizer (.ci/asan_pytest.sh preloads it) maps its own memory as it goes, which a
+# tight RLIMIT_AS stops: the process hangs instead of reaching the scenario's point.
+UNDER_ASAN = "libasan" in os.environ.get("LD_PRELOAD", "")
+
+
 def keep_without_memory(tmp_path, name):
     """Runs KEEP_WITHOUT_MEMORY and checks its outcome (also a row of the failure-modes table)."""
     proc = run_script(tmp_path, KEEP_WITHOUT_MEMORY, name, timeout=120, env=child_env(MALLOC_ARENA_MAX="1"))
@@ -834,6 +840,7 @@ def keep_without_memory(tmp_path, name):
 
 
 @subprocess_only
+@pytest.mark.skipif(UNDER_ASAN, reason="AddressSanitizer cannot run under the tight RLIMIT_AS this scenario sets")
 def test_a_recv_without_memory_to_keep_its_place_gives_the_message_up_and_says_so(tmp_path):
     keep_without_memory(tmp_path, f"{PREFIX}keepoom")
     assert shm_names() == set()
@@ -1147,6 +1154,8 @@ def shm_scenarios(tmp_path):
         return "TimeoutError next recv goes on nothing lost usable"
 
     def recv_timeout_mid_message_without_memory():
+        if UNDER_ASAN:
+            return None  # cannot run here (see UNDER_ASAN); the plain run checks this row
         keep_without_memory(tmp_path, f"{PREFIX}fm-keepoom")
         return "TimeoutError saying so given up both ends get ChannelError"
 
@@ -1417,5 +1426,9 @@ def test_failure_modes_table_matches_behaviour(tmp_path, doc, scenarios):
     runs = scenarios(tmp_path)
     assert set(table) == set(runs), (sorted(set(table) ^ set(runs)))  # one scenario per row, no more
     for fault, cell in table.items():
-        _check_words(runs[fault](), cell)
+        outcome = runs[fault]()
+        if outcome is None:  # a scenario that cannot run in this build says so
+            warnings.warn(f"failure-modes row not checked in this build: {fault}")
+            continue
+        _check_words(outcome, cell)
     assert shm_names() == set()
