@@ -759,13 +759,14 @@ def test_a_recv_that_times_out_half_way_goes_on_at_the_next_recv(tmp_path, first
 
 
 # ---- no memory to keep the part received: the message is given up, and said so ----------------
-# As above (a recv into the caller's out that times out half way through a 128 MiB message),
-# but once the child is stopped the receiving process may map only 2 MiB more than it has
+# As above (a recv into the caller's out that times out half way through a 128 MiB message), but
+# once the child is stopped the receiving process may map only 2 MiB more than it has
 # (RLIMIT_AS, set by the watcher thread while the recv waits), so the copy of the 40 MiB or more
 # received cannot be made. (With one malloc arena, MALLOC_ARENA_MAX=1: glibc retries a failed
-# allocation in another thread's arena, whose 64 MiB of address space is reserved already.) The message is then given up for good (the channel's abandoned
-# word), the TimeoutError says so instead of promising that the next recv goes on, and from
-# then on both ends get ChannelError naming the cause.
+# allocation in another thread's arena, whose 64 MiB of address space is reserved already.) The
+# message is then given up for good (the channel's abandoned word), the TimeoutError says so
+# instead of promising that the next recv goes on, and from then on both ends get ChannelError
+# naming the cause.
 KEEP_WITHOUT_MEMORY = r"""
 import mmap, os, resource, signal, subprocess, sys, threading, time
 import numpy as np

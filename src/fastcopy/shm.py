@@ -289,7 +289,8 @@ class Channel(_core.ShmRing):
         the consumer skips it (``cut_messages`` counts them) and the channel goes on; a
         ``send`` that raises never delivers its message. A ``recv`` that times out or is
         interrupted half way keeps its place: the next ``recv`` returns the whole message.
-        Any other failure half way (a dead peer, a corrupt header) breaks the channel.
+        Any other failure half way (a dead peer, a corrupt header, no memory to keep the
+        part a ``recv`` received) breaks the channel.
     ``recv(out=None, timeout=None)``
         Returns the next message as a new numpy array with the sent dtype and shape
         (buffers that were not numpy arrays come back as 1-D ``uint8`` arrays), or copies
