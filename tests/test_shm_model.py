@@ -22,34 +22,15 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from _messages import message, same
 from fastcopy.shm import Channel, ChannelError
 
 CAPACITY = 1 << 16
-DTYPES = ["|u1", "<f4", ">i8", "<c16", "<u2"]
 # Sizes that fit the ring with room for several (up to a third, always in one piece of it; the
 # large ones fill the ring within a few steps, so that messages meet its end and wrap), and
 # sizes larger than the ring.
 SMALL = st.one_of(st.integers(0, 512), st.integers(CAPACITY // 8, CAPACITY // 3))
 LARGE = st.integers(min_value=CAPACITY + 4096, max_value=3 * CAPACITY)
-
-
-def message(data: Any, nbytes: int) -> np.ndarray:
-    """A random array of about `nbytes` bytes: random dtype, 1-3 dimensions, random bytes."""
-    dt = np.dtype(data.draw(st.sampled_from(DTYPES)))
-    count = nbytes // dt.itemsize
-    ndim = data.draw(st.integers(1, 3))
-    shape: Tuple[int, ...] = (count,)
-    if ndim > 1 and count > 0:
-        first = data.draw(st.sampled_from([d for d in range(1, min(count, 64) + 1) if count % d == 0]))
-        shape = (first, count // first) if ndim == 2 else (1, first, count // first)
-    seed = data.draw(st.integers(0, 2**32 - 1))
-    raw = np.random.default_rng(seed).bytes(count * dt.itemsize)
-    return np.frombuffer(raw, dt).reshape(shape).copy()
-
-
-def same(got: np.ndarray, expected: np.ndarray) -> bool:
-    return (got.dtype == expected.dtype and got.shape == expected.shape
-            and got.tobytes() == expected.tobytes())
 
 
 class ChannelModel(RuleBasedStateMachine):

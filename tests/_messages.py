@@ -1,0 +1,28 @@
+"""Random messages for the model-based tests of the channel and the topic (Hypothesis)."""
+from __future__ import annotations
+
+from typing import Any, Tuple
+
+import numpy as np
+from hypothesis import strategies as st
+
+DTYPES = ["|u1", "<f4", ">i8", "<c16", "<u2"]
+
+
+def message(data: Any, nbytes: int) -> np.ndarray:
+    """A random array of about `nbytes` bytes: random dtype, 1-3 dimensions, random bytes."""
+    dt = np.dtype(data.draw(st.sampled_from(DTYPES)))
+    count = nbytes // dt.itemsize
+    ndim = data.draw(st.integers(1, 3))
+    shape: Tuple[int, ...] = (count,)
+    if ndim > 1 and count > 0:
+        first = data.draw(st.sampled_from([d for d in range(1, min(count, 64) + 1) if count % d == 0]))
+        shape = (first, count // first) if ndim == 2 else (1, first, count // first)
+    seed = data.draw(st.integers(0, 2**32 - 1))
+    raw = np.random.default_rng(seed).bytes(count * dt.itemsize)
+    return np.frombuffer(raw, dt).reshape(shape).copy()
+
+
+def same(got: np.ndarray, expected: np.ndarray) -> bool:
+    return (got.dtype == expected.dtype and got.shape == expected.shape
+            and got.tobytes() == expected.tobytes())
