@@ -12,17 +12,15 @@ is released, however the ring wraps, pads, cuts and reuses memory meanwhile.
 """
 from __future__ import annotations
 
-import os
 from collections import deque
 from typing import Any, Deque, List, Tuple
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from _messages import message, same
+from _models import MODEL_SETTINGS, message, same
 from fastcopy.shm import Channel, ChannelError
 
 CAPACITY = 1 << 16
@@ -191,11 +189,6 @@ class ChannelModelOddQuarter(ChannelModel):
     capacity = CAPACITY + 64
 
 
-# About 4 s a class here; under qemu (CI's arm runs, which set FASTCOPY_NO_SUBPROCESS) ten times
-# that, so fewer examples there.
-EXAMPLES = 25 if os.environ.get("FASTCOPY_NO_SUBPROCESS") == "1" else 100
-MODEL_SETTINGS = settings(max_examples=EXAMPLES, stateful_step_count=50, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
 ChannelModel.TestCase.settings = MODEL_SETTINGS
 ChannelModelOddQuarter.TestCase.settings = MODEL_SETTINGS
 test_channel_against_a_fifo_model = ChannelModel.TestCase

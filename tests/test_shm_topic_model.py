@@ -24,16 +24,15 @@ predicts every outcome:
 """
 from __future__ import annotations
 
-import os
 from typing import Any, List, Optional, Tuple
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, settings
+from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from _messages import message, same
+from _models import MODEL_SETTINGS, message, same
 from fastcopy.shm import ChannelClosed, ChannelError, MessagesLost, Topic
 
 SLOT_BYTES = 4096
@@ -330,11 +329,6 @@ class TopicModelBlockNoHistory(TopicModel):
     history = 0
 
 
-# About 5 s a class here; under qemu (CI's arm runs, which set FASTCOPY_NO_SUBPROCESS) ten times
-# that, so fewer examples there.
-EXAMPLES = 25 if os.environ.get("FASTCOPY_NO_SUBPROCESS") == "1" else 100
-MODEL_SETTINGS = settings(max_examples=EXAMPLES, stateful_step_count=50, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
 for _model in (TopicModel, TopicModelDrop, TopicModelBlockNoHistory):
     _model.TestCase.settings = MODEL_SETTINGS
 test_topic_against_a_model = TopicModel.TestCase

@@ -134,6 +134,7 @@ class Runner:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("FASTCOPY_")}
         self.env["PYTHONPATH"] = str(self.tree / "src")
         self.env["PYTHONDONTWRITEBYTECODE"] = "1"
+        self.env["FASTCOPY_MUTATION_CHECK"] = "1"  # the model tests skip shrinking (tests/_models.py)
         self.configured = False
 
     def log(self, text: str) -> None:

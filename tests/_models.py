@@ -1,9 +1,11 @@
-"""Random messages for the model-based tests of the channel and the topic (Hypothesis)."""
+"""What the model-based tests of the channel and the topic share: random messages, settings."""
 from __future__ import annotations
 
+import os
 from typing import Any, Tuple
 
 import numpy as np
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
 DTYPES = ["|u1", "<f4", ">i8", "<c16", "<u2"]
@@ -26,3 +28,15 @@ def message(data: Any, nbytes: int) -> np.ndarray:
 def same(got: np.ndarray, expected: np.ndarray) -> bool:
     return (got.dtype == expected.dtype and got.shape == expected.shape
             and got.tobytes() == expected.tobytes())
+
+
+# About 4-5 s a state machine here; under qemu (CI's arm runs, which set FASTCOPY_NO_SUBPROCESS)
+# ten times that, so fewer examples there. Under the mutation check (tools/mutation_check.py
+# sets FASTCOPY_MUTATION_CHECK) a failure only has to be seen, not made small: shrinking it
+# took up to three minutes a planted bug.
+EXAMPLES = 25 if os.environ.get("FASTCOPY_NO_SUBPROCESS") == "1" else 100
+NO_SHRINKING = os.environ.get("FASTCOPY_MUTATION_CHECK") == "1"
+MODEL_SETTINGS = settings(
+    max_examples=EXAMPLES, stateful_step_count=50, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    phases=[p for p in Phase if not (NO_SHRINKING and p.name in ("shrink", "explain"))])
