@@ -527,6 +527,8 @@ def test_ipc_bench_smoke():
     assert set(res["ratios"]["64"]) == {"channel_vs_queue", "channel_vs_pipe"}
     table = format_ipc_table(res)
     assert "message rate" in table and "channel" in table and "pipe" in table
+    # One repeat cannot balance the order of four transports, and the report says so.
+    assert "1 repeats do not balance it" in table and "--repeats 8" in table
 
 
 def test_repeat_order_balances_who_runs_first_and_who_runs_after_whom():
@@ -544,6 +546,27 @@ def test_repeat_order_balances_who_runs_first_and_who_runs_after_whom():
     five = [repeat_order(list(range(5)), r) for r in range(10)]
     assert all(sorted(o) == list(range(5)) for o in five)
     assert collections.Counter(o[0] for o in five) == {i: 2 for i in range(5)}
+
+
+def test_reports_say_when_the_repeats_cannot_balance_the_order():
+    from fastcopy.measure.engine import order_balance_words, repeat_order
+
+    def balanced(k, repeats):  # every transport at every place in the order equally often
+        orders = [repeat_order(list(range(k)), r) for r in range(repeats)]
+        places = collections.Counter((name, i) for o in orders for i, name in enumerate(o))
+        return len(places) == k * k and len(set(places.values())) == 1
+    # The period the note names is the shortest over which the order is balanced.
+    for k in range(2, 7):
+        period = 2 if k == 2 else 2 * k
+        assert balanced(k, period) and balanced(k, 2 * period)
+        assert not any(balanced(k, r) for r in range(1, period))
+        for repeats in range(1, 3 * period + 1):
+            note = order_balance_words("transports", k, repeats)
+            assert (note is None) == (repeats % period == 0), (k, repeats)
+    assert order_balance_words("transports", 1, 5) is None
+    note = order_balance_words("transports", 3, 7)
+    assert note is not None and "3 transports" in note and "multiple of 6" in note and "--repeats 12" in note
+    assert "--repeats 6" in order_balance_words("configurations", 3, 5)
 
 
 def test_ipc_bench_changes_the_order_of_transports_every_repeat(monkeypatch):

@@ -686,6 +686,9 @@ def test_topic_benchmark_reports_per_subscriber_throughput_and_ratios(monkeypatc
     assert f"| topic2_view   | {by['topic2_view']['gbps']:>7.2f} | channel_view |" in table
     assert f"{r['ratios'][1 << 16]['topic2']:.2f}x ({r['spreads'][1 << 16]['topic2'][0]:.2f}-" in table
     assert "loans filled with np.copyto" in table
+    # Two repeats cannot balance the order of six configurations: the table says so.
+    assert "6 configurations changed every repeat, but 2 repeats do not balance it" in table
+    assert "--repeats 12" in table
     with pytest.raises(ValueError, match="configuration"):
         run_topic_bench(configs=["nope"])
     with pytest.raises(ValueError, match="view_fill"):

@@ -54,7 +54,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .measure import system
-from .measure.engine import SPREAD_DISAGREES_NOTE, paired_spread, ratio_words, repeat_order
+from .measure.engine import SPREAD_DISAGREES_NOTE, order_balance_words, paired_spread, ratio_words, repeat_order
 
 __all__ = ["run_ipc_bench", "format_ipc_table", "DEFAULT_SIZES", "TRANSPORTS"]
 
@@ -796,6 +796,9 @@ def format_ipc_table(results: Dict[str, Any]) -> str:
         out.append(f"one-way throughput, median of {c['repeats']} runs of ~{c['min_time']} s; RTT = ping-pong "
                    f"round trip; child started with '{c['start_method']}'; Channel ring {_size_words(c['capacity'])}; "
                    f"{m.get('cpus_usable', m.get('cpu_count'))} CPUs usable, load {_load_words(m)}")
+        balance = order_balance_words("transports", len(c["transports"]), c["repeats"])
+        if balance:
+            out.append(balance)
         distance = system.cpu_distance_words(results.get("cpu_distance"))
         if distance:
             out.append(distance)

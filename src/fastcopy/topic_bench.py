@@ -38,7 +38,7 @@ import numpy as np
 
 from . import _core
 from .measure import system
-from .measure.engine import SPREAD_DISAGREES_NOTE, paired_spread, ratio_words, repeat_order
+from .measure.engine import SPREAD_DISAGREES_NOTE, order_balance_words, paired_spread, ratio_words, repeat_order
 
 __all__ = ["run_topic_bench", "format_topic_table", "DEFAULT_TOPIC_SIZES", "CONFIGS", "BASELINES"]
 
@@ -228,6 +228,9 @@ def format_topic_table(results: Dict[str, Any]) -> str:
     if any(c.endswith("_view") for c in config["configs"]):
         how[-1] += f" (loans filled with {'fastcopy.copy' if config.get('view_fill') == 'fastcopy' else 'np.copyto'})"
     lines.append("topicN: the same with N subscribers. " + "; ".join(how))
+    balance = order_balance_words("configurations", len(config["configs"]), config["repeats"])
+    if balance:
+        lines.append(balance)
     distance = system.cpu_distance_words(results.get("cpu_distance"))
     if distance:
         lines.append(distance)

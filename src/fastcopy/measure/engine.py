@@ -527,6 +527,19 @@ def repeat_order(names: Sequence[Any], repeat: int) -> List[Any]:
     return base[shift:] + base[:shift]
 
 
+def order_balance_words(what: str, count: int, repeats: int) -> Optional[str]:
+    """A note for a report whose ``repeats`` ran ``count`` ``what`` in :func:`repeat_order`, when
+    they cannot have been balanced: each runs at each place in the order equally often only
+    over a multiple of ``2 * count`` repeats (of 2 for two things, whose two orders alternate).
+    None when balanced, or with one thing."""
+    period = 2 if count == 2 else 2 * count
+    if count < 2 or repeats % period == 0:
+        return None
+    return (f"the order of the {count} {what} changed every repeat, but {repeats} repeats do not balance it "
+            f"(every order equally often takes a multiple of {period}): ratios between them may "
+            f"follow the order; use --repeats {period * max(1, -(-repeats // period))} where they matter")
+
+
 def time_interleaved(timers: Dict[str, Timer], iterations: int, repeats: int,
                      rng: Optional[random.Random] = None) -> Dict[str, List[float]]:
     """Seconds per copy of each timer, ``repeats`` samples each: every repeat runs each timer once
