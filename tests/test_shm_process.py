@@ -160,6 +160,166 @@ def test_100k_random_messages(tmp_path, method):
     assert proc.stdout.startswith("OK 100000 messages"), proc.stdout
 
 
+# ---- two processes, every call, random timing ---------------------------------------------
+# The model test (tests/test_shm_model.py) drives both ends in one thread, so it cannot see
+# timing. Here a producer process and this consumer make random calls at random moments with
+# short timeouts: sends that fit; sends larger than the ring, cut half way when their timeout
+# ends while the consumer is slow; loans published, discarded, dropped or left by an
+# exception; recv, recv(out=) after peek, recv_view with up to eight views held and released in
+# any order; receives that time out half way through a streamed message and resume in the next
+# call (of any kind). Each message carries its number and a pattern derived from it. The
+# consumer must receive exactly the messages whose call returned in the producer, in order,
+# each whole; every view must keep its bytes until released.
+MIX = r"""
+import multiprocessing as mp
+import random
+import sys
+import time
+import zlib
+from collections import Counter
+
+import numpy as np
+
+from fastcopy.shm import Channel, ChannelClosed
+
+def payload(number, size):
+    a = ((np.arange(size, dtype=np.uint32) * 7 + number) % 251).astype(np.uint8)
+    a[:8] = np.frombuffer(np.int64(number).tobytes(), np.uint8)
+    return a
+
+def producer(name, capacity, seed, seconds, conn):
+    ch = Channel.attach(name)
+    rng = random.Random(seed)
+    sent, stats = [], Counter()
+    deadline = time.monotonic() + seconds
+    number = 0
+    while time.monotonic() < deadline:
+        number += 1
+        r = rng.random()
+        fits = rng.choice([rng.randint(8, 256), rng.randint(8, capacity // 3)])
+        try:
+            if r < 0.15:
+                ch.send(payload(number, rng.randint(capacity + 1, 3 * capacity)),
+                        timeout=rng.choice([0.0005, 0.002, 0.02, 1.0]))
+                stats["large sent"] += 1
+            elif r < 0.5:
+                ch.send(payload(number, fits), timeout=rng.choice([0.0, 0.01, 1.0]))
+                stats["sent"] += 1
+            elif r < 0.95:
+                a = ch.loan(fits, timeout=rng.choice([0.0, 0.01, 1.0]))
+                a[...] = payload(number, fits)
+                end = rng.random()
+                if end < 0.1:
+                    ch.discard(a)
+                    stats["discarded"] += 1
+                    continue
+                if end < 0.2:
+                    del a  # abandoned: sends nothing
+                    stats["dropped"] += 1
+                    continue
+                if end < 0.3:
+                    try:
+                        with a:
+                            raise KeyError("the producer failed")
+                    except KeyError:
+                        stats["raised"] += 1
+                        continue
+                ch.publish(a)
+                stats["published"] += 1
+            else:
+                time.sleep(rng.random() * 0.002)
+                continue
+        except TimeoutError:
+            stats["timeouts (large: cut or nothing sent)" if r < 0.15 else "timeouts"] += 1
+            continue
+        sent.append(number)
+    ch.close()
+    conn.send((sent, dict(stats)))
+
+def main(name, capacity, seconds, seed):
+    capacity, seconds, seed = int(capacity), float(seconds), int(seed)
+    ctx = mp.get_context("spawn")
+    with Channel.create(name, capacity=capacity) as ch:
+        results, child_end = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=producer, args=(name, capacity, seed, seconds, child_end))
+        p.start()
+        rng = random.Random(seed + 1)
+        received, views, stats = [], [], Counter()
+
+        def release(count):
+            for _ in range(min(count, len(views))):
+                view, number, crc = views.pop(rng.randrange(len(views)))
+                assert zlib.crc32(view) == crc, f"view of message {number} changed while held"
+                del view
+
+        while True:
+            r = rng.random()
+            t = rng.choice([0.0, 0.0005, 0.005, 0.05])
+            try:
+                if r < 0.3:
+                    got = ch.recv(timeout=t)
+                    stats["recv"] += 1
+                elif r < 0.5:
+                    info = ch.peek(timeout=t)
+                    if info is None:
+                        raise TimeoutError
+                    out = np.full(info[1], 0xEE, info[0])
+                    try:
+                        got = ch.recv(out=out, timeout=t)
+                    except ValueError as e:  # the peeked message was cut meanwhile
+                        assert "stays" in str(e), e
+                        stats["peeked, then cut"] += 1
+                        continue
+                    assert got is out
+                    stats["recv(out=)"] += 1
+                elif r < 0.8 and len(views) < 8:
+                    got = ch.recv_view(timeout=t)
+                    assert not got.flags.writeable
+                    stats["recv_view"] += 1
+                else:
+                    release(rng.randint(1, 3))
+                    if rng.random() < 0.2:
+                        time.sleep(rng.random() * 0.003)  # a slow consumer: large sends get cut
+                    continue
+            except TimeoutError:
+                stats["timeouts"] += 1
+                release(rng.randint(0, len(views)))
+                continue
+            except ChannelClosed:
+                break
+            number = int(np.frombuffer(got[:8].tobytes(), "<i8")[0])
+            assert got.dtype == np.uint8 and got.ndim == 1, (got.dtype, got.shape)
+            assert np.array_equal(got, payload(number, got.size)), f"message {number} is not whole"
+            assert not received or number > received[-1], (received[-1], number)
+            received.append(number)
+            if not got.flags.writeable and got.base is not None:
+                views.append((got, number, zlib.crc32(got)))
+            del got
+        release(len(views))
+        sent, producer_stats = results.recv()
+        p.join(30)
+        assert p.exitcode == 0, p.exitcode
+        missing = sorted(set(sent) - set(received))
+        extra = sorted(set(received) - set(sent))
+        assert received == sent, f"missing {missing[:5]}, not sent but received {extra[:5]}"
+        stats["cut messages skipped"] = ch.cut_messages
+    print("OK", len(sent), "messages;", dict(stats), producer_stats)
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
+"""
+
+
+@pytest.mark.parametrize("capacity", [64 << 10, (64 << 10) + 64])
+def test_two_processes_every_call_random_timing(tmp_path, capacity):
+    prefix = PREFIX + "mix-"
+    seconds = os.environ.get("FASTCOPY_STRESS_SECONDS", "3")
+    proc = run_script(tmp_path, MIX, f"{prefix}{capacity}", str(capacity), seconds, str(capacity), timeout=180)
+    assert_clean(proc, prefix)
+    assert proc.stdout.startswith("OK"), proc.stdout
+    print(proc.stdout)
+
+
 # ---- killed peers --------------------------------------------------------------------------
 KILL = r"""
 import multiprocessing as mp
