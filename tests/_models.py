@@ -6,6 +6,7 @@ from typing import Any, Tuple
 
 import numpy as np
 from hypothesis import HealthCheck, Phase, settings
+from hypothesis.stateful import precondition, rule
 from hypothesis import strategies as st
 
 DTYPES = ["|u1", "<f4", ">i8", "<c16", "<u2"]
@@ -40,3 +41,28 @@ MODEL_SETTINGS = settings(
     max_examples=EXAMPLES, stateful_step_count=50, deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
     phases=[p for p in Phase if not (NO_SHRINKING and p.name in ("shrink", "explain"))])
+
+
+class LoanEnding:
+    """The rule that ends the outstanding loan, for the channel's and the topic's models (mixed
+    into their state machines): ``self.producer`` is the end that loaned (``self.loaned``, filled
+    with ``self.loaned_data``); ``self.delivered(msg)`` records a message that was sent."""
+
+    loaned: Any = None
+    loaned_data: Any = None
+
+    def delivered(self, msg: np.ndarray) -> None:
+        raise NotImplementedError
+
+    @precondition(lambda self: self.loaned is not None)
+    @rule(how=st.sampled_from(["publish", "discard", "drop"]))
+    def end_loan(self, how: str) -> None:
+        arr, msg = self.loaned, self.loaned_data
+        self.loaned = self.loaned_data = None
+        if how == "publish":
+            self.producer.publish(arr)
+            self.delivered(msg)
+            assert not arr.flags.writeable
+        elif how == "discard":
+            self.producer.discard(arr)
+        del arr  # "drop": garbage collected, which abandons it

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from _models import MODEL_SETTINGS, message, same
+from _models import MODEL_SETTINGS, LoanEnding, message, same
 from fastcopy.shm import Channel, ChannelError
 
 CAPACITY = 1 << 16
@@ -31,17 +31,21 @@ SMALL = st.one_of(st.integers(0, 512), st.integers(CAPACITY // 8, CAPACITY // 3)
 LARGE = st.integers(min_value=CAPACITY + 4096, max_value=3 * CAPACITY)
 
 
-class ChannelModel(RuleBasedStateMachine):
+class ChannelModel(LoanEnding, RuleBasedStateMachine):
     capacity = CAPACITY
 
     def __init__(self) -> None:
         super().__init__()
         self.tx = Channel.create(capacity=self.capacity)
         self.rx = Channel.attach(self.tx.name)
+        self.producer = self.tx
         self.expected: Deque[np.ndarray] = deque()  # sent (call returned), not received yet
         self.views: List[Tuple[np.ndarray, bytes]] = []  # held views and the bytes they showed
         self.loaned: Any = None  # the outstanding loan and what was written into it
         self.loaned_data: Any = None
+
+    def delivered(self, msg: np.ndarray) -> None:
+        self.expected.append(msg)
 
     @initialize()
     def start(self) -> None:
@@ -77,19 +81,6 @@ class ChannelModel(RuleBasedStateMachine):
         assert arr.shape == msg.shape and arr.dtype == msg.dtype and arr.flags.writeable
         arr[...] = msg
         self.loaned, self.loaned_data = arr, msg
-
-    @precondition(lambda self: self.loaned is not None)
-    @rule(how=st.sampled_from(["publish", "discard", "drop"]))
-    def end_loan(self, how: str) -> None:
-        arr, msg = self.loaned, self.loaned_data
-        self.loaned = self.loaned_data = None
-        if how == "publish":
-            self.tx.publish(arr)
-            self.expected.append(msg)
-            assert not arr.flags.writeable
-        elif how == "discard":
-            self.tx.discard(arr)
-        del arr  # "drop": garbage collected, which abandons it
 
     @precondition(lambda self: self.loaned is None)
     @rule(data=st.data(), nbytes=SMALL, how=st.sampled_from(["leave", "publish inside", "raise"]))

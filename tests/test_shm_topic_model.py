@@ -32,7 +32,7 @@ from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from _models import MODEL_SETTINGS, message, same
+from _models import MODEL_SETTINGS, LoanEnding, message, same
 from fastcopy.shm import ChannelClosed, ChannelError, MessagesLost, Topic
 
 SLOT_BYTES = 4096
@@ -50,7 +50,7 @@ class SubscriberModel:
         self.views: List[Tuple[np.ndarray, bytes, int]] = []  # view, its bytes, message number
 
 
-class TopicModel(RuleBasedStateMachine):
+class TopicModel(LoanEnding, RuleBasedStateMachine):
     slots = 4
     history = 2
     overflow = "block"
@@ -60,6 +60,7 @@ class TopicModel(RuleBasedStateMachine):
         super().__init__()
         self.pub = Topic.create(slot_bytes=SLOT_BYTES, slots=self.slots, history=self.history,
                                 overflow=self.overflow, max_subscribers=self.max_subscribers)
+        self.producer = self.pub
         self.sent: List[np.ndarray] = []  # message k is sent[k]
         # The publisher marks the slot of the next message when a loan takes it, and the mark
         # stays when the loan is discarded: the message that slot held is given up.
@@ -101,7 +102,7 @@ class TopicModel(RuleBasedStateMachine):
         return len(self.subs) + len(self.closed_with_views)
 
     # ---- publisher -----------------------------------------------------------------------------
-    def sent_now(self, msg: np.ndarray) -> None:
+    def delivered(self, msg: np.ndarray) -> None:
         self.sent.append(msg)
         self.next_slot_taken = False
 
@@ -115,7 +116,7 @@ class TopicModel(RuleBasedStateMachine):
                 self.pub.send(msg, timeout=0)
             return
         self.pub.send(msg, timeout=0)
-        self.sent_now(msg)
+        self.delivered(msg)
 
     @rule(data=st.data(), nbytes=st.integers(SLOT_BYTES + 16, 2 * SLOT_BYTES))
     def send_larger_than_a_slot(self, data: Any, nbytes: int) -> None:
@@ -137,19 +138,6 @@ class TopicModel(RuleBasedStateMachine):
         arr[...] = msg
         self.loaned, self.loaned_data = arr, msg
 
-    @precondition(lambda self: self.loaned is not None)
-    @rule(how=st.sampled_from(["publish", "discard", "drop"]))
-    def end_loan(self, how: str) -> None:
-        arr, msg = self.loaned, self.loaned_data
-        self.loaned = self.loaned_data = None
-        if how == "publish":
-            self.pub.publish(arr)
-            self.sent_now(msg)
-            assert not arr.flags.writeable
-        elif how == "discard":
-            self.pub.discard(arr)
-        del arr  # "drop": garbage collected, which abandons it
-
     @precondition(lambda self: self.loaned is None)
     @rule(data=st.data(), nbytes=SIZES, how=st.sampled_from(["leave", "publish inside", "raise"]))
     def loan_in_a_with_block(self, data: Any, nbytes: int, how: str) -> None:
@@ -168,7 +156,7 @@ class TopicModel(RuleBasedStateMachine):
                     raise KeyError("the publisher failed")
         except KeyError:
             return
-        self.sent_now(msg)
+        self.delivered(msg)
 
     @precondition(lambda self: self.loaned is not None)
     @rule(data=st.data())
