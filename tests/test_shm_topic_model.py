@@ -72,10 +72,17 @@ class TopicModel(LoanEnding, RuleBasedStateMachine):
         self.closed_subs: List[Any] = []
         self.loaned: Any = None
         self.loaned_data: Any = None
+        self.tearing_down = False
 
     @initialize()
     def first_subscriber(self) -> None:
         self.subscribe()
+
+    def event(self, what: str) -> None:
+        """Counts `what` for --hypothesis-show-statistics; not in teardown, where Hypothesis
+        6.67 (Debian's, under qemu) has closed the example and fails on it."""
+        if not self.tearing_down:
+            event(what)
 
     # ---- what the model predicts ---------------------------------------------------------------
     def all_views(self) -> List[Tuple[np.ndarray, bytes, int]]:
@@ -111,7 +118,7 @@ class TopicModel(LoanEnding, RuleBasedStateMachine):
     def send(self, data: Any, nbytes: int) -> None:
         msg = message(data, nbytes)
         if not self.slot_is_free():
-            event("a send waits for its slot")
+            self.event("a send waits for its slot")
             with pytest.raises(TimeoutError):
                 self.pub.send(msg, timeout=0)
             return
@@ -170,14 +177,14 @@ class TopicModel(LoanEnding, RuleBasedStateMachine):
     @rule()
     def subscribe(self) -> None:
         if self.records_in_use() >= self.max_subscribers:
-            event("a subscriber is refused: every record is in use")
+            self.event("a subscriber is refused: every record is in use")
             with pytest.raises(ChannelError, match="subscribers"):
                 Topic.subscribe(self.pub.name)
             return
         head = len(self.sent)
         start = max(head - self.history, head - (self.slots - 1), 0)
         if start < head:
-            event("a late joiner starts with history")
+            self.event("a late joiner starts with history")
         sub = Topic.subscribe(self.pub.name)
         assert sub.position == start and sub.lost == 0
         self.subs.append(SubscriberModel(sub, start))
@@ -195,9 +202,9 @@ class TopicModel(LoanEnding, RuleBasedStateMachine):
             with pytest.raises(MessagesLost) as lost:
                 self.call(s, how, self.sent[c])
             assert lost.value.count == skip
-            event(f"MessagesLost({min(skip, 3)}{'+' if skip > 3 else ''})")
+            self.event(f"MessagesLost({min(skip, 3)}{'+' if skip > 3 else ''})")
             if c + self.slots == len(self.sent):
-                event("MessagesLost: the slot was taken by a loan (pending or discarded)")
+                self.event("MessagesLost: the slot was taken by a loan (pending or discarded)")
             s.cursor += skip
             s.lost += skip
             return None, c
@@ -221,7 +228,7 @@ class TopicModel(LoanEnding, RuleBasedStateMachine):
     @precondition(lambda self: bool(self.subs))
     @rule(data=st.data(), how=st.sampled_from(["new", "out"]))
     def recv(self, data: Any, how: str) -> None:
-        s = data.draw(st.sampled_from(self.subs))
+        s = self.subs[data.draw(st.integers(0, len(self.subs) - 1))]
         got, number = self.receive(s, how)
         if got is not None:
             assert same(got, self.sent[number])
@@ -231,7 +238,7 @@ class TopicModel(LoanEnding, RuleBasedStateMachine):
     def recv_into_an_out_of_the_wrong_size(self, data: Any) -> None:
         # Refused with ValueError, `out` untouched, and the message stays for the next recv
         # (unless it was lost or there is none: then as any recv).
-        s = data.draw(st.sampled_from(self.subs))
+        s = self.subs[data.draw(st.integers(0, len(self.subs) - 1))]
         c = s.cursor
         if c == len(self.sent) or (self.overflow == "drop" and self.overwritten(c)):
             self.receive(s, "out")
@@ -244,7 +251,7 @@ class TopicModel(LoanEnding, RuleBasedStateMachine):
     @precondition(lambda self: bool(self.subs) and len(self.all_views()) < MAX_VIEWS)
     @rule(data=st.data())
     def recv_view(self, data: Any) -> None:
-        s = data.draw(st.sampled_from(self.subs))
+        s = self.subs[data.draw(st.integers(0, len(self.subs) - 1))]
         view, number = self.receive(s, "view")
         if view is not None:
             assert same(view, self.sent[number]) and not view.flags.writeable
@@ -253,8 +260,10 @@ class TopicModel(LoanEnding, RuleBasedStateMachine):
     @precondition(lambda self: bool(self.all_views()))
     @rule(data=st.data())
     def release_a_view(self, data: Any) -> None:
+        # Indices are drawn, never the views: Hypothesis's printer may keep what it draws (it
+        # did under qemu-aarch64, with Debian's Hypothesis), and a view it keeps stays pinned.
         groups = [s.views for s in self.subs if s.views] + self.closed_with_views
-        group = data.draw(st.sampled_from(groups))
+        group = groups[data.draw(st.integers(0, len(groups) - 1))]
         view, seen, _ = group.pop(data.draw(st.integers(0, len(group) - 1)))
         assert view.tobytes() == seen  # unchanged while held
         del view
@@ -267,7 +276,7 @@ class TopicModel(LoanEnding, RuleBasedStateMachine):
         s = self.subs.pop(data.draw(st.integers(0, len(self.subs) - 1)))
         s.sub.close()
         if s.views:
-            event("views outlive their subscriber")
+            self.event("views outlive their subscriber")
             self.closed_with_views.append(s.views)
         self.closed_subs.append(s.sub)
         with pytest.raises(ValueError):
@@ -286,6 +295,7 @@ class TopicModel(LoanEnding, RuleBasedStateMachine):
             assert view.tobytes() == seen
 
     def teardown(self) -> None:
+        self.tearing_down = True
         self.loaned = None
         try:
             self.pub.close()
