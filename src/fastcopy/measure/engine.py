@@ -536,8 +536,8 @@ def order_balance_words(what: str, count: int, repeats: int) -> Optional[str]:
     if count < 2 or repeats % period == 0:
         return None
     return (f"the order of the {count} {what} changed every repeat, but {repeats} repeats do not balance it "
-            f"(every order equally often takes a multiple of {period}): ratios between them may "
-            f"follow the order; use --repeats {period * max(1, -(-repeats // period))} where they matter")
+            f"(each at each place equally often takes a multiple of {period}): ratios between them may "
+            f"follow the order; use --repeats {period * -(-repeats // period)} where they matter")
 
 
 def time_interleaved(timers: Dict[str, Timer], iterations: int, repeats: int,
