@@ -1,4 +1,5 @@
-"""What the model-based tests of the channel and the topic share: random messages, settings."""
+"""What the model-based tests of the channel and the topic share: random messages, settings,
+the rule that ends a loan."""
 from __future__ import annotations
 
 import os
@@ -6,8 +7,8 @@ from typing import Any, Tuple
 
 import numpy as np
 from hypothesis import HealthCheck, Phase, settings
-from hypothesis.stateful import precondition, rule
 from hypothesis import strategies as st
+from hypothesis.stateful import precondition, rule
 
 DTYPES = ["|u1", "<f4", ">i8", "<c16", "<u2"]
 

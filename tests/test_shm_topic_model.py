@@ -69,7 +69,6 @@ class TopicModel(LoanEnding, RuleBasedStateMachine):
         # Subscribers closed while they held views: their views still pin slots (and keep the
         # subscriber's record until the last one is released).
         self.closed_with_views: List[List[Tuple[np.ndarray, bytes, int]]] = []
-        self.closed_subs: List[Any] = []
         self.loaned: Any = None
         self.loaned_data: Any = None
         self.tearing_down = False
@@ -78,7 +77,7 @@ class TopicModel(LoanEnding, RuleBasedStateMachine):
     def first_subscriber(self) -> None:
         self.subscribe()
 
-    def event(self, what: str) -> None:
+    def note_event(self, what: str) -> None:
         """Counts `what` for --hypothesis-show-statistics; not in teardown, where Hypothesis
         6.67 (Debian's, under qemu) has closed the example and fails on it."""
         if not self.tearing_down:
@@ -118,7 +117,7 @@ class TopicModel(LoanEnding, RuleBasedStateMachine):
     def send(self, data: Any, nbytes: int) -> None:
         msg = message(data, nbytes)
         if not self.slot_is_free():
-            self.event("a send waits for its slot")
+            self.note_event("a send waits for its slot")
             with pytest.raises(TimeoutError):
                 self.pub.send(msg, timeout=0)
             return
@@ -177,14 +176,14 @@ class TopicModel(LoanEnding, RuleBasedStateMachine):
     @rule()
     def subscribe(self) -> None:
         if self.records_in_use() >= self.max_subscribers:
-            self.event("a subscriber is refused: every record is in use")
+            self.note_event("a subscriber is refused: every record is in use")
             with pytest.raises(ChannelError, match="subscribers"):
                 Topic.subscribe(self.pub.name)
             return
         head = len(self.sent)
         start = max(head - self.history, head - (self.slots - 1), 0)
         if start < head:
-            self.event("a late joiner starts with history")
+            self.note_event("a late joiner starts with history")
         sub = Topic.subscribe(self.pub.name)
         assert sub.position == start and sub.lost == 0
         self.subs.append(SubscriberModel(sub, start))
@@ -202,9 +201,9 @@ class TopicModel(LoanEnding, RuleBasedStateMachine):
             with pytest.raises(MessagesLost) as lost:
                 self.call(s, how, self.sent[c])
             assert lost.value.count == skip
-            self.event(f"MessagesLost({min(skip, 3)}{'+' if skip > 3 else ''})")
+            self.note_event(f"MessagesLost({min(skip, 3)}{'+' if skip > 3 else ''})")
             if c + self.slots == len(self.sent):
-                self.event("MessagesLost: the slot was taken by a loan (pending or discarded)")
+                self.note_event("MessagesLost: the slot was taken by a loan (pending or discarded)")
             s.cursor += skip
             s.lost += skip
             return None, c
@@ -267,8 +266,8 @@ class TopicModel(LoanEnding, RuleBasedStateMachine):
         view, seen, _ = group.pop(data.draw(st.integers(0, len(group) - 1)))
         assert view.tobytes() == seen  # unchanged while held
         del view
-        if not group and any(group is g for g in self.closed_with_views):
-            self.closed_with_views = [g for g in self.closed_with_views if g]  # its record is free
+        # A closed subscriber's record is free once its last view is gone.
+        self.closed_with_views = [g for g in self.closed_with_views if g]
 
     @precondition(lambda self: bool(self.subs))
     @rule(data=st.data())
@@ -276,9 +275,8 @@ class TopicModel(LoanEnding, RuleBasedStateMachine):
         s = self.subs.pop(data.draw(st.integers(0, len(self.subs) - 1)))
         s.sub.close()
         if s.views:
-            self.event("views outlive their subscriber")
+            self.note_event("views outlive their subscriber")
             self.closed_with_views.append(s.views)
-        self.closed_subs.append(s.sub)
         with pytest.raises(ValueError):
             s.sub.recv(timeout=0)
 
