@@ -50,11 +50,17 @@ def random_bytes(n: int, seed: int) -> bytes:
 
 
 def random_array(shape, dtype, seed: int) -> np.ndarray:
-    """A C-contiguous array of `shape` filled with random bytes (any dtype)."""
+    """A C-contiguous array of `shape` filled with random bytes (any dtype but object).
+
+    Every byte is set, padding between struct fields included: the bytes are written as
+    uint8 and then viewed as `dtype` (numpy's copy of a padded structured array copies the
+    fields only, so the padding would hold whatever the allocation held, and two calls with
+    the same seed would differ there)."""
     dtype = np.dtype(dtype)
     count = int(np.prod(shape, dtype=np.int64))
-    raw = random_bytes(count * dtype.itemsize, seed)
-    return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+    raw = np.empty(count * dtype.itemsize, np.uint8)
+    raw[...] = np.frombuffer(random_bytes(count * dtype.itemsize, seed), np.uint8)
+    return raw.view(dtype).reshape(shape)
 
 
 def make_layout(kind: str, shape, dtype, seed: int) -> np.ndarray:
