@@ -23,6 +23,7 @@ import pytest
 
 import fastcopy
 from fastcopy import _core, shm
+from conftest import SIGINT_HANDLER, SIGINT_IGNORED
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = Path(fastcopy.__file__).resolve().parent.parent
@@ -449,7 +450,7 @@ def test_two_producer_threads_lose_nothing():
 # for a loaded machine) instead of when the peer resumes (3 s here). A sending parent cuts the
 # message: the resumed child skips it and receives the parent's next message. A receiving
 # parent keeps its place: its next recv returns the whole message once the child goes on.
-CTRL_C = r"""
+CTRL_C = SIGINT_HANDLER + r"""
 import os, signal, subprocess, sys, threading, time
 import numpy as np
 from fastcopy.shm import Channel
@@ -517,7 +518,7 @@ ch.close(); ch.unlink()
 @subprocess_only
 @pytest.mark.parametrize("role", ["send", "recv"])
 def test_ctrl_c_in_the_middle_of_a_message_with_the_peer_stopped(tmp_path, role):
-    proc = run_script(tmp_path, CTRL_C, role, f"{PREFIX}ctrlc-{role}", timeout=90)
+    proc = run_script(tmp_path, CTRL_C, role, f"{PREFIX}ctrlc-{role}", timeout=90, prefix=SIGINT_IGNORED)
     assert proc.returncode == 0, explain(proc)
     lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
     parent = lines["parent-result"]
@@ -1083,7 +1084,7 @@ except PeerDied:
 ch.close(); ch.unlink()
 """
 
-CTRL_C_BETWEEN = r"""
+CTRL_C_BETWEEN = SIGINT_HANDLER + r"""
 import os, signal, sys, threading, time
 import numpy as np
 from fastcopy.shm import Channel
@@ -1146,18 +1147,18 @@ def shm_scenarios(tmp_path):
         return outcome + " cut skips usable"
 
     def ctrl_c_between():
-        proc = run_script(tmp_path, CTRL_C_BETWEEN, f"{PREFIX}fm-int")
+        proc = run_script(tmp_path, CTRL_C_BETWEEN, f"{PREFIX}fm-int", prefix=SIGINT_IGNORED)
         assert proc.stdout.split() == ["KeyboardInterrupt", "usable"], explain(proc)
         return "KeyboardInterrupt usable"
 
     def ctrl_c_mid_send():
-        proc = run_script(tmp_path, CTRL_C, "send", f"{PREFIX}fm-intmid", timeout=90)
+        proc = run_script(tmp_path, CTRL_C, "send", f"{PREFIX}fm-intmid", timeout=90, prefix=SIGINT_IGNORED)
         assert "parent-result interrupted" in proc.stdout, explain(proc)
         assert "child-result received next after skipping 1" in proc.stdout, explain(proc)
         return "KeyboardInterrupt cut skips usable"
 
     def ctrl_c_mid_recv():
-        proc = run_script(tmp_path, CTRL_C, "recv", f"{PREFIX}fm-intmidr", timeout=90)
+        proc = run_script(tmp_path, CTRL_C, "recv", f"{PREFIX}fm-intmidr", timeout=90, prefix=SIGINT_IGNORED)
         assert "parent-result interrupted" in proc.stdout, explain(proc)
         assert f"after resumed {8 << 20}" in proc.stdout and "child-result completed" in proc.stdout, explain(proc)
         return "KeyboardInterrupt next recv goes on nothing lost usable"

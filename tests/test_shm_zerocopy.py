@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import no_subprocess
+from conftest import SIGINT_HANDLER, SIGINT_IGNORED, no_subprocess
 
 import fastcopy
 from fastcopy import _core
@@ -41,11 +41,12 @@ def pair():
     tx.unlink()
 
 
-def run_script(tmp_path: Path, code: str, *args: str, timeout: float = 60.0):
+def run_script(tmp_path: Path, code: str, *args: str, timeout: float = 60.0, prefix=()):
     path = tmp_path / "script.py"
     path.write_text(textwrap.dedent(code))
     env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, str(path), *args], capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run([*prefix, sys.executable, str(path), *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
 
 
 # ---- loans and views: round trip -----------------------------------------------------------
@@ -898,7 +899,7 @@ def test_peer_death_while_a_view_is_held(tmp_path):
 
 @no_subprocess
 def test_ctrl_c_interrupts_recv_view_and_loan(tmp_path):
-    code = r"""
+    code = SIGINT_HANDLER + textwrap.dedent(r"""
     import os, signal, threading, time
     import numpy as np
     from fastcopy.shm import Channel
@@ -917,8 +918,8 @@ def test_ctrl_c_interrupts_recv_view_and_loan(tmp_path):
             dt = time.monotonic() - t0
             assert dt < 2.0, dt
     print("OK")
-    """
-    proc = run_script(tmp_path, code)
+    """)
+    proc = run_script(tmp_path, code, prefix=SIGINT_IGNORED)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == "OK"
 
