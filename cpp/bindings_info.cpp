@@ -200,6 +200,8 @@ void bind_info(py::module_& m) {
     m.def("active_profile_json", [] { return policy::to_json(active_profile()); },
           "The active profile as JSON in the profile format (to share, e.g. in a bug report).");
     m.def("base_profile", [] { return profile_dict(base_profile()); }, "The active profile before the overrides.");
+    m.def("base_profile_json", [] { return policy::to_json(base_profile()); },
+          "The active profile before the overrides, as JSON in the profile format (load_profile takes it back).");
     m.def("builtin_profiles", [] {
         py::list out;
         for (const auto& b : policy::builtin_profiles(cpu_facts())) {

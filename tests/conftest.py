@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import sys
 from typing import Callable, Tuple
@@ -57,6 +59,36 @@ SIGINT_IGNORED = (sys.executable, "-c",
 # The first lines of a scenario that sends itself SIGINT: Python's own handler
 # (KeyboardInterrupt), whatever the process inherited.
 SIGINT_HANDLER = "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+
+
+def kernel_with_streaming_twin():
+    """(kernel, its streaming twin) for the first usable kernel whose twin is usable too, in
+    the registry's order (avx2 and avx2_nt on every x86 CPU seen so far); None where no kernel
+    has one (aarch64: NEON and SVE have no streaming twin)."""
+    table = {k["name"]: k for k in fastcopy._core.kernel_table()}
+    for k in table.values():
+        twin = table.get(k["twin"]) if k["twin"] else None
+        if k["supported"] and not k["streaming"] and twin and twin["supported"]:
+            return k["name"], twin["name"]
+    return None
+
+
+@contextlib.contextmanager
+def profile_forced(profile: dict, source: str = "test: forced profile"):
+    """Runs the block with `profile` (a dict in the profile format) as the active dispatch
+    profile, and then puts back the profile that was active before (the environment's
+    overrides stay on top of both). A test that needs a kernel in some band forces it this
+    way instead of depending on the CPU's built-in profile."""
+    before = fastcopy._core.active_profile()
+    before_json = fastcopy._core.base_profile_json()
+    fastcopy._core.load_profile(json.dumps(profile), source)
+    try:
+        yield
+    finally:
+        if before["source"] == "built-in":
+            fastcopy._core.use_builtin_profile(before["name"])
+        else:
+            fastcopy._core.load_profile(before_json, before["source"])
 
 
 def random_bytes(n: int, seed: int) -> bytes:

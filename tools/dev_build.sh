@@ -8,5 +8,10 @@ BUILD_DIR=${BUILD_DIR:-build/dev}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFASTCOPY_BUILD_MODULE=ON \
   -Dpybind11_DIR="$(python -c 'import pybind11; print(pybind11.get_cmake_dir())')" "$@" >/dev/null
 cmake --build "$BUILD_DIR"
-cp "$BUILD_DIR"/_core*.so src/fastcopy/
+# Copy, then rename over the old module: a Python process that has it loaded keeps the old
+# file (overwriting it in place would change the pages it runs from: SIGBUS).
+for so in "$BUILD_DIR"/_core*.so; do
+  cp "$so" "src/fastcopy/$(basename "$so").tmp"
+  mv -f "src/fastcopy/$(basename "$so").tmp" "src/fastcopy/$(basename "$so")"
+done
 echo "built $(ls src/fastcopy/_core*.so)"
