@@ -91,6 +91,29 @@ def profile_forced(profile: dict, source: str = "test: forced profile"):
             fastcopy._core.load_profile(before_json, before["source"])
 
 
+@pytest.fixture
+def loan_fills_can_stream():
+    """The active profile, changed so that a copy into shared memory (a loan's fill) runs a
+    kernel with a streaming twin at every size and distance: the store mode of loans then has
+    two modes to choose between on every CPU (the built-in Intel profiles pick `generic` or
+    `erms` there, which have none). Its NT rule forbids streaming stores at page distances 1-127,
+    and streams no copy below 1 GiB by size. Yields (kernel, twin); skips where no kernel has
+    a streaming twin (aarch64)."""
+    pair = kernel_with_streaming_twin()
+    if pair is None:
+        pytest.skip("no kernel here has a streaming twin: loan fills always store cached")
+    cached, streaming = pair
+    profile = json.loads(fastcopy._core.base_profile_json())
+    region = profile["regions"]["to_shared"]
+    why = "forced by the test: a kernel with a streaming twin"
+    for cls in ("page_aligned", "near", "far", "backward"):
+        region[cls] = [{"from": 0, "kernel": cached, "why": why}]
+    region["nt"] = {"threshold": 1 << 30, "kernel": streaming, "min_page_distance": 128, "why": why}
+    region.pop("rep_movsb_on", None)
+    with profile_forced(profile):
+        yield cached, streaming
+
+
 def random_bytes(n: int, seed: int) -> bytes:
     return np.random.default_rng(seed).integers(0, 256, size=n, dtype=np.uint8).tobytes()
 

@@ -797,7 +797,7 @@ def test_records_of_dead_processes_are_reused_even_half_claimed():
             assert peek(t.name, record, "<I") == 0
 
 
-def test_the_publishers_writes_learn_the_store_mode():
+def test_the_publishers_writes_learn_the_store_mode(loan_fills_can_stream):
     # Fills of loans by fastcopy.copy of 256 KiB or more are timed, each once; sends are not.
     t = Topic.create(slot_bytes=1 << 20, slots=4)
     sub = Topic.subscribe(t.name)
@@ -810,14 +810,9 @@ def test_the_publishers_writes_learn_the_store_mode():
             with t.loan(src.shape, src.dtype) as a:
                 fastcopy.copy(a, src)
             assert np.array_equal(sub.recv_view(), src)
-        table = {k["name"]: k for k in fastcopy._core.kernel_table()}
-        has_twin = any(k["supported"] and k["streaming"] for k in table.values())
         modes = t.store_modes
-        if has_twin and modes:
-            assert [m["sizes"] for m in modes] == ["1-4 MiB"], modes
-            assert modes[0]["cached_writes"] + modes[0]["streaming_writes"] == 12, modes
-        else:
-            assert modes == [], modes
+        assert [m["sizes"] for m in modes] == ["1-4 MiB"], modes
+        assert modes[0]["cached_writes"] + modes[0]["streaming_writes"] == 12, modes
     finally:
         sub.close()
         t.close()

@@ -963,7 +963,7 @@ def _ring_write_kernel(dst: np.ndarray, src: np.ndarray):
     return name, twin if twin and table[twin]["supported"] else None
 
 
-def test_fills_of_loans_by_fastcopy_learn_the_store_mode_and_stay_correct():
+def test_fills_of_loans_by_fastcopy_learn_the_store_mode_and_stay_correct(loan_fills_can_stream):
     tx = Channel.create(capacity=4 << 20)
     rx = Channel.attach(tx.name)
     try:
@@ -978,7 +978,8 @@ def test_fills_of_loans_by_fastcopy_learn_the_store_mode_and_stay_correct():
         start = (-buf.ctypes.data) % 4096
         src = buf[start:start + n]
         with tx.loan(n, np.uint8) as probe:
-            cached, streaming = _ring_write_kernel(probe, src)
+            assert _ring_write_kernel(probe, src) == loan_fills_can_stream
+        cached, streaming = loan_fills_can_stream
         rx.recv_view()
         ran = set()
         for i in range(messages):
@@ -991,9 +992,6 @@ def test_fills_of_loans_by_fastcopy_learn_the_store_mode_and_stay_correct():
             assert np.array_equal(v, src), f"message {i}"
             del v
         modes = tx.store_modes
-        if streaming is None:  # nothing to choose between: the fills are not timed
-            assert modes == [], (cached, modes)
-            return
         assert len(modes) == 1 and modes[0]["sizes"] == "1-4 MiB", modes
         m = modes[0]
         assert m["cached_writes"] + m["streaming_writes"] == messages, m
@@ -1052,13 +1050,11 @@ def test_a_forced_kernel_is_not_replaced_by_the_store_mode(tmp_path):
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
-def test_fills_at_a_page_distance_the_nt_rule_forbids_are_not_timed():
+def test_fills_at_a_page_distance_the_nt_rule_forbids_are_not_timed(loan_fills_can_stream):
     # Streaming stores whose loads 4K-alias the stores in flight run several times slower; the
     # profile's NT rule names the distances where they are never used, and the store mode
-    # does not try them there either.
-    guard = fastcopy.info()["profile"]["regions"]["to_shared"]["nt"]["min_page_distance"]
-    if guard <= 64:
-        pytest.skip(f"the active profile allows streaming stores at page distance 64 (guard {guard})")
+    # does not try them there either (the forced profile's rule: none at distances 1-127).
+    assert fastcopy.info()["profile"]["regions"]["to_shared"]["nt"]["min_page_distance"] == 128
     tx = Channel.create(capacity=4 << 20)
     rx = Channel.attach(tx.name)
     try:
