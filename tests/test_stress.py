@@ -28,7 +28,7 @@ import fastcopy
 SRC = Path(fastcopy.__file__).resolve().parent.parent
 
 STRESS = r'''
-import os, random, signal, subprocess, sys, threading, time
+import os, random, signal, subprocess, sys, threading, time, weakref
 import numpy as np
 import fastcopy
 from fastcopy.shm import Channel, ChannelError, ChannelCorrupted
@@ -38,7 +38,7 @@ PREFIX = sys.argv[2]
 deadline = time.monotonic() + SECONDS
 failures = []
 stats = {"echoed": 0, "bytes": 0, "kills": 0, "peer_errors": 0, "resize_refused": 0, "resize_early": 0,
-         "copies": 0, "thread_changes": 0}
+         "copies": 0, "copies_checked": 0, "thread_changes": 0}
 lock = threading.Lock()
 
 ECHO = """
@@ -176,10 +176,20 @@ def copier():
         n = int(rng.integers(8, 33)) << 20
         src = np.full(n, 5, np.uint8)
         shared.append(np.zeros(n, np.uint8))
+        # A weak reference: holding the array itself would make every resize refuse.
+        target = weakref.ref(shared[-1])
         try:
             fastcopy.copy(shared[-1], src)
+            copied = True
         except (ValueError, IndexError):
-            pass                     # the resizer came first: a clean error (or nothing to copy)
+            copied = False           # the resizer came first: a clean error (or nothing to copy)
+        dst = target()
+        if copied and dst is not None:   # still alive: whole (or resized after the copy, a prefix of it)
+            if dst.size not in (n, 4096) or np.count_nonzero(dst != 5):
+                failures.append(f"copy of {n} bytes: {dst.size} bytes, {np.count_nonzero(dst != 5)} wrong")
+            with lock:
+                stats["copies_checked"] += 1
+        del dst
         with lock:
             stats["copies"] += 1
         shared.clear()
@@ -235,4 +245,5 @@ def test_stress_channels_copies_resizes_kills_and_thread_changes(tmp_path):
     assert proc.returncode == 0, report
     stats = eval(proc.stdout.split("stats ", 1)[1].splitlines()[0], {})  # a dict literal we printed
     assert stats["echoed"] > 20 and stats["copies"] > 5 and stats["thread_changes"] > 10, report
+    assert stats["copies_checked"] >= 1, report  # byte-checked copies (the others lost their array to the resizer)
     assert left == [], f"segments left in /dev/shm: {left}"

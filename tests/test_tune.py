@@ -250,7 +250,7 @@ def test_tune_output_show_and_reset(tmp_path, monkeypatch):
 
     r = cli("tune", "--show", "--output", str(out), env=_env(tmp_path))
     assert r.returncode == 0 and f"tuned profile {out}" in r.stdout and "page_aligned" in r.stdout
-    assert "policy in force" in r.stdout or "active profile" in r.stdout
+    assert "active profile:" in r.stdout and f'"name": "{_core.active_profile()["name"]}"' in r.stdout
 
     r = cli("tune", "--show", env=_env(tmp_path))
     assert r.returncode == 0 and f"no tuned profile at {cached}" in r.stdout
@@ -367,6 +367,9 @@ def test_the_loader_accepts_a_tuned_profile(quick_profile):
 
     try:
         _core.load_profile(json.dumps(quick_profile), "test")
+        active = _core.active_profile()
+        assert active["source"] == "test" and active["name"] == quick_profile["name"], active["source"]
+        assert active["regions"]["private"]["far"][0]["kernel"] == quick_profile["regions"]["private"]["far"][0]["kernel"]
     finally:  # back to what the import chose, for the tests that follow
         _core.use_builtin_profile()
         _profile.load_at_import()

@@ -314,9 +314,14 @@ def run_mutants(runner: "Runner", mutants: List[Mutant], stale: Dict[str, str]) 
         if ok:
             results[m.name] = "SURVIVED"
             say(f"SURVIVED  {m.name} ({dt:.0f} s): {m.why}; tests that passed: {' '.join(m.pytest + m.ctest)}")
+        elif timed_out:
+            # A hang is not a catch: the tests must end with a failure of their own (their waits
+            # are bounded), or CI would wait for its own time limit.
+            results[m.name] = "TIMEOUT"
+            say(f"TIMEOUT   {m.name} ({dt:.0f} s): its tests did not end within {runner.timeout:.0f} s ({what})")
         else:
             results[m.name] = "killed"
-            say(f"killed    {m.name} ({dt:.0f} s, by {what}{', timeout' if timed_out else ''})")
+            say(f"killed    {m.name} ({dt:.0f} s, by {what})")
     # Leave the scratch module unmutated for the next run's first build.
     if any(m.is_cpp for m in mutants):
         runner.build_all()
