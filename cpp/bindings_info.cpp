@@ -191,6 +191,31 @@ void bind_info(py::module_& m) {
           py::arg("json_text"), py::arg("source"),
           "Validate and activate a dispatch profile (JSON text, docs/profile-format.md); ValueError naming the "
           "problem leaves the active profile unchanged.");
+    m.def("validate_profile",
+          [](const std::string& json_text) {
+              value_errors([&] { policy::parse_profile(json_text, "check", cpu_facts()); });
+          },
+          py::arg("json_text"),
+          "Check a dispatch profile (JSON text) as loading it would, against this CPU's kernels, without "
+          "activating it: ValueError naming the first problem. The one validator of the format.");
+    m.def("profile_limits", [] {
+        py::dict d;
+        d["format"] = policy::kProfileFormat;
+        d["version"] = policy::kProfileVersion;
+        d["max_bands"] = policy::kMaxBands;
+        d["max_why_chars"] = policy::kMaxWhyChars;
+        d["max_name_chars"] = policy::kMaxNameChars;
+        d["max_notes"] = policy::kMaxNotes;
+        d["max_file_bytes"] = policy::kMaxFileBytes;
+        d["max_size_value"] = policy::kMaxSizeValue;
+        d["min_nt_threshold"] = policy::kMinNtThreshold;
+        d["min_parallel_threshold"] = policy::kMinParallelThreshold;
+        d["max_threads"] = policy::kMaxThreads;
+        return d;
+    }, "The profile format's name, version and limits (docs/profile-format.md), as the loader applies them.");
+    m.def("compact_json", [](const std::string& json_text) { return value_errors([&] { return policy::compact_json(json_text); }); },
+          py::arg("json_text"),
+          "JSON text as the profile reader writes it back compactly (how signature members are compared).");
     m.def("use_builtin_profile", [](const std::string& name) { value_errors([&] { use_builtin_profile(name); }); },
           py::arg("name") = "",
           "Go back to the built-in profile for this CPU; with a name, activate that built-in profile (resolved for "

@@ -30,6 +30,10 @@ constexpr std::size_t kMaxSizeValue = std::size_t(1) << 40;  // 1 TiB: larger th
 constexpr std::size_t kMinNtThreshold = 4096;
 constexpr std::size_t kMinParallelThreshold = 65536;
 constexpr unsigned kMaxThreads = 1024;
+constexpr std::size_t kMaxNotes = 32;
+constexpr std::size_t kMaxNameChars = 100;
+constexpr const char* kProfileFormat = "fastcopy-profile";
+constexpr unsigned kProfileVersion = 1;
 
 // Decided in this order: Backward when the ranges overlap with dst > src; otherwise by
 // (dst - src) mod 4096: 0 PageAligned, 1..63 Near, >= 64 Far.
@@ -169,6 +173,9 @@ std::string signature_of(const std::string& json_text);
 // The signature's members as (key, compact JSON of the value), in file order; empty when the
 // profile has none. Throws like parse_profile on bad JSON.
 std::vector<std::pair<std::string, std::string>> signature_fields(const std::string& json_text);
+// Any JSON text (at most kMaxFileBytes) as compact JSON: no spaces, members in their order,
+// strings escaped as the writer escapes them. Throws like parse_profile on bad JSON.
+std::string compact_json(const std::string& json_text);
 
 // ---- overrides.cpp ------------------------------------------------------------------
 struct Overrides {

@@ -339,17 +339,27 @@ std::string optional_text(const Json& obj, const char* key, const std::string& p
 }
 
 // A whole number of bytes in [lo, hi]; null gives SIZE_MAX when allowed.
-std::size_t size_field(const Json& v, const std::string& path, std::size_t lo, std::size_t hi, bool null_ok) {
+// A whole number in [lo, hi]: a size in bytes (limits said as sizes), or with `unit` empty
+// a count (limits said as numbers).
+std::size_t whole_field(const Json& v, const std::string& path, std::size_t lo, std::size_t hi, bool null_ok,
+                        const char* unit) {
+    const bool bytes = unit[0] != '\0';
+    const std::string what = bytes ? std::string("a whole number of ") + unit : "a whole number";
+    auto limit = [&](std::size_t x) { return bytes ? size_words(x) : std::to_string(x); };
     if (v.type == Json::Null) {
         if (null_ok) return SIZE_MAX;
-        bad(path, "must be a whole number of bytes, not null");
+        bad(path, "must be " + what + ", not null");
     }
-    need_type(v, Json::Number, "a whole number of bytes", path);
+    need_type(v, Json::Number, what.c_str(), path);
     if (!v.integer) bad(path, v.text + " is not a whole number");
     if (v.negative && v.uint != 0) bad(path, v.text + " is negative");
-    if (v.too_large || v.uint > hi) bad(path, v.text + " is absurd: more than " + size_words(hi));
-    if (v.uint < lo) bad(path, v.text + " is below the minimum of " + size_words(lo));
+    if (v.too_large || v.uint > hi) bad(path, v.text + " is absurd: more than " + limit(hi));
+    if (v.uint < lo) bad(path, v.text + " is below the minimum of " + limit(lo));
     return static_cast<std::size_t>(v.uint);
+}
+
+std::size_t size_field(const Json& v, const std::string& path, std::size_t lo, std::size_t hi, bool null_ok) {
+    return whole_field(v, path, lo, hi, null_ok, "bytes");
 }
 
 void check_keys(const Json& obj, const std::vector<const char*>& allowed, const std::string& path) {
@@ -410,15 +420,15 @@ Profile parse_profile(const std::string& json_text, const std::string& source, c
     const std::string top = "profile";
     need_type(doc, Json::Object, "a JSON object", top);
     const Json& format = need(doc, "format", top);
-    if (format.type != Json::String || format.text != "fastcopy-profile")
+    if (format.type != Json::String || format.text != kProfileFormat)
         bad("format", "must be \"fastcopy-profile\" (this is not a fastcopy profile)");
     const Json& version = need(doc, "version", top);
-    if (version.type != Json::Number || !version.integer || version.negative || version.uint != 1)
+    if (version.type != Json::Number || !version.integer || version.negative || version.uint != kProfileVersion)
         bad("version", (version.type == Json::Number ? version.text : std::string(type_words(version))) +
                            " is not supported: this fastcopy reads version 1");
     Profile p;
     p.source = source;
-    p.name = doc.get("name") ? text_field(*doc.get("name"), "name", 100) : "unnamed";
+    p.name = doc.get("name") ? text_field(*doc.get("name"), "name", kMaxNameChars) : "unnamed";
     if (const Json* prov = doc.get("provenance")) {
         if (prov->type != Json::Null) {
             need_type(*prov, Json::Object, "an object", "provenance");
@@ -483,14 +493,14 @@ Profile parse_profile(const std::string& json_text, const std::string& source, c
     p.parallel.threshold =
         size_field(need(par, "threshold", "parallel"), "parallel.threshold", kMinParallelThreshold, kMaxSizeValue, true);
     if (const Json* t = par.get("threads")) {
-        std::size_t n = size_field(*t, "parallel.threads", 0, kMaxThreads, false);
+        std::size_t n = whole_field(*t, "parallel.threads", 0, kMaxThreads, false, "");
         p.parallel.threads = static_cast<unsigned>(n);
     }
     p.parallel.why = optional_text(par, "why", "parallel");
     if (const Json* notes = doc.get("notes")) {
         if (notes->type != Json::Null) {
             need_type(*notes, Json::Array, "a list of strings", "notes");
-            if (notes->items.size() > 32) bad("notes", "more than 32 notes");
+            if (notes->items.size() > kMaxNotes) bad("notes", "more than " + std::to_string(kMaxNotes) + " notes");
             for (std::size_t i = 0; i < notes->items.size(); ++i)
                 p.notes.push_back(text_field(notes->items[i], "notes[" + std::to_string(i) + "]"));
         }
@@ -518,6 +528,12 @@ std::vector<std::pair<std::string, std::string>> signature_fields(const std::str
     if (sig && sig->type == Json::Object)
         for (const auto& m : sig->members) out.emplace_back(m.first, compact(m.second));
     return out;
+}
+
+std::string compact_json(const std::string& json_text) {
+    if (json_text.size() > kMaxFileBytes)
+        throw std::invalid_argument("JSON text is " + std::to_string(json_text.size()) + " bytes: more than the 1 MiB limit");
+    return compact(Reader(json_text).document());
 }
 
 std::string to_json(const Profile& p) {

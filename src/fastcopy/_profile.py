@@ -18,6 +18,7 @@ no json, hashlib, subprocess or py-cpuinfo.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import warnings
@@ -26,7 +27,7 @@ from typing import Any, Dict, List, Optional
 
 from . import _core
 
-MAX_PROFILE_BYTES = 1 << 20
+MAX_PROFILE_BYTES = _core.profile_limits()["max_file_bytes"]
 
 # What load_at_import() decided, for info(): {"source", "path", "detail", "ignored"}.
 _status: Dict[str, Any] = {"source": "built-in", "path": None, "detail": "not loaded yet", "ignored": []}
@@ -60,39 +61,9 @@ def signature() -> Dict[str, Any]:
 
 
 def _compact(value: Any) -> str:
-    """``value`` as compact JSON, the way the C++ reader writes a signature member back."""
-    if value is None:
-        return "null"
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, str):
-        out = ['"']
-        for ch in value:
-            if ch == '"':
-                out.append('\\"')
-            elif ch == "\\":
-                out.append("\\\\")
-            elif ch == "\n":
-                out.append("\\n")
-            elif ch == "\r":
-                out.append("\\r")
-            elif ch == "\t":
-                out.append("\\t")
-            elif ord(ch) < 0x20:
-                out.append(f"\\u{ord(ch):04x}")
-            else:
-                out.append(ch)
-        out.append('"')
-        return "".join(out)
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(_compact(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{_compact(str(k))}:{_compact(v)}" for k, v in value.items()) + "}"
-    return _compact(str(value))
+    """``value`` as compact JSON, written by the profile reader itself (_core.compact_json), so a
+    signature member of this machine and one read from a file compare as the same text."""
+    return _core.compact_json(json.dumps(value, default=str))
 
 
 def signature_key(sig: Optional[Dict[str, Any]] = None) -> str:

@@ -40,6 +40,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .. import _core
 from . import engine, system
 from .units import PAGE, human_size, parse_sizes
 
@@ -58,13 +59,11 @@ QUICK_GRID_MAX = 64 << 20
 # leave nothing to split on a machine of a few CPUs).
 PARALLEL_MIN_GRID = 256 << 10
 
-PROFILE_FORMAT = "fastcopy-profile"
-PROFILE_VERSION = 1
-MAX_BANDS = 64
-MAX_WHY = 500
-MAX_FILE_BYTES = 1 << 20
-NT_MIN_THRESHOLD = 4096
-PARALLEL_MIN_THRESHOLD = 65536
+# The profile format is defined once, in C++ (the loader): its name, version and limits.
+_LIMITS = _core.profile_limits()
+PROFILE_FORMAT = _LIMITS["format"]
+PROFILE_VERSION = _LIMITS["version"]
+MAX_WHY = _LIMITS["max_why_chars"]
 
 # Loop length per sample (hot) and repeats; quick uses fewer. Many short samples rather than a
 # few long ones: on the shared 2-vCPU Zen 3 VM a sample that another process preempts runs 3-4x
@@ -706,109 +705,18 @@ def build_profile(m: Dict[str, Any], bands: Dict[str, Any], nt: Dict[str, Any], 
     return profile
 
 
-def validate_profile(profile: Any, kernels: Optional[Dict[str, Dict[str, Any]]] = None) -> None:
-    """Checks ``profile`` against docs/profile-format.md (version 1); ValueError names the first
-    problem. ``kernels``: name -> kernel_table() row (default: this machine's usable kernels)."""
-    if kernels is None:
-        from .. import _core
-
-        kernels = {k["name"]: k for k in _core.kernel_table() if k["supported"]}
-
-    def fail(where: str, what: str) -> None:
-        raise ValueError(f"profile: {where}: {what}")
-
-    def is_int(x: Any) -> bool:
-        return isinstance(x, int) and not isinstance(x, bool)
-
-    if not isinstance(profile, dict):
-        fail("top level", f"expected an object, got {type(profile).__name__}")
-    if len(json.dumps(profile)) > MAX_FILE_BYTES:
-        fail("top level", f"over {MAX_FILE_BYTES} bytes as JSON")
-    for key in ("format", "version", "name", "provenance", "regions", "parallel"):
-        if key not in profile:
-            fail(key, "missing")
-    if profile["format"] != PROFILE_FORMAT:
-        fail("format", f"expected '{PROFILE_FORMAT}', got {profile['format']!r}")
-    if profile["version"] != PROFILE_VERSION or not is_int(profile["version"]):
-        fail("version", f"expected {PROFILE_VERSION}, got {profile['version']!r}")
-    if not isinstance(profile["name"], str) or not profile["name"]:
-        fail("name", "expected a non-empty string")
-    prov = profile["provenance"]
-    if not isinstance(prov, dict):
-        fail("provenance", "expected an object")
-    for key in ("machine", "date", "libc", "method"):
-        if not isinstance(prov.get(key), str):
-            fail(f"provenance.{key}", "missing or not a string")
-    if "signature" in profile and not isinstance(profile["signature"], dict):
-        fail("signature", "expected an object")
-    regions = profile["regions"]
-    if not isinstance(regions, dict):
-        fail("regions", "expected an object")
-    for region in REGIONS:
-        if region not in regions:
-            fail(f"regions.{region}", "missing")
-        r = regions[region]
-        if not isinstance(r, dict):
-            fail(f"regions.{region}", "expected an object")
-        for cls in CLASSES:
-            where = f"regions.{region}.{cls}"
-            bands = r.get(cls)
-            if not isinstance(bands, list) or not bands:
-                fail(where, "missing or not a non-empty list of bands")
-            if len(bands) > MAX_BANDS:
-                fail(where, f"{len(bands)} bands, at most {MAX_BANDS}")
-            last = -1
-            for i, b in enumerate(bands):
-                w = f"{where}[{i}]"
-                if not isinstance(b, dict):
-                    fail(w, "expected an object")
-                for key in ("from", "kernel", "why"):
-                    if key not in b:
-                        fail(f"{w}.{key}", "missing")
-                if not is_int(b["from"]) or b["from"] < 0:
-                    fail(f"{w}.from", f"expected a size in bytes, got {b['from']!r}")
-                if i == 0 and b["from"] != 0:
-                    fail(f"{w}.from", "the first band must start at 0")
-                if b["from"] <= last:
-                    fail(f"{w}.from", f"{b['from']} is not above the previous band's {last} (unsorted or overlapping)")
-                last = b["from"]
-                k = b["kernel"]
-                if k not in kernels:
-                    fail(f"{w}.kernel", f"'{k}' is not a usable kernel here ({', '.join(kernels)})")
-                if kernels[k].get("streaming"):
-                    fail(f"{w}.kernel", f"'{k}' streams (non-temporal stores); bands name non-streaming kernels")
-                if not isinstance(b["why"], str) or len(b["why"]) > MAX_WHY:
-                    fail(f"{w}.why", f"expected text of at most {MAX_WHY} characters")
-        nt = r.get("nt")
-        where = f"regions.{region}.nt"
-        if not isinstance(nt, dict):
-            fail(where, "missing or not an object")
-        for key in ("threshold", "kernel", "why"):
-            if key not in nt:
-                fail(f"{where}.{key}", "missing")
-        if nt["threshold"] is None:
-            if nt["kernel"] is not None:
-                fail(f"{where}.kernel", "must be null when the threshold is null")
-        else:
-            if not is_int(nt["threshold"]) or nt["threshold"] < NT_MIN_THRESHOLD:
-                fail(f"{where}.threshold", f"expected null or at least {NT_MIN_THRESHOLD}, got {nt['threshold']!r}")
-            k = nt["kernel"]
-            if k not in kernels or not kernels[k].get("streaming"):
-                fail(f"{where}.kernel", f"'{k}' is not a usable streaming kernel here")
-        if not isinstance(nt["why"], str) or len(nt["why"]) > MAX_WHY:
-            fail(f"{where}.why", f"expected text of at most {MAX_WHY} characters")
-    par = profile["parallel"]
-    if not isinstance(par, dict):
-        fail("parallel", "expected an object")
-    for key in ("threshold", "threads", "why"):
-        if key not in par:
-            fail(f"parallel.{key}", "missing")
-    if par["threshold"] is not None and (not is_int(par["threshold"]) or par["threshold"] < PARALLEL_MIN_THRESHOLD):
-        fail("parallel.threshold", f"expected null or at least {PARALLEL_MIN_THRESHOLD}, got {par['threshold']!r}")
-    if not is_int(par["threads"]) or not (par["threads"] == 0 or 1 <= par["threads"] <= 1024):
-        fail("parallel.threads", f"expected 0 (every usable CPU) or 1 to 1024, got {par['threads']!r}")
-    if not isinstance(par["why"], str) or len(par["why"]) > MAX_WHY:
-        fail("parallel.why", f"expected text of at most {MAX_WHY} characters")
+def validate_profile(profile: Any) -> None:
+    """Checks ``profile`` (a dict) exactly as loading it would (docs/profile-format.md), against
+    this machine's kernels: ValueError names the first problem. The check is the loader's own
+    (_core.validate_profile), so tune and import never judge a file differently."""
+    try:
+        text = json.dumps(profile)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"profile: not JSON data: {e}") from None
+    try:
+        _core.validate_profile(text)
+    except ValueError as e:
+        raise ValueError(f"profile: {e}") from None
 
 
 # ----------------------------------------------------------------------------- output
