@@ -19,6 +19,22 @@ def test_info_text():
         assert name in r.stdout
 
 
+def test_info_fits_one_screen_and_verbose_says_why():
+    short = cli("info").stdout.splitlines()
+    assert len(short) <= 40 and max(map(len, short)) <= 100, "\n".join(short)
+    text = "\n".join(short)
+    profile = _core.active_profile()
+    assert f"Dispatch profile: {profile['name']}" in text
+    for bands in profile["regions"]["private"].values():  # each kernel that runs is named
+        if isinstance(bands, list):
+            assert all(b["kernel"] in text for b in bands)
+    assert "info --verbose" in text
+    assert not any(b["why"] and b["why"] in text for b in profile["regions"]["private"]["far"])
+    verbose = cli("info", "--verbose").stdout
+    assert all(b["why"] in verbose for b in profile["regions"]["private"]["far"])
+    assert len(verbose.splitlines()) > len(short)
+
+
 def test_info_json():
     r = cli("info", "--json")
     assert r.returncode == 0, r.stderr
@@ -47,7 +63,7 @@ def test_info_reports_the_shared_memory_rules():
             assert rule["unit"] == "seconds" and 0 < rule["value"] < 1, rule
         assert len(rule["rule"]) > 20, rule
         assert re.search(r"Zen \d", rule["why"]) and any(c.isdigit() for c in rule["why"]), rule  # machine and figures
-    text = cli("info").stdout
+    text = cli("info", "--verbose").stdout
     assert "Shared memory (fastcopy.shm):" in text
     for rule in rules:
         assert f"  {rule['name']} = " in text

@@ -176,8 +176,8 @@ def test_info_counts_what_the_pool_did():
         assert handled(fastcopy.info()["threads"]["pool"]) == handled(after)
         data = fastcopy.info()
         pool = data["threads"]["pool"]
-        assert f"{pool['parallel_copies']} copies split over threads" in format_info(data)
-        assert f"{pool['worker_sleeps']} times a worker went to sleep" in format_info(data)
+        assert f"{pool['parallel_copies']} copies split over threads" in format_info(data, verbose=True)
+        assert f"{pool['worker_sleeps']} times a worker went to sleep" in format_info(data, verbose=True)
     finally:
         fastcopy.set_threads(0)
 
@@ -195,7 +195,7 @@ def test_isolated_copies_under_2_mib_do_not_wake_sleeping_workers():
     data = fastcopy.info()
     rule = data["threads"]["isolated_copies"]  # the rule as info() shows it
     assert small.nbytes < rule["below_bytes"] == 2 << 20 <= large.nbytes and rule["gap_seconds"] == 0.0005
-    assert rule["rule"] and rule["why"] and "isolated copies under 2 MiB (more than 500 us" in format_info(data)
+    assert rule["rule"] and rule["why"] and "isolated copies under 2 MiB (more than 500 us" in format_info(data, verbose=True)
     out_small, out_large = np.zeros_like(small), np.zeros_like(large)
     k2(out_small, small)  # starts the pool
 
@@ -263,7 +263,7 @@ def test_workers_spin_through_a_stream_of_copies_and_briefly_after_an_isolated_o
     k2 = fastcopy.kernel("generic", threads=2)  # always the pool, whatever the profile says
     rule = fastcopy.info()["threads"]["worker_spin"]
     assert (rule["within_stream_seconds"], rule["after_isolated_copy_seconds"]) == (0.0005, 0.00005)
-    assert rule["rule"] and rule["why"] and "idle workers spin 500 us" in format_info(fastcopy.info())
+    assert rule["rule"] and rule["why"] and "idle workers spin 500 us" in format_info(fastcopy.info(), verbose=True)
     rng = np.random.default_rng(6)
     large = rng.integers(0, 256, 4 << 20, dtype=np.uint8)  # split even when isolated (2 MiB and up)
     small = rng.integers(0, 256, 1 << 20, dtype=np.uint8)  # 16 chunks: an awake worker takes some

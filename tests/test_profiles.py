@@ -110,7 +110,8 @@ def test_profile_env_shown_by_cli_info(tmp_path):
     path = write(tmp_path / "mine.json", tuned_profile("mine"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("FASTCOPY_")}
     env.update(FASTCOPY_PROFILE=path, XDG_CACHE_HOME=str(tmp_path / "cache"))
-    r = subprocess.run([sys.executable, "-m", "fastcopy", "info"], env=env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-m", "fastcopy", "info", "--verbose"], env=env, capture_output=True,
+                       text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "Dispatch profile: mine" in r.stdout and path in r.stdout
     assert "test: the C library" in r.stdout  # the band reasons of the file, as they run

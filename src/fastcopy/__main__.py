@@ -18,6 +18,8 @@ def _build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p_info = sub.add_parser("info", help="what was detected and which kernel each copy gets")
     p_info.add_argument("--json", action="store_true", help="print as JSON")
+    p_info.add_argument("-v", "--verbose", action="store_true",
+                        help="also the reason and the measurements behind each choice")
     p_info.add_argument("--profile", action="store_true",
                         help="print only the active dispatch profile, in the profile file format (to share it, "
                              "or to load it elsewhere with FASTCOPY_PROFILE=FILE)")
@@ -103,7 +105,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
             print(_core.active_profile_json(), end="")
         else:
-            print_info(as_json=args.json)
+            print_info(as_json=args.json, verbose=args.verbose)
         return 0
     if args.command == "bench":
         from .measure.cli import run

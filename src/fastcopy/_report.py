@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from typing import Any, Dict, List, Optional
 
 from . import _core
@@ -101,7 +102,11 @@ def _rule_value(rule: Dict[str, Any]) -> str:
     return f"{seconds * 1e3:g} ms" if seconds >= 1e-3 else f"{seconds * 1e6:g} us"
 
 
-def format_info(data: Dict[str, Any]) -> str:
+def format_info(data: Dict[str, Any], verbose: bool = False) -> str:
+    """``data`` (collect_info()) in plain words. By default one screen: what was detected and
+    what each copy gets; ``verbose`` adds the reason and the measurements behind each choice."""
+    if not verbose:
+        return _format_summary(data)
     cpu = data["cpu"]
     lines: List[str] = [f"fastcopy {data['version']}", "", "CPU detected:"]
     name = cpu.get("brand") or cpu["vendor"]
@@ -160,6 +165,91 @@ def format_info(data: Dict[str, Any]) -> str:
     for key, value in data["overrides"].items():
         lines.append(f"  {key} = {value if value is not None else '(not set)'}")
     return "\n".join(lines)
+
+
+def _cpu_lines(cpu: Dict[str, Any]) -> List[str]:
+    name = cpu.get("brand") or cpu["vendor"]
+    lines = [f"  {name} ({cpu['arch']}, vendor {cpu['vendor']}, family {cpu['family']} model {cpu['model']} "
+             f"stepping {cpu['stepping']}{', under a hypervisor' if cpu['hypervisor'] else ''})"]
+    flags = ", ".join(k for k, v in cpu["flags"].items() if v)
+    if flags:
+        lines.append(f"  features: {flags}" + (f", SVE vector length {cpu['sve_vector_bytes']} bytes"
+                                               if cpu["arch"] == "aarch64" and cpu["flags"].get("sve") else ""))
+    caches = f"  caches: L1d {human_size(cpu['l1d_bytes'])}, L2 {human_size(cpu['l2_bytes'])}, " \
+             f"L3 {human_size(cpu['l3_bytes'])} (from {cpu['cache_source']})"
+    if cpu["l3_cpuid_bytes"] and cpu["l3_sysfs_bytes"] and cpu["l3_cpuid_bytes"] != cpu["l3_sysfs_bytes"]:
+        caches += f"; CPUID claims {human_size(cpu['l3_cpuid_bytes'])}"
+    lines.append(caches + f"; Linux {cpu['kernel_version']}, {cpu['usable_cpus']} usable CPUs")
+    return lines
+
+
+def _band_words(bands: List[Dict[str, Any]], forced: Optional[str]) -> str:
+    if forced:
+        return f"{forced} (forced by FASTCOPY_KERNEL)"
+    if len(bands) == 1:
+        return bands[0]["kernel"]
+    return ", ".join(f"{b['kernel']} {'below ' + human_size(bands[1]['from']) if i == 0 else 'from ' + human_size(b['from'])}"
+                     for i, b in enumerate(bands))
+
+
+def _region_summary(region: Dict[str, Any], forced: Optional[str]) -> List[str]:
+    groups: List[Any] = []
+    for cls in ("page_aligned", "near", "far", "backward"):
+        words = _band_words(region[cls], forced)
+        for g in groups:
+            if g[1] == words:
+                g[0].append(cls)
+                break
+        else:
+            groups.append(([cls], words))
+    if len(groups) == 1:
+        rows = [f"  every address: {groups[0][1]}"]
+    else:
+        rows = [f"  {', '.join(_CLASS_TITLES[c] for c in classes)}: {words}" for classes, words in groups]
+    nt = region["nt"]
+    if nt["threshold"] is not None and not forced:
+        cond = f", at (dst - src) mod 4096 = 0 or >= {nt['min_page_distance']}" if nt["min_page_distance"] else ""
+        rows.append(f"  non-temporal stores ({nt['kernel']}) from {human_size(nt['threshold'])}{cond}")
+    return rows
+
+
+def _format_summary(data: Dict[str, Any]) -> str:
+    lines: List[str] = [f"fastcopy {data['version']}", "", "CPU detected:"] + _cpu_lines(data["cpu"])
+    usable = [k["name"] for k in data["kernels"] if k["supported"]]
+    lines += ["", "Kernels: " + ", ".join(usable) + " usable"]
+    for k in data["kernels"]:
+        if not k["supported"]:
+            lines.append(f"  {k['name']}: not usable ({k['why_not']})")
+    profile, source = data["profile"], data["profile_source"]
+    prov = profile["provenance"]
+    where = "built-in" if source["source"] == "built-in" else f"{source['path']} ({source['detail']})"
+    lines += ["", f"Dispatch profile: {profile['name']} ({where}); measured on: {prov.get('machine') or '?'}, "
+                  f"{prov.get('date') or '?'}"]
+    for item in profile["overrides"]:
+        lines.append(f"  override: {item}")
+    private = None
+    for key in ("private", "to_shared", "from_shared"):
+        rows = _region_summary(profile["regions"][key], profile["forced_kernel"])
+        title = _REGION_TITLES.get(key, key)
+        if key != "private" and rows == private:
+            lines.append(f"{title}: same as ordinary copies")
+            continue
+        if key == "private":
+            private = rows
+        lines += [f"{title}:"] + rows
+    t, th = data["thresholds"], data["threads"]
+    if profile["forced_kernel"]:
+        pool = "not used (a forced kernel)"
+    else:
+        pool = "never" if t["parallel_bytes"] is None else f"from {human_size(t['parallel_bytes'])}"
+    lines += ["", f"Thread pool: {pool}; {th['count']} threads"]
+    lines.append("Shared memory: " + ", ".join(f"{r['name']} {_rule_value(r)}" for r in data["shm"]))
+    set_overrides = [f"{k}={v}" for k, v in data["overrides"].items() if v is not None]
+    lines.append("Overrides: " + (", ".join(set_overrides) if set_overrides else "none set"))
+    lines += ["", "python -m fastcopy info --verbose: the reason and the measurements behind each choice"]
+    return "\n".join(textwrap.fill(line, 100, subsequent_indent="    " if line.startswith("  ") else "  ",
+                                   break_long_words=False, break_on_hyphens=False)
+                     if len(line) > 100 else line for line in lines)
 
 
 def _format_profile(profile: Dict[str, Any], source: Dict[str, Any]) -> List[str]:
@@ -230,6 +320,6 @@ def _format_profile(profile: Dict[str, Any], source: Dict[str, Any]) -> List[str
     return lines
 
 
-def print_info(as_json: bool = False) -> None:
+def print_info(as_json: bool = False, verbose: bool = False) -> None:
     data = collect_info()
-    print(json.dumps(data, indent=2) if as_json else format_info(data))
+    print(json.dumps(data, indent=2) if as_json else format_info(data, verbose=verbose))
