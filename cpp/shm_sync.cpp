@@ -467,6 +467,18 @@ std::string shm_path(const std::string& name) { return "/" + name; }
 // takes no page faults in the data path (costs about 1 ms per MiB at create/attach here).
 int populate_flag(std::uint64_t bytes) { return bytes <= (std::uint64_t(256) << 20) ? MAP_POPULATE : 0; }
 
+void protect_data(std::uint8_t* base, std::size_t data_offset, std::size_t map_bytes, bool read_only,
+                  const std::string& name) {
+    static const long page = ::sysconf(_SC_PAGESIZE);
+    if (page <= 0 || data_offset % static_cast<std::size_t>(page) != 0 || data_offset >= map_bytes) return;
+    const int prot = read_only ? PROT_READ : PROT_READ | PROT_WRITE;
+    if (::mprotect(base + data_offset, map_bytes - data_offset, prot) != 0) {
+        int e = errno;
+        throw ShmOsError(e, "cannot map the data of shared memory segment '" + name + "' " +
+                                (read_only ? "read-only" : "writable") + ": " + std::strerror(e));
+    }
+}
+
 void check_segment_name(const std::string& name, const char* kind) {
     if (name.empty() || name.size() > 200 || name.find('/') != std::string::npos || name == "." || name == "..")
         throw ShmError(std::string("invalid ") + kind + " name '" + name + "': use 1 to 200 characters without '/'");
@@ -665,6 +677,9 @@ void Ring::claim(Role want) {
     // after checking that the header is still a channel's.
     role_ = Role::None;
     check_header();
+    // The consumer reads the ring through a read-only mapping; an end that produces (also the
+    // same object after a fork, where it consumed before) writes it.
+    protect_data(base_, kHeaderBytes, map_bytes_, want == Role::Consumer, name_);
     const char* what = want == Role::Producer ? "producer" : "consumer";
     std::size_t pid_off = want == Role::Producer ? kOffProdPid : kOffConsPid;
     std::size_t closed_off = want == Role::Producer ? kOffProdClosed : kOffConsClosed;

@@ -1,6 +1,9 @@
 // Shared-memory single-producer single-consumer ring (fastcopy.shm.Channel), without Python.
 //
 // Layout of a segment (/dev/shm/<name>): a 4096-byte header, then `capacity` bytes of ring.
+// The consumer maps the ring read-only and the header writable (it writes only header words:
+// tail, cut acknowledgement, its sequence number, futex and waiting words); the producer maps
+// both writable.
 // The ring is a byte stream of messages; each message is a 64-byte-aligned record:
 //   MsgHeader (32 B) | shape (ndim x u64) | dtype string | pad to 64 | payload | pad to 64.
 // head (bytes ever written) is written only by the producer, tail (bytes ever consumed) only
@@ -112,6 +115,8 @@ constexpr std::uint64_t kMagic = 0x31484353504f4346ull;  // "FCOPSCH1" little-en
 // 3: a streamed send that times out or is interrupted cuts its message (kOffCutAt) instead of
 // breaking the channel; a version-2 consumer would read the next message as the rest of it.
 constexpr std::uint32_t kVersion = 3;
+// One page: the ring starts on a page, so a consumer maps it read-only and the header writable
+// (protect_data).
 constexpr std::size_t kHeaderBytes = 4096;
 constexpr std::size_t kMinCapacity = 64 * 1024;
 constexpr std::size_t kMaxCapacity = std::size_t(1) << 40;
@@ -132,6 +137,7 @@ constexpr std::uint32_t kPadMagic = 0x50414446u;  // "FDAP"
 // 1060-1160 us at page offsets 64-256; 1 MiB and 4 MiB alike within noise. The cost is at most
 // 4032 bytes of ring per message, 1.5% of a 256 KiB one.
 constexpr std::size_t kPageBytes = 4096;
+static_assert(kHeaderBytes % kPageBytes == 0, "the ring starts on a page (protect_data)");
 constexpr std::size_t kPageAlignedLoanMin = 256 * 1024;
 constexpr std::uint32_t kMaxNdim = 64;
 constexpr std::uint32_t kMaxDtypeLen = 1024;
@@ -460,6 +466,14 @@ struct GilGuard {
 void check_segment_name(const std::string& name, const char* kind);
 // MAP_POPULATE for segments up to 256 MiB (see shm_sync.cpp), 0 above.
 int populate_flag(std::uint64_t bytes);
+// Sets the protection of the message data of a segment mapped at `base` (`map_bytes` long):
+// the bytes from `data_offset` (page-aligned) to the end become read-only (a consumer's or a
+// subscriber's mapping: a write through a view, e.g. with ctypes, faults in the writing process
+// instead of changing what the other processes read) or writable again (a producer's). The
+// control words before data_offset stay writable. On a system whose pages are larger than the
+// 4096 bytes the layouts align to, the data stays writable. ShmOsError when mprotect fails.
+void protect_data(std::uint8_t* base, std::size_t data_offset, std::size_t map_bytes, bool read_only,
+                  const std::string& name);
 
 std::uint64_t fork_generation();
 // Names this process created: removed from /dev/shm if SIGTERM or SIGHUP (default action) ends

@@ -226,7 +226,9 @@ Topic* Topic::subscribe(const std::string& name) {
     g.overflow = static_cast<Overflow>(ov);
     std::string why;
     if (load_acquire_u64(b + kTOffMagic) != kTopicMagic) why = "bad magic (not a fastcopy topic, or not initialised yet)";
-    else if (load_acquire_u32(b + kTOffVersion) != kTopicVersion) why = "protocol version " + std::to_string(load_acquire_u32(b + kTOffVersion));
+    else if (load_acquire_u32(b + kTOffVersion) != kTopicVersion)
+        why = "protocol version " + std::to_string(load_acquire_u32(b + kTOffVersion)) + ", this build speaks " +
+              std::to_string(kTopicVersion);
     else if (load_acquire_u32(b + kTOffHeaderBytes) != kHeaderBytes) why = "header size";
     else if (ov > 1) why = "overflow mode " + std::to_string(ov);
     else if (!(why = geometry_error(g)).empty()) {
@@ -236,6 +238,13 @@ Topic* Topic::subscribe(const std::string& name) {
     if (!why.empty()) {
         ::munmap(p, size);
         throw ShmCorrupted("shared memory segment '" + name + "': " + why);
+    }
+    // The slots are the publisher's to write: a subscriber reads them through a read-only mapping.
+    try {
+        protect_data(b, g.data_offset(), size, true, name);
+    } catch (...) {
+        ::munmap(p, size);
+        throw;
     }
     std::unique_ptr<Topic> t(new Topic());
     t->name_ = name;

@@ -6,9 +6,13 @@
 //                        closed, head, futex words (hot words on separate 128-byte blocks),
 //                        creator pid/start at the offsets Channel uses (shm --list/--clean).
 //   [4096, +128*S)       S subscriber records of 128 bytes (TopicSub offsets below).
-//   then N slots of kSlotHdrBytes + pad64(slot_bytes) bytes each (from slot_bytes = 256 KiB:
-//   the slots start at a page minus kSlotHdrBytes and take whole pages, so every payload
-//   starts on a page; see TopicGeometry):
+//   then, from the next page (data_offset): N slots of kSlotHdrBytes + pad64(slot_bytes) bytes
+//   each (from slot_bytes = 256 KiB: the slots start at a page plus 4096 - kSlotHdrBytes and
+//   take whole pages, so every payload starts on a page; see TopicGeometry).
+//   Subscribers map [data_offset, end) read-only and what comes before it writable: they write
+//   only their records and the header's futex and waiting words; the publisher, alone to
+//   write the slots, maps everything writable.
+//   Each slot:
 //     +0    state (u64 seqlock): 0 never written, 2k+1 while message k is being written,
 //           2k+2 once message k is complete. Written only by the publisher.
 //     +64   message header: MsgHeader (seq = k) | shape (ndim x u64) | dtype string
@@ -73,7 +77,9 @@ struct ShmMessagesLost : ShmError {
 
 constexpr std::uint64_t kTopicMagic = 0x31504f544f50434full;  // "FCOPTOP1" little-endian
 // 2: slots of kPageAlignedLoanMin bytes or more are page-aligned (TopicGeometry).
-constexpr std::uint32_t kTopicVersion = 2;
+// 3: the slots start on a page after the subscriber records (data_offset), so that subscribers
+// map them read-only; a version-2 segment has them right after the records.
+constexpr std::uint32_t kTopicVersion = 3;
 constexpr std::size_t kTopicSubBytes = 128;
 constexpr std::size_t kSlotHdrBytes = 2048;   // state (64) + the largest message header (1600)
 constexpr std::size_t kSlotMsgHdrOff = 64;
@@ -124,9 +130,13 @@ struct TopicGeometry {
     std::uint64_t slot_stride() const {
         return page_slots() ? round_up_to_page(kSlotHdrBytes + slot_bytes) : kSlotHdrBytes + pad64(slot_bytes);
     }
+    // Where the slots' pages begin: the first page after the subscriber records. Subscribers
+    // map from here on read-only (protect_data).
+    std::uint64_t data_offset() const {
+        return round_up_to_page(kHeaderBytes + std::uint64_t(max_subs) * kTopicSubBytes);
+    }
     std::uint64_t slots_offset() const {
-        const std::uint64_t after_records = kHeaderBytes + std::uint64_t(max_subs) * kTopicSubBytes;
-        return page_slots() ? round_up_to_page(after_records + kSlotHdrBytes) - kSlotHdrBytes : after_records;
+        return page_slots() ? data_offset() + kPageBytes - kSlotHdrBytes : data_offset();
     }
     static std::uint64_t round_up_to_page(std::uint64_t n) { return (n + kPageBytes - 1) / kPageBytes * kPageBytes; }
     std::uint64_t total_bytes() const { return slots_offset() + std::uint64_t(slots) * slot_stride(); }

@@ -65,9 +65,14 @@ def no_leftovers():
     assert not left, left
 
 
+def data_offset(max_subscribers: int) -> int:
+    """Where the slots' pages begin: the page after the subscriber records."""
+    return (4096 + max_subscribers * 128 + 4095) // 4096 * 4096
+
+
 def slot_state_offset(t: Topic, seq: int) -> int:
     stride = SLOT_HDR + (t.slot_bytes + 63) // 64 * 64
-    return 4096 + t.max_subscribers * 128 + (seq % t.slots) * stride
+    return data_offset(t.max_subscribers) + (seq % t.slots) * stride
 
 
 def patch(name: str, offset: int, fmt: str, value) -> None:
@@ -196,7 +201,7 @@ def test_large_slots_start_on_a_page(max_subscribers):
             del v
     with Topic.create(fresh_name("small"), slot_bytes=(256 << 10) - 64, slots=3, max_subscribers=3) as t:
         with t.loan(64, np.uint8) as a:  # below 256 KiB the layout is the packed one
-            assert a.__array_interface__["data"][0] % 4096 == (4096 + 3 * 128 + SLOT_HDR) % 4096 != 0
+            assert a.__array_interface__["data"][0] % 4096 == SLOT_HDR % 4096 != 0
 
 
 def test_too_large_message_names_the_limit_and_sends_nothing():
@@ -737,7 +742,7 @@ for round_ in range(150):
             t.send(np.arange(k + 1, dtype=np.float64))
         subs = [Topic.subscribe(name)]
         with open("/dev/shm/" + name, "r+b") as f, mmap.mmap(f.fileno(), 0) as m:
-            slots0 = 4096 + 16 * 128
+            slots0 = 8192  # the page after 16 subscriber records (data_offset)
             regions = [(0, 64), (512, 8), (4096, 16 * 128), (slots0, 4 * (2048 + 256))]
             for _ in range(int(rng.integers(1, 6))):
                 start, length = regions[int(rng.integers(len(regions)))]
