@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sys
 from typing import Callable, Tuple
 
 import numpy as np
@@ -46,19 +45,6 @@ no_subprocess = pytest.mark.skipif(
     NO_SUBPROCESS,
     reason="FASTCOPY_NO_SUBPROCESS=1: tests that start processes are skipped (e.g. under qemu)",
 )
-
-
-# Starts the command after it with SIGINT ignored, as a script's `cmd &` or a non-interactive
-# job does: an ignored SIGINT is inherited across exec, and Python then installs no handler of
-# its own. The Ctrl-C scenarios run under it, so they pass only because each sets the handler
-# it relies on (SIGINT_HANDLER), however pytest itself was started.
-SIGINT_IGNORED = (sys.executable, "-c",
-                  "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
-                  "os.execv(sys.argv[1], sys.argv[1:])")
-
-# The first lines of a scenario that sends itself SIGINT: Python's own handler
-# (KeyboardInterrupt), whatever the process inherited.
-SIGINT_HANDLER = "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
 
 
 def kernel_with_streaming_twin():

@@ -23,34 +23,15 @@ import pytest
 
 import fastcopy
 from fastcopy import _core, shm
-from conftest import SIGINT_HANDLER, SIGINT_IGNORED
+from _child import SIGINT_HANDLER, SIGINT_IGNORED, child_env, explain, run_script
 
 ROOT = Path(__file__).resolve().parent.parent
-SRC = Path(fastcopy.__file__).resolve().parent.parent
 PREFIX = f"fcth-{os.getpid()}-"
 
 subprocess_only = pytest.mark.skipif(
     os.environ.get("FASTCOPY_NO_SUBPROCESS") == "1",
     reason="FASTCOPY_NO_SUBPROCESS=1: tests that start processes are skipped",
 )
-
-
-def child_env(**extra: str) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
-    env.update(extra)
-    return env
-
-
-def run_script(tmp_path: Path, code: str, *args: str, timeout: float = 60.0, prefix=(), env=None):
-    script = tmp_path / "scenario.py"
-    script.write_text(textwrap.dedent(code))
-    return subprocess.run([*prefix, sys.executable, str(script), *args], capture_output=True, text=True,
-                          timeout=timeout, env=env or child_env(), cwd=str(tmp_path))
-
-
-def explain(proc) -> str:
-    return f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
 
 
 def shm_names(prefix: str = PREFIX):

@@ -14,13 +14,12 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
+import _child
 import numpy as np
 import pytest
-import fastcopy
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("FASTCOPY_NO_SUBPROCESS") == "1",
@@ -30,7 +29,6 @@ pytestmark = pytest.mark.skipif(
 ROOT = Path(__file__).resolve().parent.parent
 # Children import the same fastcopy as this process: the installed package in CI, src/ with a
 # developer build (a plain checkout's src/ has no compiled _core).
-SRC = Path(fastcopy.__file__).resolve().parent.parent
 PREFIX = f"fctp-{os.getpid()}-"
 
 
@@ -52,14 +50,8 @@ def _remove_this_runs_segments():
 
 
 def run_script(tmp_path: Path, code: str, *args: str, timeout: float = 120.0):
-    script = tmp_path / "scenario.py"
-    script.write_text(textwrap.dedent(code))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
-    env["PYTHONWARNINGS"] = "always"  # make any resource_tracker/ResourceWarning visible
-    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=timeout,
-                          env=env, cwd=str(tmp_path))
-    return proc
+    # PYTHONWARNINGS=always: any resource_tracker warning or ResourceWarning shows.
+    return _child.run_script(tmp_path, code, *args, timeout=timeout, env=_child.child_env(PYTHONWARNINGS="always"))
 
 
 def assert_clean(proc, prefix: str):
@@ -660,9 +652,7 @@ def test_docs_example_runs_as_written(tmp_path):
     assert example, "docs/shm.md has no complete example"
     script = tmp_path / "example.py"
     script.write_text(example[0])
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
-    env["PYTHONWARNINGS"] = "always"
+    env = _child.child_env(PYTHONWARNINGS="always")
     before = {n for n in os.listdir("/dev/shm") if n.startswith("fastcopy-")}
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env, cwd=str(tmp_path))

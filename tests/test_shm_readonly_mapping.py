@@ -13,20 +13,16 @@ import os
 import signal
 import struct
 import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _child import run_script
 from conftest import no_subprocess
 
-import fastcopy
 from fastcopy import _core
 from fastcopy.shm import Channel, ChannelCorrupted, Topic
 
-# Children import the same fastcopy as this process (CI installs it; src/ has no _core there).
-SRC = str(Path(fastcopy.__file__).resolve().parent.parent)
 PREFIX = f"fastcopy-test-ro-{os.getpid()}-"
 _counter = [0]
 
@@ -46,10 +42,7 @@ def no_leftovers():
 
 
 def run_child(tmp_path: Path, code: str, *args: str) -> subprocess.CompletedProcess:
-    path = tmp_path / "child.py"
-    path.write_text(textwrap.dedent(code))
-    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, str(path), *args], capture_output=True, text=True, timeout=120, env=env)
+    return run_script(tmp_path, code, *args, timeout=120, name="child.py")
 
 
 def segment_bytes(name: str) -> bytes:

@@ -12,11 +12,9 @@ import statistics
 import struct
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 import zlib
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,11 +23,11 @@ import fastcopy
 from fastcopy import shm
 from fastcopy.shm import ChannelClosed, ChannelCorrupted, ChannelError, MessagesLost, PeerDied, Subscriber, Topic
 
+from _child import child_env, spawn
 from conftest import no_subprocess
 
 # Children import the same fastcopy as this process: the installed package in CI, src/ with a
 # developer build (a plain checkout's src/ has no compiled _core).
-SRC = Path(fastcopy.__file__).resolve().parent.parent
 PREFIX = f"fctopic-{os.getpid()}-"
 _counter = [0]
 
@@ -45,15 +43,6 @@ def fresh_name(tag: str) -> str:
     return f"{PREFIX}{tag}-{_counter[0]}"
 
 
-def child_env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
-def spawn(code: str, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=child_env())
 
 
 @pytest.fixture(autouse=True)

@@ -13,18 +13,17 @@ import sys
 import textwrap
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import SIGINT_HANDLER, SIGINT_IGNORED, no_subprocess
+from _child import SIGINT_HANDLER, SIGINT_IGNORED, SRC, run_script
+from conftest import no_subprocess
 
 import fastcopy
 from fastcopy import _core
 from fastcopy.shm import Channel, ChannelClosed, ChannelError, LoanedArray, PeerDied
 
 # Children import the same fastcopy as this process (CI installs it; src/ has no _core there).
-SRC = str(Path(fastcopy.__file__).resolve().parent.parent)
 PREFIX = f"fastcopy-test-zc-{os.getpid()}-"
 
 
@@ -39,14 +38,6 @@ def pair():
         except ChannelError:
             pass
     tx.unlink()
-
-
-def run_script(tmp_path: Path, code: str, *args: str, timeout: float = 60.0, prefix=()):
-    path = tmp_path / "script.py"
-    path.write_text(textwrap.dedent(code))
-    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([*prefix, sys.executable, str(path), *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
 
 
 # ---- loans and views: round trip -----------------------------------------------------------
