@@ -1,12 +1,15 @@
-"""Dtypes in message headers.
+"""Dtypes in message headers, and sent messages at the ring's end.
 
 Every dtype a Channel or a Topic accepts arrives exactly as it was sent: field names and
 titles in any script, offsets and itemsize padding, nested structures, sub-arrays, metadata,
 record types. A dtype whose description cannot cross (metadata or a title that is not a
 Python literal, a scalar type the header cannot name) is refused by ``send`` and ``loan``
-with TypeError, nothing is sent, and the channel goes on.
+with TypeError, nothing is sent, and the channel goes on. A sent message that would wrap
+around the ring's end goes to its start, so ``recv_view`` returns it in place.
 """
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 import pytest
@@ -192,3 +195,58 @@ def test_a_dtype_description_longer_than_the_header_allows_is_refused(ends, way)
     assert nothing_pending(rx)
     put(tx, way, np.arange(3, dtype=np.uint16))
     assert rx.recv(timeout=5).tolist() == [0, 1, 2]
+
+
+# ---- a sent message that would wrap goes to the ring's start, in place ----------------------
+def _segment_ranges(name: str):
+    """The address ranges at which this process maps /dev/shm/<name>."""
+    ranges = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) >= 6 and fields[5] == f"/dev/shm/{name}":
+                lo, hi = (int(x, 16) for x in fields[0].split("-"))
+                ranges.append((lo, hi))
+    assert ranges, f"/dev/shm/{name} is not mapped"
+    return ranges
+
+
+def _head(name: str) -> int:
+    with open(f"/dev/shm/{name}", "rb") as f:
+        f.seek(512)  # the producer's head index (bytes ever written)
+        return int.from_bytes(f.read(8), "little")
+
+
+def test_a_sent_message_that_would_wrap_is_received_as_a_view_into_the_segment():
+    """A send whose message would cross the ring's end pads to the ring's start (as a loan
+    does): recv_view's array lies inside the consumer's mapping of the segment and holds its
+    slot, where a copy would lie in the process heap."""
+    with Channel.create(capacity=1 << 16) as tx, Channel.attach(tx.name) as rx:
+        wrapped = 0
+        for i, size in enumerate([20000, 20000, 30000, 30000, 12345, 25000, 31000, 8000, 30000]):
+            m = (np.arange(size) * (i + 1)).astype(np.uint8)
+            before = _head(tx.name)
+            tx.send(m, timeout=5)
+            padded = _head(tx.name) - before != 64 + (size + 63) // 64 * 64
+            wrapped += padded
+            v = rx.recv_view(timeout=5)
+            addr = v.__array_interface__["data"][0]
+            inside = [lo <= addr and addr + v.nbytes <= hi for lo, hi in _segment_ranges(rx.name)]
+            assert any(inside), (i, size, padded)
+            assert rx.held_views == 1 and not v.flags.writeable
+            assert np.array_equal(v, m)
+            del v
+        assert wrapped >= 3
+
+
+def test_a_message_larger_than_the_ring_still_streams_and_comes_back_as_a_copy():
+    with Channel.create(capacity=1 << 16) as tx, Channel.attach(tx.name) as rx:
+        m = (np.arange(200_000) % 251).astype(np.uint8)
+        sender = threading.Thread(target=tx.send, args=(m,), kwargs={"timeout": 30})
+        sender.start()
+        v = rx.recv_view(timeout=30)
+        sender.join(30)
+        assert not sender.is_alive()
+        assert np.array_equal(v, m) and not v.flags.writeable and rx.held_views == 0
+        addr = v.__array_interface__["data"][0]
+        assert not any(lo <= addr < hi for lo, hi in _segment_ranges(rx.name))
