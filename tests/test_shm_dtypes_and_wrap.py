@@ -96,6 +96,8 @@ CARRIED = {
     "record": np.dtype((np.record, [("a", "<i8"), ("b", "S2")])),
     "record-with-metadata": np.dtype(np.dtype((np.record, POINT)), metadata={"x": True}),
     "plain": np.dtype(">c16"),
+    "longlong": np.dtype("q"),           # '<i8' like np.int64, but its own scalar type on Linux
+    "ulonglong-big-endian-field": np.dtype([("u", ">Q"), ("i", np.intc)]),
     "datetime": np.dtype("<M8[ns]"),
     "unicode": np.dtype("<U5"),
 }

@@ -167,6 +167,10 @@ def _encode_dtype(dtype: np.dtype, what: str, kinds: List[Any]) -> Any:
             enc = ["record", enc]
     else:
         enc = dtype.str
+        if np.dtype(enc).type is not dtype.type:
+            # A type that shares its layout with another: np.longlong is '<i8' as np.int64 is
+            # (on Linux), and only its character code names it.
+            enc = enc[0] + dtype.char
     if dtype.metadata is not None:
         meta = dict(dtype.metadata)
         if not _is_literal(meta):
