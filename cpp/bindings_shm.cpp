@@ -126,10 +126,15 @@ struct DtypeEntry {
 // The dtype <-> wire string conversions of one Channel or Topic end, cached.
 class DtypeCodec {
 public:
-    const std::string& wire_of(const py::dtype& dt) {
+    // TypeError naming `what` (send, loan) for a dtype no header text describes exactly.
+    const std::string& wire_of(const py::dtype& dt, const char* what) {
         auto it = wire_cache_.find(dt.ptr());
         if (it != wire_cache_.end()) return it->second.second;
-        std::string w = support().dtype_to_wire(dt).cast<std::string>();
+        std::string w = support().dtype_to_wire(dt, what).cast<std::string>();
+        // Longer texts are refused by finish_header (ValueError), with each message.
+        if (w.size() <= shm::kMaxDtypeLen && !shm::dtype_text_ok(w.data(), w.size()))
+            raise(PyExc_TypeError, std::string(what) + ": the description of this dtype cannot be sent: it is not "
+                                       "printable ASCII");
         if (wire_cache_.size() < 64) return wire_cache_.emplace(dt.ptr(), std::make_pair(py::object(dt), w)).first->second.second;
         scratch_wire_ = w;
         return scratch_wire_;
@@ -198,7 +203,7 @@ void with_message(DtypeCodec& codec, py::handle obj, const char* what, std::uint
     }
     if (is_array) {
         if (!(arr.flags() & py::array::c_style)) arr = support().ascontiguousarray(arr);
-        wire = &codec.wire_of(arr.dtype());
+        wire = &codec.wire_of(arr.dtype(), what);
         std::size_t nd = static_cast<std::size_t>(arr.ndim());
         if (nd > shm::kMaxNdim) raise(PyExc_ValueError, std::string(what) + ": arrays with more than 64 dimensions are not supported");
         h.ndim = static_cast<std::uint32_t>(nd);
@@ -315,7 +320,7 @@ std::size_t loan_header(DtypeCodec& codec, const py::dtype& dt, const std::vecto
     bool overflow = __builtin_mul_overflow(count, static_cast<std::uint64_t>(dt.itemsize()), &nbytes);
     check_size(overflow, count, nbytes);
     h.ndim = static_cast<std::uint32_t>(shape_in.size());
-    return finish_header(h, hdr, codec.wire_of(dt), nbytes, "loan");
+    return finish_header(h, hdr, codec.wire_of(dt, "loan"), nbytes, "loan");
 }
 
 class PyRing {

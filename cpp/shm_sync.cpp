@@ -1252,9 +1252,8 @@ bool Ring::peek(MsgInfo& info, double timeout_s, const GilHooks& hooks) {
             broken("message header is corrupt: shape overflows");
     }
     info.dtype.assign(reinterpret_cast<const char*>(extra + 8 * h.ndim), h.dtype_len);
-    for (char c : info.dtype)
-        if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e)
-            broken("message header is corrupt: dtype string is not printable ASCII");
+    if (!dtype_text_ok(info.dtype.data(), info.dtype.size()))
+        broken("message header is corrupt: dtype string is not printable ASCII");
     peeked_ = true;
     peeked_hdr_ = h.header_len;
     peeked_payload_ = h.payload_len;

@@ -141,6 +141,15 @@ static_assert(kHeaderBytes % kPageBytes == 0, "the ring starts on a page (protec
 constexpr std::size_t kPageAlignedLoanMin = 256 * 1024;
 constexpr std::uint32_t kMaxNdim = 64;
 constexpr std::uint32_t kMaxDtypeLen = 1024;
+// The dtype text of a message header is 1 to kMaxDtypeLen characters of printable ASCII
+// (0x20-0x7e): fastcopy.shm escapes every other character of field names, titles and metadata
+// when it describes a dtype. Senders check it before anything is written, receivers again.
+inline bool dtype_text_ok(const char* s, std::size_t n) {
+    if (n == 0 || n > kMaxDtypeLen) return false;
+    for (std::size_t i = 0; i < n; ++i)
+        if (static_cast<unsigned char>(s[i]) < 0x20 || static_cast<unsigned char>(s[i]) > 0x7e) return false;
+    return true;
+}
 constexpr std::uint64_t kMaxPayload = std::uint64_t(1) << 46;
 constexpr std::size_t kAlign = 64;
 

@@ -687,9 +687,8 @@ bool Topic::next(TopicMsg& msg, double timeout_s, const GilHooks& hooks) {
             corrupt("message header is corrupt: shape overflows");
     }
     info.dtype.assign(reinterpret_cast<const char*>(extra + 8 * h.ndim), h.dtype_len);
-    for (char ch : info.dtype)
-        if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) > 0x7e)
-            corrupt("message header is corrupt: dtype string is not printable ASCII");
+    if (!dtype_text_ok(info.dtype.data(), info.dtype.size()))
+        corrupt("message header is corrupt: dtype string is not printable ASCII");
     msg.seq = c;
     msg.state = s1;
     msg.payload = s + kSlotHdrBytes;
