@@ -83,9 +83,8 @@ cp "$SO" "$STAGE/fastcopy/"
 # The first CPU runs the whole suite; the others (other vector lengths, SVE) only the files
 # whose results depend on the kernels and the policy: the channel, CLI, tune and docs tests
 # do not change with the vector unit, and a second full pass cost 2.4 of CI's 27 minutes.
-KERNEL_TESTS=${FASTCOPY_ARM_KERNEL_TESTS:-"tests/test_copy_semantics.py tests/test_copy_properties.py
-    tests/test_copy_errors.py tests/test_fast_path.py tests/test_large_copies.py tests/test_info_dispatch.py
-    tests/test_profiles.py tests/test_copyto.py tests/test_batch.py tests/test_threads.py"}
+# Those files carry the pytest marker `kernels`.
+KERNEL_TESTS=${FASTCOPY_ARM_KERNEL_TESTS:-"-m kernels tests"}
 failed=0
 which_tests=tests
 for cpu in $CPUS; do

@@ -20,9 +20,8 @@ section() { printf '\n======== %s  [%ss]\n' "$*" "$(( $(date +%s) - T0 ))"; }
 die() { echo "asan_pytest.sh: FAILED: $*" >&2; exit 1; }
 mkdir -p "$B"
 
-FILES=${ASAN_PYTEST_FILES:-"tests/test_shm.py tests/test_shm_zerocopy.py tests/test_shm_model.py tests/test_shm_topic.py tests/test_shm_topic_model.py
-    tests/test_copy_errors.py tests/test_batch.py tests/test_hardening.py tests/test_fast_path.py
-    tests/test_copyto.py"}
+# The tests marked `sanitize` (pytest -m).
+FILES=${ASAN_PYTEST_FILES:-"-m sanitize tests"}
 
 section "Build the extension with ASan + UBSan"
 python -c 'import pybind11' 2>/dev/null || python -m pip install -q "pybind11>=3"

@@ -12,6 +12,8 @@ import pytest
 import fastcopy
 from conftest import no_subprocess, snapshot
 
+pytestmark = [pytest.mark.kernels, pytest.mark.sanitize]
+
 
 def expect_error(exc, words, dst, src, copy=None):
     """Calls copy(dst, src); asserts the exception type, that each word is in the message,

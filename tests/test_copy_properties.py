@@ -4,10 +4,13 @@ fastcopy.copy leaves exactly the bytes np.copyto leaves."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import fastcopy
+
+pytestmark = pytest.mark.kernels
 
 DTYPES = [np.dtype(t) for t in ["u1", "<i2", ">i4", "f4", "f8", "c16", "V3", "S5", "M8[us]"]]
 

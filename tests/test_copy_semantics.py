@@ -15,6 +15,8 @@ import fastcopy
 from conftest import (DTYPES, LAYOUTS, NO_SUBPROCESS, SHAPES, assert_same_bytes, compare_on_base, make_layout,
                       no_subprocess, random_array, random_bytes)
 
+pytestmark = pytest.mark.kernels
+
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)

@@ -16,6 +16,8 @@ import fastcopy
 
 from conftest import random_array
 
+pytestmark = [pytest.mark.kernels, pytest.mark.sanitize]
+
 # Fewer examples under emulation (.ci/arm_pytest.sh sets FASTCOPY_NO_SUBPROCESS=1 under qemu).
 EMULATED = os.environ.get("FASTCOPY_NO_SUBPROCESS") == "1"
 

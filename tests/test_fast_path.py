@@ -9,6 +9,8 @@ import pytest
 import fastcopy
 from fastcopy import _core
 
+pytestmark = [pytest.mark.kernels, pytest.mark.sanitize]
+
 
 def served(fn, *args, **kwargs):
     """'fast' or 'numpy': who served fn(*args, **kwargs) (errors allowed)."""

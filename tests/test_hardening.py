@@ -25,6 +25,8 @@ import fastcopy
 from fastcopy import _core, shm
 from _child import SIGINT_HANDLER, SIGINT_IGNORED, child_env, explain, run_script
 
+pytestmark = pytest.mark.sanitize
+
 ROOT = Path(__file__).resolve().parent.parent
 PREFIX = f"fcth-{os.getpid()}-"
 

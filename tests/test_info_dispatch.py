@@ -14,6 +14,8 @@ import fastcopy
 from conftest import streaming_kernels
 from fastcopy import _core
 
+pytestmark = pytest.mark.kernels
+
 X86 = platform.machine() in ("x86_64", "AMD64")
 NO_SUBPROCESS = os.environ.get("FASTCOPY_NO_SUBPROCESS") == "1"
 needs_subprocess = pytest.mark.skipif(NO_SUBPROCESS, reason="FASTCOPY_NO_SUBPROCESS=1 (emulated interpreter)")
@@ -212,6 +214,7 @@ def test_bad_kernel_lists_valid_names():
         assert name in r.stderr
 
 
+@pytest.mark.emulated_cpu
 @needs_subprocess
 def test_unsupported_kernel_fails_import():
     unsupported = [k["name"] for k in fastcopy.info()["kernels"] if not k["supported"]]
@@ -360,6 +363,7 @@ def test_bad_override_in_process_keeps_policy(var, value):
     assert _core.policy_table() == before
 
 
+@pytest.mark.emulated_cpu
 def test_unsupported_kernel_in_process():
     unsupported = [k["name"] for k in fastcopy.info()["kernels"] if not k["supported"]]
     if not unsupported:

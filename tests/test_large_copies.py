@@ -11,6 +11,8 @@ import pytest
 import fastcopy
 from conftest import no_subprocess
 
+pytestmark = pytest.mark.kernels
+
 MiB = 1 << 20
 
 

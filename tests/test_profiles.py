@@ -16,6 +16,8 @@ import pytest
 import fastcopy
 from fastcopy import _core, _profile
 
+pytestmark = pytest.mark.kernels
+
 X86 = platform.machine() in ("x86_64", "AMD64")
 needs_subprocess = pytest.mark.skipif(os.environ.get("FASTCOPY_NO_SUBPROCESS") == "1",
                                       reason="FASTCOPY_NO_SUBPROCESS=1 (emulated interpreter)")

@@ -15,6 +15,8 @@ import pytest
 from fastcopy import _core
 from fastcopy.shm import Channel, ChannelClosed, ChannelCorrupted, ChannelError, PeerDied
 
+pytestmark = pytest.mark.sanitize
+
 PREFIX = f"fctest-{os.getpid()}-"
 
 

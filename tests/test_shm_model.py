@@ -23,6 +23,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from _models import MODEL_SETTINGS, LoanEnding, message, same
 from fastcopy.shm import Channel, ChannelError
 
+pytestmark = pytest.mark.sanitize
+
 CAPACITY = 1 << 16
 # Sizes that fit the ring with room for several (up to a third, always in one piece of it; the
 # large ones fill the ring within a few steps, so that messages meet its end and wrap), and

@@ -26,6 +26,8 @@ from fastcopy.shm import ChannelClosed, ChannelCorrupted, ChannelError, Messages
 from _child import child_env, spawn
 from conftest import no_subprocess
 
+pytestmark = pytest.mark.sanitize
+
 # Children import the same fastcopy as this process: the installed package in CI, src/ with a
 # developer build (a plain checkout's src/ has no compiled _core).
 PREFIX = f"fctopic-{os.getpid()}-"

@@ -35,6 +35,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from _models import MODEL_SETTINGS, LoanEnding, message, same
 from fastcopy.shm import ChannelClosed, ChannelError, MessagesLost, Topic
 
+pytestmark = pytest.mark.sanitize
+
 SLOT_BYTES = 4096
 SIZES = st.one_of(st.integers(0, 256), st.integers(SLOT_BYTES // 2, SLOT_BYTES))
 MAX_VIEWS = 6

@@ -23,6 +23,8 @@ import fastcopy
 from fastcopy import _core
 from fastcopy.shm import Channel, ChannelClosed, ChannelError, LoanedArray, PeerDied
 
+pytestmark = pytest.mark.sanitize
+
 # Children import the same fastcopy as this process (CI installs it; src/ has no _core there).
 PREFIX = f"fastcopy-test-zc-{os.getpid()}-"
 

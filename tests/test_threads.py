@@ -12,6 +12,8 @@ import pytest
 import fastcopy
 from conftest import no_subprocess, random_bytes
 
+pytestmark = pytest.mark.kernels
+
 SIZES = [0, 1, 7, 64, 4095, 65535, 65536, 65537, 300_000, (1 << 20) + 3, 3 << 20]
 
 
