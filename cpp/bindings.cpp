@@ -573,7 +573,7 @@ CopyStatus copy_layouts(Layout& d, Layout& s, std::size_t total, const CopyCtx& 
 // copy_layouts() with the GIL released. Other threads run meanwhile, so both objects get a
 // reference of their own for the whole copy: numpy's ndarray.resize() (refcheck) and
 // similar checks then see the array in use and refuse, as they do for np.copyto, instead of
-// freeing the memory being copied (issue 13: a resize from another thread made the copy write
+// freeing the memory being copied (a resize from another thread would make the copy write
 // into freed memory). Buffer exports (non-ndarray operands) are held by their Operand.
 // Small copies keep the GIL, so nothing can change under them and they pay nothing here.
 CopyStatus copy_without_gil(PyObject* dst, PyObject* src, Layout& d, Layout& s, std::size_t total,

@@ -32,7 +32,7 @@ std::atomic<std::uint64_t> g_fork_gen{1};
 // The header records one pid per role, which cannot tell two Channel objects of one process
 // apart: without this list a second producer object in the same process was accepted, and
 // two threads sending through two objects overwrote each other's messages while both sends
-// returned normally (issue 13). Held during a claim, so two objects cannot both claim.
+// returned normally. Held during a claim, so two objects cannot both claim.
 struct RoleClaim {
     std::uint64_t dev, ino;
     Role role;

@@ -1,4 +1,4 @@
-"""Regression tests for faults found by hostile testing (issue 13): buffers freed or resized
+"""Regression tests for faults found by hostile testing: buffers freed or resized
 under a copy that runs without the GIL, an abort at interpreter exit with a daemon thread
 blocked in a channel call, SIGBUS on a segment whose pages cannot be allocated, two producer
 objects in one process, type errors of public arguments, environment values that are not

@@ -1,5 +1,5 @@
 """Dispatch profiles: loading at import (FASTCOPY_PROFILE, the user cache), refusing corrupt and
-hostile files, info() showing what runs, and the kernel that really runs (issue 14, bugs 4-5)."""
+hostile files, info() showing what runs, and the kernel that really runs."""
 from __future__ import annotations
 
 import concurrent.futures
@@ -337,7 +337,7 @@ def test_choose_for_evaluates_a_profile_on_synthetic_addresses():
         _core.choose_for("no-such-profile", 0, 0, 1)
 
 
-# ---- issue 14, bug 5: the 4K-aliasing guard -----------------------------------------------
+# ---- the 4K-aliasing guard of rep movsb --------------------------------------------------------
 
 @pytest.mark.skipif(not X86, reason="rep movsb is x86 only")
 @pytest.mark.parametrize("rep_movsb", ["auto", "on"])
@@ -400,7 +400,7 @@ print(json.dumps(ran))
         assert ran["2080"] == "erms"
 
 
-# ---- issue 14, bug 4: a forced kernel really runs -----------------------------------------
+# ---- a forced kernel really runs -----------------------------------------------------------
 
 @pytest.mark.parametrize("name", fastcopy.kernels())
 def test_forced_kernel_callable_runs_that_kernel(name):

@@ -7,7 +7,7 @@ Every repeat times every variant of a case, in rotating order, so drift and othe
 hit them alike; the table gives the medians and the ratios of the medians. torch gets the
 thread count fastcopy uses (``torch.set_num_threads``), the same parallelism budget.
 
-Targets (issue 11): stacking 64 arrays of 256 KiB into ``out=``: at least 1.5x ``np.stack``
+Targets: stacking 64 arrays of 256 KiB into ``out=``: at least 1.5x ``np.stack``
 and 1.0x ``torch.stack``; stacking 1000 arrays of 1 KiB: at least 3x ``np.stack``.
 """
 
@@ -32,7 +32,7 @@ CASES: Dict[str, Dict[str, Any]] = {
     "copy_many_64x256K": {"op": "copy_many", "count": 64, "nbytes": 256 << 10, "out": True},
     "copy_many_1000x1K": {"op": "copy_many", "count": 1000, "nbytes": 1 << 10, "out": True},
 }
-# Speed targets of issue 11: (case, other variant, least ratio other/fastcopy).
+# Speed targets: (case, other variant, least ratio other/fastcopy).
 TARGETS = [("stack_64x256K_out", "numpy", 1.5), ("stack_64x256K_out", "torch", 1.0),
            ("stack_1000x1K", "numpy", 3.0)]
 
