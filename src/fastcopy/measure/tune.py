@@ -41,6 +41,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import engine, system
+from .paths import not_regular, output_problem, read_regular, write_whole
 from .units import PAGE, human_size, parse_sizes
 
 REGIONS = ("private", "to_shared", "from_shared")
@@ -903,6 +904,10 @@ def tune(quick: bool = False, output: Optional[str] = None, grid: Optional[Seque
     # would otherwise compare with the first one's result); the caller's profile comes back after.
     from .. import _core
 
+    if write and output is not None:
+        problem = output_problem(output)
+        if problem:
+            raise ValueError(f"fastcopy.tune: output {problem}")
     previous = _core.active_profile()
     previous_json, previous_source = _core.active_profile_json(), str(previous.get("source", ""))
     _core.use_builtin_profile("")
@@ -946,14 +951,9 @@ def _tune(quick: bool, output: Optional[str], grid: Optional[Sequence[int]], rep
         print(format_changes(report, nt, parallel, builtin))
         print(f"\nmeasured in {time.monotonic() - t0:.1f} s")
     if write:
-        path = output or default_output()
-        folder = os.path.dirname(os.path.abspath(path))
-        os.makedirs(folder, exist_ok=True)
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump(profile, f, indent=1)
-            f.write("\n")
-        os.replace(tmp, path)  # readers never see half a file
+        path = output if output is not None else default_output()
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        write_whole(path, json.dumps(profile, indent=1) + "\n")  # readers never see half a file
         if verbose:
             print(f"profile written to {path}")
     return profile
@@ -969,7 +969,9 @@ def add_tune_parser(sub: Any) -> argparse.ArgumentParser:
                     "docs/profile-format.md). Hot caches below the L3 size, cold at and above it.")
     p.add_argument("--quick", action="store_true", help="a coarser grid (powers of two, 256 B to 64 MiB), "
                                                         "7 repeats (3 cold): about 10 s of CPU time on 2 CPUs")
-    p.add_argument("--output", metavar="FILE", help="write the profile here instead of the user cache")
+    p.add_argument("--output", metavar="FILE",
+                   help="write the profile here instead of the user cache: a regular file (replaced whole) or a "
+                        "new name in an existing folder; --reset removes it only when it is a fastcopy profile")
     act = p.add_mutually_exclusive_group()
     act.add_argument("--show", action="store_true",
                      help="print the cached profile (or --output FILE) and the policy in force; measure nothing")
@@ -985,6 +987,20 @@ def add_tune_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_false", dest="progress", default=None,
                    help="no progress bar (it is shown on a terminal only)")
     return p
+
+
+def _not_a_profile(path: str) -> Optional[str]:
+    """Why the file at ``path`` is not a fastcopy profile (JSON with "format": "fastcopy-profile",
+    whatever its version), or None when it is one."""
+    from .._profile import MAX_PROFILE_BYTES
+
+    try:
+        doc = json.loads(read_regular(path, MAX_PROFILE_BYTES))
+    except ValueError as e:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return str(e) if str(e).startswith(path) else f"not JSON: {e}"
+    if not isinstance(doc, dict) or doc.get("format") != "fastcopy-profile":
+        return 'no "format": "fastcopy-profile"'
+    return None
 
 
 def _show(path: str) -> int:
@@ -1020,25 +1036,32 @@ def run_cli(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Lis
     from .cli import subparser
 
     p = subparser(parser, "tune")
-    path = args.output or default_output()
+    path = args.output if args.output is not None else default_output()
+    # Checked before anything is read, removed or measured: a device, a FIFO (reading it hangs),
+    # a directory or a folder such as /proc is refused, never replaced or written into.
+    if args.output is not None:
+        problem = not_regular(path) if args.show else output_problem(path)
+        if problem:
+            p.error(f"argument --output: {problem}")
     if args.show:
         return _show(path)
     if args.reset:
-        if os.path.exists(path):
-            os.remove(path)
-            print(f"removed {path}")
-        else:
+        if not os.path.lexists(path):
             print(f"no tuned profile at {path}: nothing to remove")
+            return 0
+        if args.output is not None:
+            why = _not_a_profile(path)
+            if why:
+                p.error(f"argument --output: {path} is not a fastcopy profile ({why}); --reset removes only profiles")
+        try:
+            os.remove(path)
+        except OSError as e:
+            p.error(f"argument --output: cannot remove {path}: {e.strerror or e}")
+        print(f"removed {path}")
         return 0
-    if args.output:
-        folder = os.path.dirname(os.path.abspath(args.output))
-        if not os.path.isdir(folder):
-            p.error(f"argument --output: folder {folder} does not exist")
-        if not os.access(folder, os.W_OK):
-            p.error(f"argument --output: folder {folder} is not writable")
     command = "python -m fastcopy tune" + (" --quick" if args.quick else "")
     try:
-        tune(quick=args.quick, output=path, grid=args.grid, repeats=args.repeats, min_time=args.min_time,
+        tune(quick=args.quick, output=args.output, grid=args.grid, repeats=args.repeats, min_time=args.min_time,
              progress=args.progress, write=not args.dry_run, verbose=True, command=command)
     except KeyboardInterrupt:
         print("interrupted; nothing written", file=sys.stderr)
