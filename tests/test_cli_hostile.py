@@ -12,6 +12,7 @@ import sys
 import pytest
 
 import fastcopy
+from fastcopy import shm
 from fastcopy.measure import units
 
 from _cli import SRC_DIR, cli
@@ -258,3 +259,87 @@ def test_compare_refuses_files_larger_than_the_cap(tmp_path, good_json):
         f.truncate(compare.MAX_RESULT_BYTES + 1)  # sparse: no disk used
     r = cli("compare", str(good_json), str(big))
     assert r.returncode == 2 and "big.json" in r.stderr and "larger than" in r.stderr, r.stderr
+
+
+# ------------------------------------------------------------------ integer arguments
+
+def test_set_threads_out_of_range_names_the_bounds():
+    for bad in (2 ** 64, -(2 ** 64), 1025, -1):
+        with pytest.raises((ValueError, OverflowError), match="0 .*1 to 1024"):
+            fastcopy.set_threads(bad)
+    assert fastcopy.get_threads() >= 1
+
+
+def test_kernel_threads_out_of_range_and_bool():
+    for bad in (2 ** 63, 2 ** 64, -(2 ** 63) - 1):
+        with pytest.raises((ValueError, OverflowError), match="threads must be 1 to 1024"):
+            fastcopy.kernel("generic", threads=bad)
+    for bad in (True, False, 2.0, "2"):
+        with pytest.raises(TypeError, match="threads"):
+            fastcopy.kernel("generic", threads=bad)
+    with pytest.raises(TypeError):
+        fastcopy.set_threads(True)
+
+
+def test_channel_capacity_out_of_range_names_the_bounds():
+    for bad in (-1, 2 ** 64, 1000, 1 << 41):
+        with pytest.raises(ValueError, match=r"capacity .* out of range: use 65536 \(64 KiB\) to"):
+            shm.Channel.create(capacity=bad)
+        with pytest.raises(shm.ChannelError):
+            shm.Channel.create(capacity=bad)
+
+
+def test_invalid_names_are_value_errors_and_channel_errors():
+    for bad in ("a/b", "", "x" * 201, "a\x01b", ".."):
+        for make in (lambda n: shm.Channel.create(n), lambda n: shm.Channel.attach(n),
+                     lambda n: shm.Topic.create(n, slot_bytes=64), lambda n: shm.Topic.subscribe(n)):
+            with pytest.raises(ValueError, match="name") as info:
+                make(bad)
+            assert isinstance(info.value, shm.ChannelError)
+
+
+# ------------------------------------------------------------------ FASTCOPY_* variables
+
+def _import_with(env_vars):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTCOPY_")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC_DIR, os.environ.get("PYTHONPATH")) if p)
+    env.update(env_vars)
+    code = ("import json, fastcopy; i = fastcopy.info(); "
+            "print(json.dumps({'threads': fastcopy.get_threads(), 'overrides': fastcopy._core.overrides(), "
+            "'forced': i['profile']['forced_kernel'], 'nt': fastcopy._core.nt_threshold()}))")
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+@no_subprocess
+def test_fastcopy_threads_zero_means_the_default():
+    default = _import_with({})
+    zero = _import_with({"FASTCOPY_THREADS": "0"})
+    assert zero["threads"] == default["threads"]
+    assert zero["overrides"]["FASTCOPY_THREADS"] is None
+
+
+@no_subprocess
+def test_every_fastcopy_variable_strips_surrounding_whitespace():
+    got = _import_with({"FASTCOPY_THREADS": " 2 ", "FASTCOPY_KERNEL": " generic\t", "FASTCOPY_REP_MOVSB": " off ",
+                        "FASTCOPY_NT_THRESHOLD": " 1M "})
+    assert got["threads"] == 2 and got["forced"] == "generic"
+    assert got["overrides"]["FASTCOPY_THREADS"] == 2
+    assert got["overrides"]["FASTCOPY_NT_THRESHOLD"] in (1 << 20, "1 MiB", "1M") or got["nt"] == 1 << 20
+    blank = _import_with({"FASTCOPY_KERNEL": "  ", "FASTCOPY_THREADS": " "})
+    assert blank["forced"] is None and blank["overrides"]["FASTCOPY_THREADS"] is None
+
+
+@no_subprocess
+def test_fastcopy_profile_strips_surrounding_whitespace(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTCOPY_")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC_DIR, os.environ.get("PYTHONPATH")) if p)
+    path = tmp_path / "p.json"
+    path.write_text(fastcopy._core.active_profile_json())
+    env["FASTCOPY_PROFILE"] = f"  {path}\n"
+    code = "import fastcopy, json; print(json.dumps(fastcopy.info()['profile_source']))"
+    p = subprocess.run([sys.executable, "-W", "error", "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["path"] == str(path)
