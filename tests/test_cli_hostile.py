@@ -8,6 +8,7 @@ import os
 import stat
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -343,3 +344,42 @@ def test_fastcopy_profile_strips_surrounding_whitespace(tmp_path):
                        timeout=120)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["path"] == str(path)
+
+
+# ------------------------------------------------------------------ Ctrl-C in one large copy
+
+@no_subprocess
+def test_ctrl_c_interrupts_one_large_copy():
+    # A CPU-time timer (ITIMER_PROF) fires after 2 ms of CPU time spent in the copy, whatever the
+    # machine's speed or load; its handler raises SIGINT, whose default handler raises
+    # KeyboardInterrupt. A 1.5 GiB copy needs far more than 2 ms of CPU, so the interrupt lands
+    # inside the one call: the destination's end is still unwritten.
+    code = textwrap.dedent("""
+        import signal, sys
+        import numpy as np
+        import fastcopy
+
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGPROF, lambda *a: signal.raise_signal(signal.SIGINT))
+        n = 3 << 29  # 1.5 GiB each: 3 GiB in all
+        src = np.ones(n, np.uint8)
+        dst = np.zeros(n, np.uint8)
+        for kind in ("copy", "kernel"):
+            dst[:] = 0
+            f = fastcopy.copy if kind == "copy" else fastcopy.kernel("generic", threads=2)
+            signal.setitimer(signal.ITIMER_PROF, 0.002)
+            try:
+                f(dst, src)
+            except KeyboardInterrupt:
+                signal.setitimer(signal.ITIMER_PROF, 0)
+                print(kind, "interrupted", int(dst[0]), int(dst[-1]))
+            else:
+                signal.setitimer(signal.ITIMER_PROF, 0)
+                print(kind, "finished", int(dst[0]), int(dst[-1]))
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTCOPY_")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC_DIR, os.environ.get("PYTHONPATH")) if p)
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    # started (the first byte written), stopped before the end (the last byte not)
+    assert p.stdout.split("\n")[:2] == ["copy interrupted 1 0", "kernel interrupted 1 0"], p.stdout
