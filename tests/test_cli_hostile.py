@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 import fastcopy
-from fastcopy import shm
+from fastcopy import _profile, shm
 from fastcopy.measure import units
 
 from _cli import SRC_DIR, cli
@@ -159,6 +159,23 @@ def test_bench_sizes_are_bounded(text, words):
         units.parse_sizes(text)
     r = cli("bench", "--sizes", text, *FAST, timeout=60)
     assert r.returncode == 2 and "argument --sizes" in r.stderr and words in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("args", [("--repeats", "100001"), ("--repeats", str(2 ** 64)), ("--threads", "1025"),
+                                  ("--torch-threads", str(2 ** 64))])
+def test_bench_counts_are_bounded(args):
+    r = cli("bench", "--sizes", "64", "--min-time", "0.001", *args, timeout=60)
+    assert r.returncode == 2 and f"argument {args[0]}: must be at most" in r.stderr, r.stderr
+    r = cli("bench", "--help")
+    assert "at most 100000" in " ".join(r.stdout.split())
+
+
+def test_tune_show_reads_at_most_a_profile_size(tmp_path):
+    big = tmp_path / "big.json"
+    with open(big, "wb") as f:
+        f.truncate(_profile.MAX_PROFILE_BYTES + 1)  # sparse: no disk used
+    r = cli("tune", "--show", "--output", str(big), env=_env(tmp_path))
+    assert r.returncode == 0 and "unusable profile" in r.stdout and "limit" in r.stdout, r.stdout
 
 
 def test_bench_size_cap_is_in_help():

@@ -23,8 +23,15 @@ def typed(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return convert
 
 
-def int_at_least(minimum: int) -> Callable[[str], int]:
-    """A parser for whole numbers >= minimum (1 for counts, 0 where 0 means "the default")."""
+# Most timed repeats one run may ask for: more is a typo (a run of days), not a measurement.
+MAX_REPEATS = 100000
+# Most threads --threads and --torch-threads may ask for (fastcopy.set_threads' own bound).
+MAX_THREADS = 1024
+
+
+def int_at_least(minimum: int, maximum: int = MAX_REPEATS) -> Callable[[str], int]:
+    """A parser for whole numbers from minimum (1 for counts, 0 where 0 means "the default") to
+    maximum."""
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -32,6 +39,8 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
             raise ValueError(f"cannot parse '{text}' (expected a whole number)") from None
         if value < minimum:
             raise ValueError(f"must be at least {minimum}, got {value}")
+        if value > maximum:
+            raise ValueError(f"must be at most {maximum}, got {value}")
         return value
     parse.__name__ = "int"
     return parse
@@ -73,7 +82,8 @@ def add_bench_parser(sub: Any) -> argparse.ArgumentParser:
                         f"K/M/G are powers of 1024; a factor is finite and above 1; at most {units.MAX_SIZES} sizes)")
     p.add_argument("--quick", action="store_true",
                    help=f"a short run (sizes {units.QUICK_SIZES}, 3 repeats, 10 ms loops): under 30 s")
-    p.add_argument("--repeats", type=typed(int_at_least(1)), metavar="N", help="timed repeats per size (default 5)")
+    p.add_argument("--repeats", type=typed(int_at_least(1)), metavar="N",
+                   help=f"timed repeats per size, 1 to at most {MAX_REPEATS} (default 5)")
     p.add_argument("--min-time", type=typed(positive_float), metavar="SECONDS", dest="min_time",
                    help=f"shortest timed loop per repeat, above 0 and at most {units.MAX_MIN_TIME:g} seconds "
                         "(default 0.02)")
@@ -86,13 +96,13 @@ def add_bench_parser(sub: Any) -> argparse.ArgumentParser:
     place.add_argument("--offsets", type=typed(units.parse_offsets), metavar="mixed|LIST",
                        help=f"cycle (dst - src) mod 4096 per repeat: 'mixed' = {','.join(map(str, units.MIXED_OFFSETS))} "
                             "(includes 4K-aliasing cases) or a comma list")
-    p.add_argument("--threads", type=typed(int_at_least(0)), metavar="N",
-                   help="fastcopy thread pool size (fastcopy.set_threads; 0 = default)")
+    p.add_argument("--threads", type=typed(int_at_least(0, MAX_THREADS)), metavar="N",
+                   help=f"fastcopy thread pool size (fastcopy.set_threads; 0 = default, at most {MAX_THREADS})")
     p.add_argument("--cpus", type=typed(units.parse_cpus), metavar="LIST",
                    help="pin this process to these CPUs, e.g. '0,2-3' (os.sched_setaffinity)")
-    p.add_argument("--torch-threads", type=typed(int_at_least(0)), metavar="N", dest="torch_threads",
+    p.add_argument("--torch-threads", type=typed(int_at_least(0, MAX_THREADS)), metavar="N", dest="torch_threads",
                    help="torch.set_num_threads(N) for the torch variant (default: fastcopy's thread count, "
-                        "the same budget; 0 = torch's own default)")
+                        f"the same budget; 0 = torch's own default; at most {MAX_THREADS})")
     p.add_argument("--json", metavar="FILE",
                    help="save every sample with metadata as JSON (a regular file or a new name in an existing "
                         "folder, checked before the run; should the write fail, the JSON goes to stdout)")

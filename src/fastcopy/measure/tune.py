@@ -42,7 +42,7 @@ import numpy as np
 
 from . import engine, system
 from .paths import not_regular, output_problem, read_regular, write_whole
-from .units import PAGE, human_size, parse_sizes
+from .units import MAX_MIN_TIME, PAGE, human_size, parse_sizes
 
 REGIONS = ("private", "to_shared", "from_shared")
 REGION_CODE = {"private": 0, "to_shared": 1, "from_shared": 2}
@@ -960,7 +960,7 @@ def _tune(quick: bool, output: Optional[str], grid: Optional[Sequence[int]], rep
 
 
 def add_tune_parser(sub: Any) -> argparse.ArgumentParser:
-    from .cli import positive_float, int_at_least, typed
+    from .cli import MAX_REPEATS, int_at_least, positive_float, typed
 
     p = sub.add_parser(
         "tune", help="measure this machine and write a dispatch profile",
@@ -981,9 +981,11 @@ def add_tune_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--grid", type=typed(parse_sizes), metavar="LIST",
                    help="measure only these sizes (bench's syntax, e.g. '256,4K,64K' or '1K:1M:x4'): focused runs "
                         "and tests; the profile then holds decisions for these sizes only")
-    p.add_argument("--repeats", type=typed(int_at_least(1)), metavar="N", help="interleaved repeats per cell")
+    p.add_argument("--repeats", type=typed(int_at_least(1)), metavar="N",
+                   help=f"interleaved repeats per cell (at most {MAX_REPEATS})")
     p.add_argument("--min-time", type=typed(positive_float), metavar="SECONDS", dest="min_time",
-                   help="shortest timed loop per sample for hot sizes (default 0.0002)")
+                   help=f"shortest timed loop per sample for hot sizes, above 0 and at most {MAX_MIN_TIME:g} "
+                        "seconds (default 0.0002)")
     p.add_argument("--no-progress", action="store_false", dest="progress", default=None,
                    help="no progress bar (it is shown on a terminal only)")
     return p
@@ -1006,11 +1008,11 @@ def _not_a_profile(path: str) -> Optional[str]:
 def _show(path: str) -> int:
     import fastcopy
     from .. import _core
+    from .._profile import MAX_PROFILE_BYTES
 
     if os.path.exists(path):
         try:
-            with open(path) as f:
-                profile = json.load(f)
+            profile = json.loads(read_regular(path, MAX_PROFILE_BYTES))  # bounded: the loader's own limit
             validate_profile(profile)
         except (OSError, ValueError) as e:
             print(f"{path}: unusable profile: {e}")
