@@ -119,6 +119,25 @@ def test_tune_writes_over_a_garbage_regular_file(tmp_path):
     assert r.returncode == 0 and not garbage.exists()
 
 
+def test_tune_profile_that_cannot_be_written_at_the_end_goes_to_stdout(tmp_path, monkeypatch, capsys):
+    import errno
+
+    from fastcopy.__main__ import main
+    from fastcopy.measure import tune
+
+    def disk_full(path, text):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(tune, "write_whole", disk_full)
+    out = tmp_path / "p.json"
+    rc = main(["tune", "--quick", "--grid", "4K", "--no-progress", "--output", str(out)])
+    captured = capsys.readouterr()
+    assert rc == 1 and not out.exists()
+    assert f"cannot write {out}: No space left on device" in captured.err
+    profile = json.loads(captured.out[captured.out.index("\n{\n") + 1:])
+    tune.validate_profile(profile)
+
+
 def test_fastcopy_tune_refuses_a_bad_output_before_measuring(tmp_path, monkeypatch):
     from fastcopy.measure import tune
 

@@ -1063,12 +1063,26 @@ def run_cli(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Lis
         return 0
     command = "python -m fastcopy tune" + (" --quick" if args.quick else "")
     try:
-        tune(quick=args.quick, output=args.output, grid=args.grid, repeats=args.repeats, min_time=args.min_time,
-             progress=args.progress, write=not args.dry_run, verbose=True, command=command)
+        profile = tune(quick=args.quick, grid=args.grid, repeats=args.repeats, min_time=args.min_time,
+                       progress=args.progress, write=False, verbose=True, command=command)
     except KeyboardInterrupt:
         print("interrupted; nothing written", file=sys.stderr)
         return 130
     except MemoryError:
         print("python -m fastcopy tune: not enough memory for the largest size (use --grid)", file=sys.stderr)
         return 1
+    if args.dry_run:
+        return 0
+    # Written here rather than by tune(): should the write fail after the measurement (a full
+    # disk), the profile goes to stdout instead of being lost.
+    text = json.dumps(profile, indent=1) + "\n"
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        write_whole(path, text)  # readers never see half a file
+    except OSError as e:
+        print(text, end="")
+        print(f"python -m fastcopy tune: cannot write {path}: {e.strerror or e}; the profile is on stdout above "
+              f"(save it and load it with FASTCOPY_PROFILE=FILE)", file=sys.stderr)
+        return 1
+    print(f"profile written to {path}")
     return 0
