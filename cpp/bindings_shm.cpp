@@ -39,6 +39,7 @@ struct Support {
     py::object generic_type, asarray;                  // numpy scalars travel as 0-d arrays
     py::object loaned_array_type;                      // fastcopy.shm.LoanedArray
     py::object messages_lost;                          // fastcopy.shm.MessagesLost(count, message)
+    py::object bad_argument;                           // fastcopy.shm.ChannelValueError
     py::object loan_args;                              // fastcopy.shm._loan_args(what, shape, dtype)
 };
 Support& support() {
@@ -906,6 +907,8 @@ void bind_shm(py::module_& m) {
             PyErr_SetString(PyExc_TimeoutError, e.what());
         } catch (const shm::ShmUseAfterClose& e) {
             PyErr_SetString(PyExc_ValueError, e.what());
+        } catch (const shm::ShmBadArgument& e) {
+            PyErr_SetString(support().bad_argument ? support().bad_argument.ptr() : PyExc_ValueError, e.what());
         } catch (const shm::ShmOsError& e) {
             PyObject* args = Py_BuildValue("(is)", e.err, e.what());
             PyErr_SetObject(PyExc_OSError, args);
@@ -941,6 +944,7 @@ void bind_shm(py::module_& m) {
               s.loan_args = loan_args;
           });
 
+    m.def("_shm_set_bad_argument_type", [](py::object t) { support().bad_argument = t; });
     m.def("_shm_set_loaned_array_type", [](py::object t) {
         support().loaned_array_type = t;
         g_loan_write_mode = loan_write_mode;

@@ -3,6 +3,7 @@
 // every decision is a band, an NT rule or a parallel rule of the active profile.
 #include "dispatch.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -168,6 +169,34 @@ void copy_bytes(void* dst, const void* src, std::size_t n, Region region) {
         return;
     }
     run(k, dst, src, n);
+}
+
+std::size_t copy_bytes_in_steps(void* dst, const void* src, std::size_t n, Region region, std::size_t step,
+                                bool (*stop)(void* ctx), void* ctx) {
+    const policy::Profile& p = active();
+    if (step == 0 || n <= step || policy::ranges_overlap(dst, src, n)) {
+        copy_bytes(dst, src, n, region);
+        return n;
+    }
+    // Every step starts a multiple of `step` bytes in, so (dst - src) mod 4096 and the
+    // alignments the choice looked at are those of the whole copy.
+    const CopyFn k = policy::choose_inline(p, dst, src, n, region).fn;
+    const bool parallel = n >= p.parallel.threshold && !p.forced && pool::threads() > 1;
+    char* d = static_cast<char*>(dst);
+    const char* s = static_cast<const char*>(src);
+    std::size_t done = 0;
+    while (done < n) {
+        const std::size_t m = std::min(step, n - done);
+        if (parallel) {
+            t_last_kernel = k;
+            pool::parallel_copy(d + done, s + done, m, k);
+        } else {
+            run(k, d + done, s + done, m);
+        }
+        done += m;
+        if (done < n && stop(ctx)) break;
+    }
+    return done;
 }
 
 void copy_bytes_to_shared(void* dst, const void* src, std::size_t n, policy::SharedWriteMode* mode) {

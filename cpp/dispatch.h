@@ -67,6 +67,13 @@ const char* kernel_name(CopyFn fn);
 // Copy n bytes with memmove semantics using the policy (and the thread pool for large,
 // non-overlapping copies). Never touches Python; callers release the GIL around it.
 void copy_bytes(void* dst, const void* src, std::size_t n, Region region = Region::Private);
+// copy_bytes() of n bytes in steps of `step` bytes, with the kernel and the thread pool chosen
+// once for the whole n (so the steps run what one call would). After each step but the last it
+// calls stop(ctx) and ends the copy there when that returns true. Returns the bytes copied (n
+// when it ran to the end). Overlapping ranges are copied in one step: memmove semantics need
+// the whole range at once.
+std::size_t copy_bytes_in_steps(void* dst, const void* src, std::size_t n, Region region, std::size_t step,
+                                bool (*stop)(void* ctx), void* ctx);
 // A write of n bytes into shared memory that another process reads (a loan filled by copy()):
 // the ToShared policy, with cached or streaming stores as `mode` decides from the measured
 // speed of earlier writes (policy/shared_writes.h). Without a mode, below its minimum size, or

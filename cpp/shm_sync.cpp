@@ -481,16 +481,17 @@ void protect_data(std::uint8_t* base, std::size_t data_offset, std::size_t map_b
 
 void check_segment_name(const std::string& name, const char* kind) {
     if (name.empty() || name.size() > 200 || name.find('/') != std::string::npos || name == "." || name == "..")
-        throw ShmError(std::string("invalid ") + kind + " name '" + name + "': use 1 to 200 characters without '/'");
+        throw ShmBadArgument(std::string("invalid ") + kind + " name '" + name +
+                             "': use 1 to 200 characters without '/'");
     for (char c : name)
         if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
-            throw ShmError(std::string("invalid ") + kind + " name: control characters are not allowed");
+            throw ShmBadArgument(std::string("invalid ") + kind + " name: control characters are not allowed");
 }
 
 Ring* Ring::create(const std::string& name, std::size_t capacity) {
     check_segment_name(name, "channel");
     if (capacity < kMinCapacity || capacity > kMaxCapacity)
-        throw ShmError("capacity " + std::to_string(capacity) + " is out of range: use " +
+        throw ShmBadArgument("capacity " + std::to_string(capacity) + " is out of range: use " +
                        std::to_string(kMinCapacity) + " (64 KiB) to " + std::to_string(kMaxCapacity) + " (1 TiB) bytes");
     capacity = pad64(capacity);
     std::string path = shm_path(name);

@@ -45,6 +45,8 @@ struct ShmClosed : ShmError { using ShmError::ShmError; };
 struct ShmTimeout : ShmError { using ShmError::ShmError; };
 // An operation on a Channel this process already closed (Python: ValueError, like files).
 struct ShmUseAfterClose : ShmError { using ShmError::ShmError; };
+// A bad name or size given to create/attach (Python: a ChannelError that is also a ValueError).
+struct ShmBadArgument : ShmError { using ShmError::ShmError; };
 // A signal handler raised while we waited (the Python exception is already set).
 struct ShmInterrupted : ShmError { ShmInterrupted() : ShmError("interrupted") {} };
 // An OS call failed; err is the errno (Python: OSError subclass from errno).

@@ -198,7 +198,7 @@ def test_import_does_not_import_cpuinfo():
     ("FASTCOPY_REP_MOVSB", "sometimes"),
     ("FASTCOPY_NT_THRESHOLD", "12Q"),
     ("FASTCOPY_THREADS", "zero"),
-    ("FASTCOPY_THREADS", "0"),
+    ("FASTCOPY_THREADS", "-1"),  # 0 is the default, as set_threads(0)
 ])
 def test_bad_override_fails_import(var, value):
     r = run_python("import fastcopy", **{var: value})
@@ -352,7 +352,7 @@ def test_forced_kernel_in_process(kernel):
     ("FASTCOPY_KERNEL", "no_such_kernel"),
     ("FASTCOPY_REP_MOVSB", "sometimes"),
     ("FASTCOPY_NT_THRESHOLD", "12Q"),
-    ("FASTCOPY_THREADS", "0"),
+    ("FASTCOPY_THREADS", "1025"),
 ])
 def test_bad_override_in_process_keeps_policy(var, value):
     before = _core.policy_table()

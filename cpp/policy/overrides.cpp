@@ -15,17 +15,28 @@ std::string lower(std::string s) {
     return s;
 }
 
-const char* env(const char* name) {
+// One rule for every FASTCOPY_* variable: surrounding whitespace (spaces, tabs, newlines, as a
+// shell script or a .env file may leave) is removed, and a variable that is then empty counts
+// as not set. Returns false for an unset or blank variable.
+bool env(const char* name, std::string& out) {
     const char* v = std::getenv(name);
-    return (v && *v) ? v : nullptr;
+    if (!v) return false;
+    std::string s(v);
+    const char* space = " \t\n\r\f\v";
+    std::size_t lo = s.find_first_not_of(space);
+    if (lo == std::string::npos) return false;
+    out = s.substr(lo, s.find_last_not_of(space) - lo + 1);
+    return true;
 }
 
 }  // namespace
 
 Overrides read_overrides(const CpuFacts& cpu) {
     Overrides o;
-    if (const char* v = env("FASTCOPY_KERNEL")) {
-        o.kernel = v;
+    std::string value;
+    const char* v = nullptr;
+    if (env("FASTCOPY_KERNEL", value)) {
+        o.kernel = value;
         KernelFacts k = kernel_facts(o.kernel, cpu);
         if (!k.compiled)
             throw std::invalid_argument("FASTCOPY_KERNEL='" + o.kernel +
@@ -34,12 +45,14 @@ Overrides read_overrides(const CpuFacts& cpu) {
             throw std::invalid_argument("FASTCOPY_KERNEL='" + o.kernel + "' is not supported on this CPU (" +
                                         k.why_not + "); valid names here: " + usable_kernel_names(cpu));
     }
-    if (const char* v = env("FASTCOPY_REP_MOVSB")) {
+    if (env("FASTCOPY_REP_MOVSB", value)) {
+        v = value.c_str();
         o.rep_movsb = lower(v);
         if (o.rep_movsb != "auto" && o.rep_movsb != "on" && o.rep_movsb != "off")
             throw std::invalid_argument(std::string("FASTCOPY_REP_MOVSB='") + v + "' is not valid; use auto, on or off");
     }
-    if (const char* v = env("FASTCOPY_NT_THRESHOLD")) {
+    if (env("FASTCOPY_NT_THRESHOLD", value)) {
+        v = value.c_str();
         o.nt_threshold_set = true;
         if (lower(v) == "off") {
             o.nt_threshold = SIZE_MAX;
@@ -52,12 +65,15 @@ Overrides read_overrides(const CpuFacts& cpu) {
             }
         }
     }
-    if (const char* v = env("FASTCOPY_THREADS")) {
+    if (env("FASTCOPY_THREADS", value)) {
+        v = value.c_str();
+        // 0 means the default, as set_threads(0) does.
         char* end = nullptr;
         long n = std::strtol(v, &end, 10);
-        if (!end || *end != '\0' || n < 1 || n > 1024)
+        if (end == v || *end != '\0' || n < 0 || n > 1024)
             throw std::invalid_argument(std::string("FASTCOPY_THREADS='") + v +
-                                        "' is not valid; use a whole number from 1 (no threading) to 1024");
+                                        "' is not valid; use a whole number from 1 (no threading) to 1024, or 0 "
+                                        "for the default");
         o.threads = static_cast<int>(n);
     }
     return o;

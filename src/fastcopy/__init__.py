@@ -74,10 +74,15 @@ def kernel(name: str, threads: int = 1) -> Callable[[Any, Any], None]:
     over the thread pool on that many threads (the caller included; the pool cuts chunks of at
     least 16 KiB, so small copies stay on the caller); 1, the default, never uses the pool.
     Raises ValueError naming the valid kernels when ``name`` is not usable on this CPU, or when
-    ``threads`` is not 1 to 1024.
+    ``threads`` is not 1 to 1024; TypeError when ``threads`` is not an int (``True`` included).
     """
     if not isinstance(name, str):
         raise TypeError(f"fastcopy.kernel: name must be a str (one of {kernels()}), got {type(name).__name__}")
+    if isinstance(threads, bool) or not hasattr(type(threads), "__index__"):
+        raise TypeError(f"fastcopy.kernel: threads must be an int (1 to 1024), got {type(threads).__name__}")
+    threads = threads.__index__()
+    if not 1 <= threads <= 1024:  # checked here too: beyond a C long, pybind11 would only say "incompatible"
+        raise ValueError(f"fastcopy.kernel: threads must be 1 to 1024, got {threads}")
     return _core.kernel_callable(name, threads)
 
 
@@ -112,7 +117,10 @@ def set_threads(n: int) -> None:
     if isinstance(n, bool) or not hasattr(type(n), "__index__"):
         raise TypeError(f"fastcopy.set_threads: n must be an int (0 for the default, 1 to 1024), "
                         f"got {type(n).__name__}")
-    _core.set_threads(n.__index__())
+    n = n.__index__()
+    if not 0 <= n <= 1024:  # checked here too: beyond a C long, pybind11 would only say "incompatible"
+        raise ValueError(f"set_threads(n): n must be 0 (default) or 1 to 1024, got {n}")
+    _core.set_threads(n)
 
 
 def get_threads() -> int:

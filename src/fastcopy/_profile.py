@@ -152,8 +152,9 @@ def load_at_import() -> None:
     """Choose the profile for this process (see the module docstring). Never raises for a bad
     file: one warning, then the built-in profile."""
     _status.update(source="built-in", path=None, ignored=[])
-    choice = os.environ.get("FASTCOPY_PROFILE", "")
-    if choice.strip().lower() == "off":
+    # Surrounding whitespace is removed, as for every FASTCOPY_* variable (cpp/policy/overrides.cpp).
+    choice = os.environ.get("FASTCOPY_PROFILE", "").strip()
+    if choice.lower() == "off":
         _core.use_builtin_profile()
         _status["detail"] = "FASTCOPY_PROFILE=off: tuned profiles disabled"
         return

@@ -13,7 +13,6 @@ and 1.0x ``torch.stack``; stacking 1000 arrays of 1 KiB: at least 3x ``np.stack`
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 import time
@@ -188,6 +187,7 @@ def run_cli(parser: Any, args: Any, argv: Sequence[str]) -> int:
 
         doc = metadata([sys.executable, "-m", "fastcopy"] + list(argv))
         doc.update({"kind": "batch", "results": results})
-        with open(args.json, "w") as f:
-            json.dump(doc, f, indent=1)
+        from .measure.cli import save_json
+
+        return save_json(args.json, doc, "the batched-copy results")
     return 0

@@ -11,18 +11,50 @@ import json
 import math
 from typing import Any, Dict, List, Tuple
 
+from .measure.paths import read_regular
 from .measure.system import SCHEMA
 from .measure.units import human_size
 
 
+# Largest result file compare reads: a default bench run with every sample is well under 1 MiB.
+MAX_RESULT_BYTES = 64 << 20
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _check_results(path: str, results: List[Any]) -> None:
+    """ValueError naming the first entry of ``results`` that compare cannot use: each is an
+    object; one with a median (a measured row) also has an integer size >= 0, a string variant,
+    and numbers for median, min and max GB/s."""
+    for i, r in enumerate(results):
+        where = f"{path}: results[{i}]"
+        if not isinstance(r, dict):
+            raise ValueError(f"{where} is {json.dumps(r)[:40]}, not an object")
+        if "median_gbps" not in r:
+            continue  # not a measured row (compare skips it)
+        size = r.get("size")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise ValueError(f"{where}: size must be a whole number of bytes, got {json.dumps(size)[:40]}")
+        if not isinstance(r.get("variant"), str):
+            raise ValueError(f"{where}: variant must be a string, got {json.dumps(r.get('variant'))[:40]}")
+        for key in ("median_gbps", "min_gbps", "max_gbps"):
+            if not _number(r.get(key)):
+                raise ValueError(f"{where}: {key} must be a number, got {json.dumps(r.get(key))[:40]}")
+
+
 def load(path: str) -> Dict[str, Any]:
+    """A ``bench --json`` document from ``path``: a regular file of at most MAX_RESULT_BYTES
+    (never a device, FIFO or directory), whose results list compare_docs can use; ValueError
+    naming the file and the problem otherwise."""
+    data = read_regular(path, MAX_RESULT_BYTES)
     try:
-        with open(path) as f:
-            doc = json.load(f)
-    except json.JSONDecodeError as e:
+        doc = json.loads(data)
+    except ValueError as e:  # json.JSONDecodeError, UnicodeDecodeError
         raise ValueError(f"{path}: not JSON ({e})") from None
-    except OSError as e:
-        raise ValueError(f"cannot read {path}: {e.strerror}") from None
+    except RecursionError:
+        raise ValueError(f"{path}: not JSON (nested too deeply)") from None
     if isinstance(doc, dict) and doc.get("kind") == "ipc":
         raise ValueError(f"{path}: a 'bench --ipc' result; compare reads copy benchmarks only")
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
@@ -30,6 +62,7 @@ def load(path: str) -> Dict[str, Any]:
     schema = doc.get("schema")
     if schema is not None and str(schema).split("/")[0] != SCHEMA.split("/")[0]:
         raise ValueError(f"{path}: schema '{schema}' is not {SCHEMA}")
+    _check_results(path, doc["results"])
     return doc
 
 

@@ -21,7 +21,9 @@ process exited while we waited for it) and :class:`ChannelClosed` (the other end
 ``TimeoutError`` when a timeout passes; ``ValueError`` for an ``out`` of the wrong dtype,
 shape or length (``TypeError`` when it is not a writable C-contiguous buffer at all; the
 message stays in the channel either way) or use after ``close()``; ``TypeError`` naming the
-argument for a wrong argument type. docs/shm.md has a table of every failure mode.
+argument for a wrong argument type; :class:`ChannelArgumentError` (both a ChannelError and a
+ValueError) for an invalid name or a capacity out of range. docs/shm.md has a table of every
+failure mode.
 
 Names in /dev/shm are removed by the creating process (``unlink()``, ``with``, interpreter
 exit, multiprocessing child exit, SIGTERM/SIGHUP); :func:`list_segments` and
@@ -50,6 +52,7 @@ __all__ = [
     "Channel",
     "LoanedArray",
     "ChannelError",
+    "ChannelArgumentError",
     "ChannelCorrupted",
     "PeerDied",
     "ChannelClosed",
@@ -73,6 +76,11 @@ DEFAULT_CAPACITY = 8 << 20
 
 class ChannelError(RuntimeError):
     """A shared-memory channel cannot be used (base class of the channel errors)."""
+
+
+class ChannelArgumentError(ChannelError, ValueError):
+    """An invalid channel or topic name, or a capacity out of range: a :class:`ChannelError`
+    that is also a ``ValueError``, like the other bad values given to this module."""
 
 
 class ChannelCorrupted(ChannelError):
@@ -311,6 +319,7 @@ class LoanedArray(np.ndarray):
 _end_loan_block = _core._end_loan_block
 _core._shm_set_loaned_array_type(LoanedArray)
 _core._shm_set_messages_lost_type(MessagesLost)
+_core._shm_set_bad_argument_type(ChannelArgumentError)
 
 _ShapeArg = Union[int, Sequence[int]]
 
@@ -461,7 +470,11 @@ class Channel(_core.ShmRing):
         name = _name_arg("create", name).lstrip("/")
         if isinstance(capacity, bool) or not hasattr(type(capacity), "__index__"):
             raise TypeError(f"Channel.create: capacity must be an int number of bytes, got {type(capacity).__name__}")
-        ch = cls(name, capacity.__index__(), True)
+        capacity = capacity.__index__()
+        if not 0 <= capacity < 1 << 64:  # the C++ check below words the same error for the size_t range
+            raise ChannelArgumentError(f"capacity {capacity} is out of range: use 65536 (64 KiB) to "
+                                       f"1099511627776 (1 TiB) bytes")
+        ch = cls(name, capacity, True)
         ch._created_here = True
         _created[name] = os.getpid()
         _unlink_created_in_multiprocessing_child()

@@ -10,6 +10,7 @@ import sys
 from typing import Any, Callable, List
 
 from . import engine, report, system, units
+from .paths import output_problem, write_whole
 
 def typed(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     """Wrap a parser so its ValueError becomes an argparse error naming the argument."""
@@ -22,8 +23,15 @@ def typed(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return convert
 
 
-def int_at_least(minimum: int) -> Callable[[str], int]:
-    """A parser for whole numbers >= minimum (1 for counts, 0 where 0 means "the default")."""
+# Most timed repeats one run may ask for: more is a typo (a run of days), not a measurement.
+MAX_REPEATS = 100000
+# Most threads --threads and --torch-threads may ask for (fastcopy.set_threads' own bound).
+MAX_THREADS = 1024
+
+
+def int_at_least(minimum: int, maximum: int = MAX_REPEATS) -> Callable[[str], int]:
+    """A parser for whole numbers from minimum (1 for counts, 0 where 0 means "the default") to
+    maximum."""
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -31,18 +39,23 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
             raise ValueError(f"cannot parse '{text}' (expected a whole number)") from None
         if value < minimum:
             raise ValueError(f"must be at least {minimum}, got {value}")
+        if value > maximum:
+            raise ValueError(f"must be at most {maximum}, got {value}")
         return value
     parse.__name__ = "int"
     return parse
 
 
 def positive_float(text: str) -> float:
+    """Seconds for --min-time: a finite number above 0 and at most units.MAX_MIN_TIME."""
     try:
         value = float(text)
     except ValueError:
         raise ValueError(f"cannot parse '{text}' (expected seconds, e.g. 0.02)") from None
     if not value > 0:
         raise ValueError(f"must be positive, got {text}")
+    if not value <= units.MAX_MIN_TIME:
+        raise ValueError(f"must be at most {units.MAX_MIN_TIME:g} seconds, got {text}")
     return value
 
 
@@ -66,12 +79,14 @@ def add_bench_parser(sub: Any) -> argparse.ArgumentParser:
                     "(STREAM counts it twice). See docs/benchmarks.md.")
     p.add_argument("--sizes", type=typed(units.parse_sizes), metavar="LIST",
                    help=f"sizes and ranges, e.g. '4K,1M' or '64:256M:x2' (default {units.DEFAULT_SIZES}; "
-                        f"K/M/G are powers of 1024)")
+                        f"K/M/G are powers of 1024; a factor is finite and above 1; at most {units.MAX_SIZES} sizes)")
     p.add_argument("--quick", action="store_true",
                    help=f"a short run (sizes {units.QUICK_SIZES}, 3 repeats, 10 ms loops): under 30 s")
-    p.add_argument("--repeats", type=typed(int_at_least(1)), metavar="N", help="timed repeats per size (default 5)")
+    p.add_argument("--repeats", type=typed(int_at_least(1)), metavar="N",
+                   help=f"timed repeats per size, 1 to at most {MAX_REPEATS} (default 5)")
     p.add_argument("--min-time", type=typed(positive_float), metavar="SECONDS", dest="min_time",
-                   help="shortest timed loop per repeat (default 0.02)")
+                   help=f"shortest timed loop per repeat, above 0 and at most {units.MAX_MIN_TIME:g} seconds "
+                        "(default 0.02)")
     p.add_argument("--variants", metavar="LIST",
                    help="comma list of variants: fastcopy, a kernel name (avx2 ...), kernels, np.copyto (copyto), "
                         "dst[...]=src (slice), torch.copy_ (torch), all (default: all); with --ipc: transports (channel, channel_alloc, channel_view, iceoryx2_view, iceoryx2_copy, faster_fifo, zmq, shared_memory, queue, pipe; missing packages are skipped), or 'topic' alone: Topic fan-out with 1 and 2 subscribers against Channel (default sizes 64K,1M,16M)")
@@ -81,15 +96,18 @@ def add_bench_parser(sub: Any) -> argparse.ArgumentParser:
     place.add_argument("--offsets", type=typed(units.parse_offsets), metavar="mixed|LIST",
                        help=f"cycle (dst - src) mod 4096 per repeat: 'mixed' = {','.join(map(str, units.MIXED_OFFSETS))} "
                             "(includes 4K-aliasing cases) or a comma list")
-    p.add_argument("--threads", type=typed(int_at_least(0)), metavar="N",
-                   help="fastcopy thread pool size (fastcopy.set_threads; 0 = default)")
+    p.add_argument("--threads", type=typed(int_at_least(0, MAX_THREADS)), metavar="N",
+                   help=f"fastcopy thread pool size (fastcopy.set_threads; 0 = default, at most {MAX_THREADS})")
     p.add_argument("--cpus", type=typed(units.parse_cpus), metavar="LIST",
                    help="pin this process to these CPUs, e.g. '0,2-3' (os.sched_setaffinity)")
-    p.add_argument("--torch-threads", type=typed(int_at_least(0)), metavar="N", dest="torch_threads",
+    p.add_argument("--torch-threads", type=typed(int_at_least(0, MAX_THREADS)), metavar="N", dest="torch_threads",
                    help="torch.set_num_threads(N) for the torch variant (default: fastcopy's thread count, "
-                        "the same budget; 0 = torch's own default)")
-    p.add_argument("--json", metavar="FILE", help="save every sample with metadata as JSON")
-    p.add_argument("--plot", metavar="FILE.png", help="plot bandwidth vs size (needs matplotlib: fastcopy[plot])")
+                        f"the same budget; 0 = torch's own default; at most {MAX_THREADS})")
+    p.add_argument("--json", metavar="FILE",
+                   help="save every sample with metadata as JSON (a regular file or a new name in an existing "
+                        "folder, checked before the run; should the write fail, the JSON goes to stdout)")
+    p.add_argument("--plot", metavar="FILE.png", help="plot bandwidth vs size (needs matplotlib: fastcopy[plot]; "
+                                                      "a regular file or a new name)")
     p.add_argument("--format", choices=["table", "ucx"], default="table",
                    help="stdout format: the table (default) or ucx_info's '# Memcpy bandwidth:' block "
                         "for the automatic choice (then default sizes 4K:256M:x2)")
@@ -117,15 +135,30 @@ def need_matplotlib(p: argparse.ArgumentParser) -> None:
 
 
 def check_outputs(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Fail before a long run, not after it, when an output file cannot be written."""
+    """Fail before a long run, not after it, when an output file cannot be written: an output is
+    a regular file or a new name in a folder where files can be made (paths.output_problem)."""
     for option in ("json", "plot"):
         path = getattr(args, option, None)
-        if path:
-            folder = os.path.dirname(os.path.abspath(path))
-            if not os.path.isdir(folder):
-                p.error(f"argument --{option}: folder {folder} does not exist")
-            if not os.access(folder, os.W_OK):
-                p.error(f"argument --{option}: folder {folder} is not writable")
+        if path is not None:
+            problem = output_problem(path)
+            if problem:
+                p.error(f"argument --{option}: {problem}")
+
+
+def save_json(path: str, doc: Any, what: str) -> int:
+    """Writes ``doc`` to ``path`` (whole or not at all) and says so; when that fails at the end of
+    a run, prints the JSON to stdout instead, so the results are not lost, says why on stderr and
+    returns 1 (else 0)."""
+    text = json.dumps(doc, indent=1, default=str)
+    try:
+        write_whole(path, text)
+    except OSError as e:
+        print(text)
+        print(f"python -m fastcopy bench: cannot write {path}: {e.strerror or e}; the JSON is on stdout above",
+              file=sys.stderr)
+        return 1
+    print(f"\nsaved {what} to {path}")
+    return 0
 
 
 def subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
@@ -228,15 +261,15 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: List[st
         doc["load_average_after"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
         doc.update({"kind": "bench", "config": config, "repeats": repeats, "offsets": offsets,
                     "energy": energy.describe(), "numa": numa, "variant_notes": notes, "results": results})
-        with open(args.json, "w") as f:
-            json.dump(doc, f, indent=1)
-        print(f"\nsaved {len(results)} results with every sample to {args.json}")
+        status = save_json(args.json, doc, f"{len(results)} results with every sample")
+    else:
+        status = 0
     if args.plot:
         from ..bench_plot import plot_bench
 
         plot_bench(results, args.plot, title=f"fastcopy {meta['fastcopy_version']} on {meta.get('cpu_brand') or '?'}")
         print(f"plot written to {args.plot}")
-    return 0
+    return status
 
 
 def _topic(p: argparse.ArgumentParser, args: argparse.Namespace, argv: List[str], kwargs: dict) -> int:
@@ -253,9 +286,7 @@ def _topic(p: argparse.ArgumentParser, args: argparse.Namespace, argv: List[str]
     if args.json:
         doc = system.metadata([sys.executable, "-m", "fastcopy"] + argv)
         doc.update({"kind": "ipc_topic", "config": results["config"], "topic": results, "results": results["rows"]})
-        with open(args.json, "w") as f:
-            json.dump(doc, f, indent=1, default=str)
-        print(f"\nsaved {len(doc['results'])} results to {args.json}")
+        return save_json(args.json, doc, f"{len(doc['results'])} results")
     return 0
 
 
@@ -299,9 +330,7 @@ def _ipc(p: argparse.ArgumentParser, args: argparse.Namespace, argv: List[str]) 
         doc = system.metadata([sys.executable, "-m", "fastcopy"] + argv)
         doc.update({"kind": "ipc", "config": {k: v for k, v in kwargs.items()}, "ipc": results,
                     "results": results.get("rows", []) if isinstance(results, dict) else list(results)})
-        with open(args.json, "w") as f:
-            json.dump(doc, f, indent=1, default=str)
-        print(f"\nsaved {len(doc['results'])} results to {args.json}")
+        return save_json(args.json, doc, f"{len(doc['results'])} results")
     return 0
 
 

@@ -42,7 +42,8 @@ import numpy as np
 
 from .. import _core
 from . import engine, system
-from .units import PAGE, human_size, parse_sizes
+from .paths import not_regular, output_problem, read_regular, write_whole
+from .units import MAX_MIN_TIME, PAGE, human_size, parse_sizes
 
 REGIONS = ("private", "to_shared", "from_shared")
 REGION_CODE = {"private": 0, "to_shared": 1, "from_shared": 2}
@@ -811,6 +812,10 @@ def tune(quick: bool = False, output: Optional[str] = None, grid: Optional[Seque
     # would otherwise compare with the first one's result); the caller's profile comes back after.
     from .. import _core
 
+    if write and output is not None:
+        problem = output_problem(output)
+        if problem:
+            raise ValueError(f"fastcopy.tune: output {problem}")
     previous = _core.active_profile()
     previous_json, previous_source = _core.active_profile_json(), str(previous.get("source", ""))
     _core.use_builtin_profile("")
@@ -854,21 +859,16 @@ def _tune(quick: bool, output: Optional[str], grid: Optional[Sequence[int]], rep
         print(format_changes(report, nt, parallel, builtin))
         print(f"\nmeasured in {time.monotonic() - t0:.1f} s")
     if write:
-        path = output or default_output()
-        folder = os.path.dirname(os.path.abspath(path))
-        os.makedirs(folder, exist_ok=True)
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump(profile, f, indent=1)
-            f.write("\n")
-        os.replace(tmp, path)  # readers never see half a file
+        path = output if output is not None else default_output()
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        write_whole(path, json.dumps(profile, indent=1) + "\n")  # readers never see half a file
         if verbose:
             print(f"profile written to {path}")
     return profile
 
 
 def add_tune_parser(sub: Any) -> argparse.ArgumentParser:
-    from .cli import positive_float, int_at_least, typed
+    from .cli import MAX_REPEATS, int_at_least, positive_float, typed
 
     p = sub.add_parser(
         "tune", help="measure this machine and write a dispatch profile",
@@ -877,7 +877,9 @@ def add_tune_parser(sub: Any) -> argparse.ArgumentParser:
                     "docs/profile-format.md). Hot caches below the L3 size, cold at and above it.")
     p.add_argument("--quick", action="store_true", help="a coarser grid (powers of two, 256 B to 64 MiB), "
                                                         "7 repeats (3 cold): about 10 s of CPU time on 2 CPUs")
-    p.add_argument("--output", metavar="FILE", help="write the profile here instead of the user cache")
+    p.add_argument("--output", metavar="FILE",
+                   help="write the profile here instead of the user cache: a regular file (replaced whole) or a "
+                        "new name in an existing folder; --reset removes it only when it is a fastcopy profile")
     act = p.add_mutually_exclusive_group()
     act.add_argument("--show", action="store_true",
                      help="print the cached profile (or --output FILE) and the policy in force; measure nothing")
@@ -887,22 +889,38 @@ def add_tune_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--grid", type=typed(parse_sizes), metavar="LIST",
                    help="measure only these sizes (bench's syntax, e.g. '256,4K,64K' or '1K:1M:x4'): focused runs "
                         "and tests; the profile then holds decisions for these sizes only")
-    p.add_argument("--repeats", type=typed(int_at_least(1)), metavar="N", help="interleaved repeats per cell")
+    p.add_argument("--repeats", type=typed(int_at_least(1)), metavar="N",
+                   help=f"interleaved repeats per cell (at most {MAX_REPEATS})")
     p.add_argument("--min-time", type=typed(positive_float), metavar="SECONDS", dest="min_time",
-                   help="shortest timed loop per sample for hot sizes (default 0.0002)")
+                   help=f"shortest timed loop per sample for hot sizes, above 0 and at most {MAX_MIN_TIME:g} "
+                        "seconds (default 0.0002)")
     p.add_argument("--no-progress", action="store_false", dest="progress", default=None,
                    help="no progress bar (it is shown on a terminal only)")
     return p
 
 
+def _not_a_profile(path: str) -> Optional[str]:
+    """Why the file at ``path`` is not a fastcopy profile (JSON with "format": "fastcopy-profile",
+    whatever its version), or None when it is one."""
+    from .._profile import MAX_PROFILE_BYTES
+
+    try:
+        doc = json.loads(read_regular(path, MAX_PROFILE_BYTES))
+    except ValueError as e:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return str(e) if str(e).startswith(path) else f"not JSON: {e}"
+    if not isinstance(doc, dict) or doc.get("format") != "fastcopy-profile":
+        return 'no "format": "fastcopy-profile"'
+    return None
+
+
 def _show(path: str) -> int:
     import fastcopy
     from .. import _core
+    from .._profile import MAX_PROFILE_BYTES
 
     if os.path.exists(path):
         try:
-            with open(path) as f:
-                profile = json.load(f)
+            profile = json.loads(read_regular(path, MAX_PROFILE_BYTES))  # bounded: the loader's own limit
             validate_profile(profile)
         except (OSError, ValueError) as e:
             print(f"{path}: unusable profile: {e}")
@@ -928,30 +946,51 @@ def run_cli(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Lis
     from .cli import subparser
 
     p = subparser(parser, "tune")
-    path = args.output or default_output()
+    path = args.output if args.output is not None else default_output()
+    # Checked before anything is read, removed or measured: a device, a FIFO (reading it hangs),
+    # a directory or a folder such as /proc is refused, never replaced or written into.
+    if args.output is not None:
+        problem = not_regular(path) if args.show else output_problem(path)
+        if problem:
+            p.error(f"argument --output: {problem}")
     if args.show:
         return _show(path)
     if args.reset:
-        if os.path.exists(path):
-            os.remove(path)
-            print(f"removed {path}")
-        else:
+        if not os.path.lexists(path):
             print(f"no tuned profile at {path}: nothing to remove")
+            return 0
+        if args.output is not None:
+            why = _not_a_profile(path)
+            if why:
+                p.error(f"argument --output: {path} is not a fastcopy profile ({why}); --reset removes only profiles")
+        try:
+            os.remove(path)
+        except OSError as e:
+            p.error(f"argument --output: cannot remove {path}: {e.strerror or e}")
+        print(f"removed {path}")
         return 0
-    if args.output:
-        folder = os.path.dirname(os.path.abspath(args.output))
-        if not os.path.isdir(folder):
-            p.error(f"argument --output: folder {folder} does not exist")
-        if not os.access(folder, os.W_OK):
-            p.error(f"argument --output: folder {folder} is not writable")
     command = "python -m fastcopy tune" + (" --quick" if args.quick else "")
     try:
-        tune(quick=args.quick, output=path, grid=args.grid, repeats=args.repeats, min_time=args.min_time,
-             progress=args.progress, write=not args.dry_run, verbose=True, command=command)
+        profile = tune(quick=args.quick, grid=args.grid, repeats=args.repeats, min_time=args.min_time,
+                       progress=args.progress, write=False, verbose=True, command=command)
     except KeyboardInterrupt:
         print("interrupted; nothing written", file=sys.stderr)
         return 130
     except MemoryError:
         print("python -m fastcopy tune: not enough memory for the largest size (use --grid)", file=sys.stderr)
         return 1
+    if args.dry_run:
+        return 0
+    # Written here rather than by tune(): should the write fail after the measurement (a full
+    # disk), the profile goes to stdout instead of being lost.
+    text = json.dumps(profile, indent=1) + "\n"
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        write_whole(path, text)  # readers never see half a file
+    except OSError as e:
+        print(text, end="")
+        print(f"python -m fastcopy tune: cannot write {path}: {e.strerror or e}; the profile is on stdout above "
+              f"(save it and load it with FASTCOPY_PROFILE=FILE)", file=sys.stderr)
+        return 1
+    print(f"profile written to {path}")
     return 0

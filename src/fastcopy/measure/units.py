@@ -5,6 +5,7 @@ Shared by ``python -m fastcopy bench`` and ``tune``.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import List, Sequence
 
@@ -13,6 +14,12 @@ DEFAULT_SIZES = "64:256M:x4"
 QUICK_SIZES = "64:64M:x16"
 UCX_SIZES = "4K:256M:x2"  # the sizes ucx_info -s prints
 MIXED_OFFSETS = [0, 16, 64, 1024, 2048 + 16]
+# Most sizes one list may hold: a range with a step of +1 or a factor of 1.0000001 would
+# otherwise build a list that fills the memory before the run starts.
+MAX_SIZES = 10000
+# Longest timed loop per repeat (--min-time), in seconds: a longer one is a typo, and inf or
+# 1e300 would overflow the loop count.
+MAX_MIN_TIME = 60.0
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
           "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
@@ -34,9 +41,14 @@ def parse_size(text: str) -> int:
 def parse_sizes(text: str) -> List[int]:
     """A comma list of sizes and ranges: ``4K,1M``, ``64:256M:x2`` (times 2), ``1K:8K:+1K`` (plus 1 KiB).
 
-    A range without a step multiplies by 4. The result is sorted, without duplicates.
+    A range without a step multiplies by 4; a factor is a finite number greater than 1. The
+    result is sorted, without duplicates, and holds at most MAX_SIZES sizes (ValueError beyond).
     """
     sizes: List[int] = []
+
+    def too_many(part: str) -> ValueError:
+        return ValueError(f"'{part}' gives more than {MAX_SIZES} sizes, counting repeats (at most {MAX_SIZES} "
+                          f"in one list)")
     for part in text.split(","):
         part = part.strip()
         if not part:
@@ -54,18 +66,26 @@ def parse_sizes(text: str) -> List[int]:
                     factor = float(step[1:])
                 except ValueError:
                     raise ValueError(f"cannot parse step '{step}' in '{part}'") from None
+                if not math.isfinite(factor):
+                    raise ValueError(f"factor in '{part}' must be a finite number greater than 1")
                 if factor <= 1:
                     raise ValueError(f"factor in '{part}' must be greater than 1")
                 value = float(start)
                 while round(value) <= stop:
+                    if len(sizes) >= MAX_SIZES:
+                        raise too_many(part)
                     sizes.append(int(round(value)))
                     value *= factor
             elif step[:1] == "+":
                 inc = parse_size(step[1:])
+                if len(sizes) + (stop - start) // inc + 1 > MAX_SIZES:
+                    raise too_many(part)
                 sizes.extend(range(start, stop + 1, inc))
             else:
                 raise ValueError(f"cannot parse step '{step}' in '{part}' (use xFACTOR or +STEP)")
         else:
+            if len(sizes) >= MAX_SIZES:
+                raise too_many(text)
             sizes.append(parse_size(part))
     if not sizes:
         raise ValueError(f"cannot parse '{text}'")
