@@ -58,3 +58,96 @@ def test_deal_out_balances_the_estimated_time_within_the_largest_file(catalogue)
     loads = [cost(share) for share in mutation_check.deal_out(catalogue, 2)]
     assert abs(loads[0] - loads[1]) <= largest, loads
     assert min(loads) > 0
+
+
+def _mutant(file, original, function=None):
+    return mutation_check.Mutant("m", file, original, original + " ", "why", ["tests/x.py::t"], [], function)
+
+
+CPP_TWO_FUNCTIONS = """\
+static int helper(int a);  // a declaration: not a body
+int Ring::first(int a) const noexcept {
+    if (a < 0) { return 1; }  // "}" in a comment
+    const char* s = "{";
+    return a + 1;
+}
+Ring::Ring(int n) : n_(n), m_{n} {
+    v = n + 1;
+}
+int second(int a) {
+    if (a < 0) { return 1; }
+    return a + 1;
+}
+"""
+
+PY_TWO_FUNCTIONS = """\
+class A:
+    def first(self, a):
+        if a < 0:
+            return 1
+        return a + 1
+
+    def second(self, a):
+        if a < 0:
+            return 1
+        return a + 1
+"""
+
+
+@pytest.mark.parametrize("file,text", [("x.cpp", CPP_TWO_FUNCTIONS), ("x.py", PY_TWO_FUNCTIONS)])
+def test_a_snippet_that_repeats_is_found_inside_the_function_the_entry_names(tmp_path, file, text):
+    (tmp_path / file).write_text(text)
+    snippet = "return a + 1;" if file.endswith(".cpp") else "return a + 1"
+    second = text.rindex(snippet)
+    first = text.index(snippet)
+    assert first != second
+    assert mutation_check.locate(_mutant(file, snippet), tmp_path, [file])[0] is None  # twice: stale
+    assert mutation_check.locate(_mutant(file, snippet, "second"), tmp_path, [file]) == (file, second, None)
+    assert mutation_check.locate(_mutant(file, snippet, "first"), tmp_path, [file]) == (file, first, None)
+    _, _, why = mutation_check.locate(_mutant(file, snippet, "third"), tmp_path, [file])
+    assert why is not None and "third()" in why
+
+
+def test_cpp_bodies_skip_declarations_comments_strings_and_member_initialisers():
+    bodies = mutation_check._cpp_bodies(CPP_TWO_FUNCTIONS, "first")
+    assert len(bodies) == 1
+    a, b = bodies[0]
+    assert CPP_TWO_FUNCTIONS[a] == "{" and CPP_TWO_FUNCTIONS[b - 1] == "}"
+    assert "return a + 1;" in CPP_TWO_FUNCTIONS[a:b] and "Ring::Ring" not in CPP_TWO_FUNCTIONS[a:b]
+    (ctor,) = mutation_check._cpp_bodies(CPP_TWO_FUNCTIONS, "Ring")
+    assert "v = n + 1;" in CPP_TWO_FUNCTIONS[ctor[0]:ctor[1]]
+    assert mutation_check._cpp_bodies(CPP_TWO_FUNCTIONS, "helper") == []
+
+
+def test_a_snippet_whose_file_moved_is_found_in_the_one_file_of_its_kind_that_has_it(tmp_path):
+    (tmp_path / "cpp" / "shm").mkdir(parents=True)
+    (tmp_path / "cpp" / "shm" / "ring.cpp").write_text(CPP_TWO_FUNCTIONS)
+    (tmp_path / "cpp" / "other.py").write_text("return a + 1;\n")  # another kind: not looked at
+    files = ["cpp/shm/ring.cpp", "cpp/other.py"]
+    m = _mutant("cpp/shm_sync.cpp", "return a + 1;", "second")
+    file, offset, why = mutation_check.locate(m, tmp_path, files)
+    assert (file, why) == ("cpp/shm/ring.cpp", None)
+    assert offset == CPP_TWO_FUNCTIONS.rindex("return a + 1;")
+    # Without the function the snippet is ambiguous in the new file: stale, naming where it is.
+    _, _, why = mutation_check.locate(_mutant("cpp/shm_sync.cpp", "return a + 1;"), tmp_path, files)
+    assert why is not None and "cpp/shm/ring.cpp" in why and "does not exist" in why
+
+
+def test_a_test_id_whose_file_moved_under_tests_is_found_by_its_name(tmp_path):
+    (tmp_path / "tests" / "shm").mkdir(parents=True)
+    (tmp_path / "tests" / "shm" / "test_ring.py").write_text("")
+    assert (mutation_check.resolve_test_id("tests/test_ring.py::test_a[x]", tmp_path)
+            == "tests/shm/test_ring.py::test_a[x]")
+    assert mutation_check.resolve_test_id("tests/test_gone.py::t", tmp_path) == "tests/test_gone.py::t"
+
+
+def test_a_catalogue_folder_loads_every_file_and_refuses_a_name_used_twice(tmp_path):
+    entry = ("[[mutant]]\nname = '{n}'\nfile = 'cpp/x.cpp'\nwhy = 'w'\noriginal = 'a'\nreplacement = 'b'\n"
+             "pytest = ['tests/t.py::t']\n")
+    (tmp_path / "b.toml").write_text(entry.format(n="second"))
+    (tmp_path / "a.toml").write_text(entry.format(n="first") + "function = 'f'\n")
+    ms = mutation_check.load_catalogue(tmp_path)
+    assert [(m.name, m.function) for m in ms] == [("first", "f"), ("second", None)]
+    (tmp_path / "c.toml").write_text(entry.format(n="first"))
+    with pytest.raises(SystemExit, match="duplicate mutant name first"):
+        mutation_check.load_catalogue(tmp_path)
