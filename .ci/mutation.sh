@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The mutation check (tools/mutation_check.py): plants each bug of tools/mutants.toml in a
+# The mutation check (tools/mutation_check.py): plants each bug of tools/mutants/ in a
 # scratch copy, rebuilds incrementally and runs the tests named for it; fails unless every
 # mutant is killed and every patch still applies (a STALE entry means the code moved on:
 # refresh it). Uses the `python` on PATH (CI: the venv with the test extra installed); the

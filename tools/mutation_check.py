@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Mutation check: plants each bug of tools/mutants.toml in a scratch copy of the tree,
+"""Mutation check: plants each bug of the catalogue tools/mutants/ in a scratch copy of the tree,
 rebuilds incrementally, runs only the tests the catalogue names for it and reports whether
 they caught it.
 
@@ -54,8 +54,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
-CATALOGUE = ROOT / "tools" / "mutants.toml"
-CATALOGUE_DIR = ROOT / "tools" / "mutants"
+CATALOGUE = ROOT / "tools" / "mutants"  # one TOML file per module
 CPP_SUFFIXES = (".cpp", ".h", ".hpp", ".cc")
 
 
@@ -87,10 +86,6 @@ def catalogue_files(path: Path) -> List[Path]:
             raise SystemExit(f"{path}: no *.toml catalogue in this folder")
         return files
     return [path]
-
-
-def default_catalogue() -> Path:
-    return CATALOGUE_DIR if CATALOGUE_DIR.is_dir() else CATALOGUE
 
 
 def load_catalogue(path: Path) -> List[Mutant]:
@@ -512,8 +507,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--list", action="store_true", help="print the catalogue and exit")
     ap.add_argument("--only", action="append", metavar="NAME", help="run this mutant (repeatable, globs allowed)")
-    ap.add_argument("--catalogue", type=Path, default=None,
-                    help="a catalogue file or a folder of them (default tools/mutants/, else tools/mutants.toml)")
+    ap.add_argument("--catalogue", type=Path, default=CATALOGUE,
+                    help="a catalogue file or a folder of them (default tools/mutants/)")
     ap.add_argument("--scratch", type=Path, default=ROOT / "build" / "mutation",
                     help="scratch copy and build folder, reused between runs (default build/mutation)")
     ap.add_argument("--timeout", type=float, default=300, help="seconds for one mutant's tests (default 300)")
@@ -530,8 +525,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.jobs < 1:
         ap.error(f"--jobs must be at least 1, got {args.jobs}")
 
-    if args.catalogue is None:
-        args.catalogue = default_catalogue()
     mutants = load_catalogue(args.catalogue)
     if args.only:
         chosen = [m for m in mutants if any(fnmatch.fnmatchcase(m.name, pat) for pat in args.only)]
