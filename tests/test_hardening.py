@@ -922,6 +922,10 @@ def make(tag):
     return ch.name
 
 if __name__ == "__main__":
+    # The default actions, whatever this run inherited: under nohup SIGHUP is ignored, and the
+    # library leaves an ignored signal ignored, so the signalled creator would not end.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
     if case in ("fork", "forkserver", "spawn"):
         p = mp.get_context(case).Process(target=make, args=(case,))
         p.start(); p.join()
