@@ -34,6 +34,7 @@ policy::SharedWriteMode* (*g_loan_write_mode)(PyObject* dst) = nullptr;
 void bind_info(py::module_& m);
 void bind_shm(py::module_& m);
 void bind_batch(py::module_& m);  // bindings_batch.cpp
+void bind_reference(py::module_& m);  // bindings_reference.cpp
 
 namespace {
 
@@ -961,4 +962,5 @@ PYBIND11_MODULE(_core, m) {
     bind_info(m);
     bind_shm(m);
     bind_batch(m);  // after copy: the batched calls use it
+    bind_reference(m);
 }
