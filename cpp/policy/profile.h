@@ -32,6 +32,11 @@ constexpr std::size_t kMinParallelThreshold = 65536;
 constexpr unsigned kMaxThreads = 1024;
 constexpr std::size_t kMaxNotes = 32;
 constexpr std::size_t kMaxNameChars = 100;
+constexpr std::size_t kMaxPageDistance = 4096;  // nt.min_page_distance: 0..this
+constexpr int kMaxJsonDepth = 32;                 // nesting of a profile's JSON
+// glibc's rep movsb threshold on x86-64 with FSRM: where FASTCOPY_REP_MOVSB=on puts rep movsb
+// in a region whose profile does not say (rep_movsb_on).
+constexpr std::size_t kGlibcRepMovsbFrom = 2112;
 constexpr const char* kProfileFormat = "fastcopy-profile";
 constexpr unsigned kProfileVersion = 1;
 
@@ -68,7 +73,7 @@ struct RegionRules {
     // Where FASTCOPY_REP_MOVSB=on puts rep movsb: the far class from this size up to the NT
     // threshold. SIZE_MAX: not in this region, even when asked (AMD shared-memory opt-out).
     // Never the near class (4K aliasing) nor backward copies.
-    std::size_t erms_on_request = 2112;
+    std::size_t erms_on_request = kGlibcRepMovsbFrom;
     std::string erms_on_request_why;
 };
 
