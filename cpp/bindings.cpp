@@ -20,6 +20,7 @@
 #include <cstring>
 #include <string>
 
+#include "copy_gil.h"
 #include "dispatch.h"
 #include "gil.h"
 #include "pool.h"
@@ -34,17 +35,9 @@ policy::SharedWriteMode* (*g_loan_write_mode)(PyObject* dst) = nullptr;
 void bind_info(py::module_& m);
 void bind_shm(py::module_& m);
 void bind_batch(py::module_& m);  // bindings_batch.cpp
+void bind_reference(py::module_& m);  // bindings_reference.cpp
 
 namespace {
-
-// Copies of at least this many bytes release the GIL. Measured on the 2-vCPU x86_64 dev
-// machine with `benchmarks/call_overhead.py --gil` (contiguous uint8, medians): a copy
-// costs ~30 ns at 1 KiB, ~120 ns at 16 KiB, ~700 ns at 32 KiB, ~1.4-1.6 us at 64 KiB; the
-// step t(64 KiB) - t(64 KiB - 1), i.e. one uncontended release + re-acquire, measured
-// 4-100 ns (noisy shared machine; ~100 ns is the usual figure). At 64 KiB the release is
-// <= ~6% of the call; at 16 KiB it could be most of it, and under contention re-acquiring
-// can wait for another thread's switch interval, so small copies keep the GIL.
-constexpr std::size_t kReleaseGilBytes = 64 * 1024;
 
 // A contiguous copy larger than this, on the main thread, runs in steps of this many bytes and
 // takes the GIL back between steps to run Python's signal handlers (PyErr_CheckSignals), so
@@ -720,7 +713,7 @@ PyObject* do_copy(const char* fn, PyObject* dst, PyObject* src, CopyFn forced, R
     }
     CopyCtx cp{forced, region, forced_threads, shared};
     CopyStatus st;
-    if (d.nbytes >= kReleaseGilBytes) {
+    if (d.nbytes >= kCopyReleaseGilBytes) {
         st = copy_without_gil(dst, src, dl, sl, d.nbytes, cp, joint);
     } else {
         st = copy_layouts(dl, sl, d.nbytes, cp, joint);
@@ -756,7 +749,7 @@ inline int try_fast(PyObject* dst, PyObject* src, CopyFn forced, Region region, 
     }
     void* dp = PyArray_DATA(d);
     const void* sp = PyArray_DATA(s);
-    if (n < kReleaseGilBytes) {
+    if (n < kCopyReleaseGilBytes) {
         if (forced && forced_threads > 1) CopyCtx{forced, region, forced_threads}(dp, sp, n);
         else if (forced) copy_bytes_with(forced, dp, sp, n);
         else copy_bytes(dp, sp, n, region);
@@ -961,4 +954,5 @@ PYBIND11_MODULE(_core, m) {
     bind_info(m);
     bind_shm(m);
     bind_batch(m);  // after copy: the batched calls use it
+    bind_reference(m);
 }

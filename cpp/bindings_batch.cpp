@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "copy_gil.h"
 #include "dispatch.h"
 #include "pool.h"
 
@@ -38,10 +39,6 @@ void bind_batch(py::module_& m);
 
 namespace {
 
-// Batches of at least this many bytes release the GIL: the threshold of copy() (see
-// kReleaseGilBytes in bindings.cpp: one release + re-acquire costs ~100 ns on the 2-vCPU
-// Zen 3 dev machine, <= ~6 % of a 64 KiB copy).
-constexpr std::size_t kReleaseGilBytes = 64 * 1024;
 // Rows shorter than this are copied with inline fixed-size moves instead of one
 // copy_bytes_piece() call each (the same cut as kInlineRunBytes in bindings.cpp).
 constexpr std::size_t kInlineRowBytes = 64;
@@ -241,7 +238,7 @@ void run_batch(Batch& batch) noexcept {
 }
 
 void run_batch_gil(Batch& batch) {
-    if (batch.total >= kReleaseGilBytes) {
+    if (batch.total >= kCopyReleaseGilBytes) {
         Py_BEGIN_ALLOW_THREADS
         run_batch(batch);
         Py_END_ALLOW_THREADS
@@ -300,7 +297,7 @@ int copyto_fast(PyObject* dst, PyObject* src) {
     if (PyArray_FLAGS(d) & PyArray_FLAGS(s) & NPY_ARRAY_C_CONTIGUOUS) {
         void* dp = PyArray_DATA(d);
         const void* sp = PyArray_DATA(s);
-        if (n < kReleaseGilBytes) {
+        if (n < kCopyReleaseGilBytes) {
             copy_bytes(dp, sp, n);
             return 1;
         }

@@ -211,6 +211,9 @@ void bind_info(py::module_& m) {
         d["min_nt_threshold"] = policy::kMinNtThreshold;
         d["min_parallel_threshold"] = policy::kMinParallelThreshold;
         d["max_threads"] = policy::kMaxThreads;
+        d["max_min_page_distance"] = policy::kMaxPageDistance;
+        d["max_json_depth"] = policy::kMaxJsonDepth;
+        d["default_rep_movsb_on"] = policy::kGlibcRepMovsbFrom;
         return d;
     }, "The profile format's name, version and limits (docs/profile-format.md), as the loader applies them.");
     m.def("compact_json", [](const std::string& json_text) { return value_errors([&] { return policy::compact_json(json_text); }); },

@@ -152,16 +152,6 @@ def test_aliasing_collapse_factor_follows_dispatch_md():
 
 # ---------------------------------------------------------------- documented behaviours
 
-def test_overrides_documented_are_the_overrides_read():
-    """docs/dispatch.md's table lists exactly the FASTCOPY_* variables read: the core's overrides
-    and FASTCOPY_PROFILE, which the package reads at import (fastcopy._profile)."""
-    text = (ROOT / "docs" / "dispatch.md").read_text()
-    documented = set(re.findall(r"^\| `(FASTCOPY_[A-Z_]+)` \|", text, flags=re.M))
-    profile_source = (ROOT / "src" / "fastcopy" / "_profile.py").read_text()
-    assert '"FASTCOPY_PROFILE"' in profile_source
-    assert documented == set(fastcopy._core.overrides()) | {"FASTCOPY_PROFILE"}
-
-
 def test_threads_md_limits():
     """docs/threads.md: 1..1024 threads; above is refused (set_threads and FASTCOPY_THREADS)."""
     before = fastcopy.get_threads()

@@ -421,6 +421,15 @@ std::string match_words(const Spec& s) {
     return w;
 }
 
+// The specificity of a profile that matches: the most specific match wins.
+constexpr int kRankModel = 10000, kRankFamily = 1000, kRankVendor = 100, kRankFeature = 10, kRankArch = 1;
+int rank(const Spec& s) {
+    int score = (s.arch ? kRankArch : 0) + (s.model_lo >= 0 ? kRankModel : 0) + (s.family >= 0 ? kRankFamily : 0) +
+                (s.vendors.empty() ? 0 : kRankVendor);
+    for (unsigned b = s.needs; b; b &= b - 1) score += kRankFeature;
+    return score;
+}
+
 int specificity(const Spec& s, const CpuFacts& f) {
     if (s.arch && f.arch != s.arch) return -1;
     if (!s.vendors.empty() &&
@@ -430,10 +439,7 @@ int specificity(const Spec& s, const CpuFacts& f) {
     if (s.model_lo >= 0 && (static_cast<int>(f.model) < s.model_lo || static_cast<int>(f.model) > s.model_hi))
         return -1;
     if (!has(f, s.needs)) return -1;
-    int score = (s.arch ? 1 : 0) + (s.model_lo >= 0 ? 10000 : 0) + (s.family >= 0 ? 1000 : 0) +
-                (s.vendors.empty() ? 0 : 100);
-    for (unsigned b = s.needs; b; b &= b - 1) score += 10;
-    return score;
+    return rank(s);
 }
 
 Band resolve_band(const BandSpec& b, const CpuFacts& cpu) {
@@ -585,6 +591,51 @@ std::vector<BuiltinInfo> builtin_profiles(const CpuFacts& cpu) {
         out.push_back({s.name, match_words(s), score >= 0, score});
     }
     return out;
+}
+
+std::vector<BuiltinTable> builtin_tables() {
+    std::vector<BuiltinTable> out;
+    for (const Spec& s : specs()) {
+        BuiltinTable t;
+        t.name = s.name;
+        t.match = match_words(s);
+        t.rank = rank(s);
+        t.provenance = s.provenance;
+        for (int r = 0; r < kRegions; ++r) {
+            const RegionSpec& rs = s.regions[r];
+            const ClassSpec* classes[kClasses] = {&rs.page_aligned, &rs.near, &rs.far, &rs.backward};
+            for (int c = 0; c < kClasses; ++c)
+                for (const BandSpec& b : *classes[c])
+                    t.region[r].cls[c].push_back({b.from, b.kernel, b.fallback ? b.fallback : "", b.why});
+            t.region[r].erms_on_request = rs.erms_on_request;
+            t.region[r].erms_on_request_why = rs.erms_on_request_why ? rs.erms_on_request_why : "";
+        }
+        t.nt_kernel = s.nt_kernel ? s.nt_kernel : "";
+        t.nt_min_page_distance = s.nt_min_page_distance;
+        for (std::size_t l3 : {std::size_t(0), 32 * MiB, 512 * MiB}) {
+            CpuFacts f;
+            f.l3 = l3;
+            f.cache_source = "sysfs";
+            NtExample e;
+            e.l3 = l3;
+            nt_threshold_for(s, f, e.threshold, e.why);
+            t.nt_examples.push_back(e);
+        }
+        t.parallel_from = s.parallel_from;
+        t.parallel_why = s.parallel_why ? s.parallel_why : "";
+        t.sve_trap_min_from = s.sve_trap_min_from;
+        for (const char* n : s.notes) t.notes.push_back(n);
+        out.push_back(std::move(t));
+    }
+    return out;
+}
+
+std::string builtin_match_rule() {
+    return "a built-in profile matches a CPU when its architecture, vendors, family, model range and required "
+           "features all match; of the profiles that match, the one of the highest rank wins (a model range adds " +
+           std::to_string(kRankModel) + ", a family " + std::to_string(kRankFamily) + ", a vendor " +
+           std::to_string(kRankVendor) + ", each required feature " + std::to_string(kRankFeature) +
+           ", an architecture " + std::to_string(kRankArch) + "), the first listed on a tie";
 }
 
 }  // namespace policy

@@ -15,9 +15,15 @@ std::string lower(std::string s) {
     return s;
 }
 
-// One rule for every FASTCOPY_* variable: surrounding whitespace (spaces, tabs, newlines, as a
-// shell script or a .env file may leave) is removed, and a variable that is then empty counts
-// as not set. Returns false for an unset or blank variable.
+const OverrideVariable& variable(const std::string& name) {
+    for (const OverrideVariable& v : override_variables())
+        if (v.name == name) return v;
+    throw std::logic_error("no override variable " + name);
+}
+
+// One rule for every FASTCOPY_* variable (override_reading_rule()): surrounding whitespace
+// (spaces, tabs, newlines, as a shell script or a .env file may leave) is removed, and a
+// variable that is then empty counts as not set. Returns false for an unset or blank variable.
 bool env(const char* name, std::string& out) {
     const char* v = std::getenv(name);
     if (!v) return false;
@@ -30,6 +36,33 @@ bool env(const char* name, std::string& out) {
 }
 
 }  // namespace
+
+const char* override_reading_rule() {
+    return "surrounding whitespace (spaces, tabs, newlines) is removed from the value, and a variable that is then "
+           "empty counts as not set";
+}
+
+const std::vector<OverrideVariable>& override_variables() {
+    static const std::vector<OverrideVariable> all = {
+        {"FASTCOPY_KERNEL", "the name of a kernel of this build that this CPU supports (fastcopy.kernels())",
+         "every copy, of every size and region, uses that kernel, without the thread pool", "automatic", 0, -1},
+        {"FASTCOPY_REP_MOVSB", "auto, on or off",
+         "on: rep movsb in the far class ((dst - src) mod 4096 >= 64) from the region's rep_movsb_on size up to "
+         "the NT threshold, in every region whose profile allows it, never in the near or backward class; off: "
+         "every rep movsb band uses the C library; auto: the profile as it is",
+         "auto", 0, -1},
+        {"FASTCOPY_NT_THRESHOLD", "bytes or a binary unit such as 64K, 8M, 1G, or off",
+         "the size from which non-temporal stores are used, in every region whose profile has an NT kernel (the "
+         "profile's page-distance guard stays); off: no non-temporal stores",
+         "the profile's threshold", 0, -1},
+        {"FASTCOPY_THREADS",
+         "a whole number from 1 (no threading) to " + std::to_string(kMaxThreads) + ", or 0 for the default",
+         "the threads a large copy uses, the calling thread included; 1 disables threading; 0 is the default, as "
+         "for fastcopy.set_threads(0), which also overrides it at run time",
+         "0", 0, static_cast<long long>(kMaxThreads)},
+    };
+    return all;
+}
 
 Overrides read_overrides(const CpuFacts& cpu) {
     Overrides o;
@@ -49,7 +82,8 @@ Overrides read_overrides(const CpuFacts& cpu) {
         v = value.c_str();
         o.rep_movsb = lower(v);
         if (o.rep_movsb != "auto" && o.rep_movsb != "on" && o.rep_movsb != "off")
-            throw std::invalid_argument(std::string("FASTCOPY_REP_MOVSB='") + v + "' is not valid; use auto, on or off");
+            throw std::invalid_argument(std::string("FASTCOPY_REP_MOVSB='") + v + "' is not valid; use " +
+                                        variable("FASTCOPY_REP_MOVSB").values);
     }
     if (env("FASTCOPY_NT_THRESHOLD", value)) {
         v = value.c_str();
@@ -61,7 +95,7 @@ Overrides read_overrides(const CpuFacts& cpu) {
                 o.nt_threshold = parse_size(v);
             } catch (const std::invalid_argument&) {
                 throw std::invalid_argument(std::string("FASTCOPY_NT_THRESHOLD='") + v +
-                                            "' is not a size; use bytes or a binary unit such as 64K, 8M, 1G, or off");
+                                            "' is not a size; use " + variable("FASTCOPY_NT_THRESHOLD").values);
             }
         }
     }
@@ -70,10 +104,9 @@ Overrides read_overrides(const CpuFacts& cpu) {
         // 0 means the default, as set_threads(0) does.
         char* end = nullptr;
         long n = std::strtol(v, &end, 10);
-        if (end == v || *end != '\0' || n < 0 || n > 1024)
-            throw std::invalid_argument(std::string("FASTCOPY_THREADS='") + v +
-                                        "' is not valid; use a whole number from 1 (no threading) to 1024, or 0 "
-                                        "for the default");
+        const OverrideVariable& threads = variable("FASTCOPY_THREADS");
+        if (end == v || *end != '\0' || n < threads.min || n > threads.max)
+            throw std::invalid_argument(std::string("FASTCOPY_THREADS='") + v + "' is not valid; use " + threads.values);
         o.threads = static_cast<int>(n);
     }
     return o;

@@ -32,6 +32,11 @@ constexpr std::size_t kMinParallelThreshold = 65536;
 constexpr unsigned kMaxThreads = 1024;
 constexpr std::size_t kMaxNotes = 32;
 constexpr std::size_t kMaxNameChars = 100;
+constexpr std::size_t kMaxPageDistance = 4096;  // nt.min_page_distance: 0..this
+constexpr int kMaxJsonDepth = 32;                 // nesting of a profile's JSON
+// glibc's rep movsb threshold on x86-64 with FSRM: where FASTCOPY_REP_MOVSB=on puts rep movsb
+// in a region whose profile does not say (rep_movsb_on).
+constexpr std::size_t kGlibcRepMovsbFrom = 2112;
 constexpr const char* kProfileFormat = "fastcopy-profile";
 constexpr unsigned kProfileVersion = 1;
 
@@ -68,7 +73,7 @@ struct RegionRules {
     // Where FASTCOPY_REP_MOVSB=on puts rep movsb: the far class from this size up to the NT
     // threshold. SIZE_MAX: not in this region, even when asked (AMD shared-memory opt-out).
     // Never the near class (4K aliasing) nor backward copies.
-    std::size_t erms_on_request = 2112;
+    std::size_t erms_on_request = kGlibcRepMovsbFrom;
     std::string erms_on_request_why;
 };
 
@@ -159,6 +164,42 @@ Profile builtin_profile(const CpuFacts& cpu);
 Profile builtin_profile_named(const std::string& name, const CpuFacts& cpu);
 std::vector<BuiltinInfo> builtin_profiles(const CpuFacts& cpu);
 
+// The built-in profiles as defaults.cpp writes them, not resolved against any CPU: what the
+// generated reference (docs/reference/builtin-profiles.md) shows.
+struct BuiltinBandSpec {
+    std::size_t from = 0;
+    std::string kernel;
+    std::string fallback;  // the kernel used when `kernel` is missing from the build or the CPU
+    std::string why;
+};
+struct BuiltinRegionSpec {
+    std::vector<BuiltinBandSpec> cls[kClasses];
+    std::size_t erms_on_request = SIZE_MAX;  // SIZE_MAX: FASTCOPY_REP_MOVSB=on does not reach it
+    std::string erms_on_request_why;
+};
+struct NtExample {
+    std::size_t l3 = 0;                // the L3 size the CPU reports (0: unknown)
+    std::size_t threshold = SIZE_MAX;  // SIZE_MAX: never
+    std::string why;
+};
+struct BuiltinTable {
+    std::string name;
+    std::string match;  // the match rule in words
+    int rank = 0;       // the specificity when it matches: the highest-ranked matching profile wins
+    Provenance provenance;
+    BuiltinRegionSpec region[kRegions];
+    std::string nt_kernel;  // "": no non-temporal stores
+    std::size_t nt_min_page_distance = 0;
+    std::vector<NtExample> nt_examples;  // the NT threshold for a few L3 sizes
+    std::size_t parallel_from = SIZE_MAX;
+    std::string parallel_why;
+    std::size_t sve_trap_min_from = 0;  // SVE bands start no lower than this where Linux traps SVE (0: no rule)
+    std::vector<std::string> notes;
+};
+std::vector<BuiltinTable> builtin_tables();
+// How a CPU's built-in profile is chosen, in words.
+std::string builtin_match_rule();
+
 // ---- profile_io.cpp: JSON -------------------------------------------------------------
 // Parses and validates a profile (docs/profile-format.md) against this CPU. Throws
 // std::invalid_argument whose message names the problem (and the JSON path), never crashes,
@@ -192,6 +233,17 @@ Overrides read_overrides(const CpuFacts& cpu);
 // rep movsb band with the C library, =on adds rep movsb to the far class where the region
 // allows it (never near, never backward); FASTCOPY_NT_THRESHOLD moves (or removes) the NT rule.
 void apply_overrides(Profile& p, const Overrides& o, const CpuFacts& cpu);
+// Every FASTCOPY_* variable read_overrides() reads: what it does and the values it accepts.
+struct OverrideVariable {
+    std::string name;
+    std::string values;  // the values accepted, in words (the error for a bad value lists them)
+    std::string effect;
+    std::string default_value;
+    long long min = 0, max = -1;  // the bounds of its number (max < min: none)
+};
+const std::vector<OverrideVariable>& override_variables();
+// How every FASTCOPY_* variable is read (whitespace, empty values), in words.
+const char* override_reading_rule();
 
 // Parses sizes like "4096", "64K", "8M", "1G", "512KiB" (binary units). Throws
 // std::invalid_argument on anything else.

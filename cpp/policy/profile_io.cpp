@@ -31,8 +31,6 @@ struct Json {
     }
 };
 
-constexpr int kMaxDepth = 32;
-
 class Reader {
 public:
     explicit Reader(const std::string& s) : s_(s) {}
@@ -70,7 +68,7 @@ private:
         return true;
     }
     Json value(int depth) {
-        if (depth > kMaxDepth) fail("nested deeper than " + std::to_string(kMaxDepth) + " levels");
+        if (depth > kMaxJsonDepth) fail("nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
         skip_ws();
         if (pos_ >= s_.size()) fail("unexpected end of text");
         Json v;
@@ -461,7 +459,7 @@ Profile parse_profile(const std::string& json_text, const std::string& source, c
                                         kMaxSizeValue, true);
         rules.nt.why = optional_text(nt, "why", rp + ".nt");
         if (const Json* md = nt.get("min_page_distance")) {
-            rules.nt.min_page_distance = size_field(*md, rp + ".nt.min_page_distance", 0, 4096, false);
+            rules.nt.min_page_distance = size_field(*md, rp + ".nt.min_page_distance", 0, kMaxPageDistance, false);
         } else if (rules.nt.threshold != SIZE_MAX) {
             // Not stated: keep the built-in profile's guard for this CPU. On Zen 3 streaming stores
             // at page distances 16-256 ran 0.17-0.49x plain ones; a profile that did not measure
@@ -484,8 +482,9 @@ Profile parse_profile(const std::string& json_text, const std::string& source, c
             rules.erms_on_request = size_field(*on, rp + ".rep_movsb_on", 0, kMaxSizeValue, true);
             rules.erms_on_request_why = "FASTCOPY_REP_MOVSB=on: rep movsb in the far class (from the profile)";
         } else {
-            rules.erms_on_request = 2112;
-            rules.erms_on_request_why = "FASTCOPY_REP_MOVSB=on: rep movsb in the far class from 2112 B (glibc's threshold)";
+            rules.erms_on_request = kGlibcRepMovsbFrom;
+            rules.erms_on_request_why = "FASTCOPY_REP_MOVSB=on: rep movsb in the far class from " +
+                                        std::to_string(kGlibcRepMovsbFrom) + " B (glibc's threshold)";
         }
     }
     const Json& par = need(doc, "parallel", top);

@@ -29,6 +29,17 @@ from . import _core
 
 MAX_PROFILE_BYTES = _core.profile_limits()["max_file_bytes"]
 
+# The variable that chooses the profile at import, as docs/reference/environment.md shows it
+# (tools/gen_reference.py reads this).
+PROFILE_VARIABLE = {
+    "name": "FASTCOPY_PROFILE",
+    "values": "a path to a profile file, or off",
+    "effect": "the profile to run instead of the cached tuned one for this machine: a file that cannot be used "
+              "gives one warning and the built-in profile; off: the built-in profile, ignoring the cache; "
+              "a file's signature is reported by info(), not enforced",
+    "default": "the cached profile whose signature equals this machine's, else the built-in one",
+}
+
 # What load_at_import() decided, for info(): {"source", "path", "detail", "ignored"}.
 _status: Dict[str, Any] = {"source": "built-in", "path": None, "detail": "not loaded yet", "ignored": []}
 
@@ -153,7 +164,7 @@ def load_at_import() -> None:
     file: one warning, then the built-in profile."""
     _status.update(source="built-in", path=None, ignored=[])
     # Surrounding whitespace is removed, as for every FASTCOPY_* variable (cpp/policy/overrides.cpp).
-    choice = os.environ.get("FASTCOPY_PROFILE", "").strip()
+    choice = os.environ.get(PROFILE_VARIABLE["name"], "").strip()
     if choice.lower() == "off":
         _core.use_builtin_profile()
         _status["detail"] = "FASTCOPY_PROFILE=off: tuned profiles disabled"
