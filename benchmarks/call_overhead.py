@@ -59,7 +59,7 @@ def call_overhead(number: int, repeats: int) -> bool:
 
 
 def gil_threshold(number: int, repeats: int) -> None:
-    """Copy time around the GIL-release threshold (64 KiB in cpp/bindings.cpp). The step
+    """Copy time around the GIL-release threshold (64 KiB in cpp/python/bindings.cpp). The step
     between 64 KiB - 1 and 64 KiB is the cost of releasing and re-acquiring the GIL."""
     print("size        ns/call   (fastcopy.copy, contiguous uint8; GIL released from 65536 B)")
     rows = {}

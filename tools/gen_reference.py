@@ -280,7 +280,7 @@ def readme(core: Any) -> str:
     body = [f"- [{name}]({name}): {TITLES[name]}" for name in PAGES]
     return page("Reference", f"These pages are generated from the compiled core by `{COMMAND}` (after "
                 "`tools/dev_build.sh`); edit the C++ tables or the package's constants, not the pages. "
-                f"`{COMMAND} --check` fails when a page is not current (tests/test_reference.py runs it).", body)
+                f"`{COMMAND} --check` fails when a page is not current (tests/docs/test_reference.py runs it).", body)
 
 
 def render() -> Dict[str, str]:

@@ -25,10 +25,10 @@
 #include <thread>
 #include <vector>
 
-#include "dispatch.h"
+#include "core/dispatch.h"
 #include "kernels/kernels.h"
 #include "kernels/registry.h"
-#include "pool.h"
+#include "pool/pool.h"
 
 #if defined(__unix__) || defined(__APPLE__)
 #include <sys/mman.h>

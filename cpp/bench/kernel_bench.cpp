@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "dispatch.h"
+#include "core/dispatch.h"
 #include "kernels/kernels.h"
 #include "split_list.h"
 

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "dispatch.h"
+#include "core/dispatch.h"
 #include "kernels/kernels.h"
 #include "kernels/registry.h"
 #include "split_list.h"

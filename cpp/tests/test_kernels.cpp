@@ -39,7 +39,7 @@
 #endif
 
 #include "cpu.h"
-#include "dispatch.h"
+#include "core/dispatch.h"
 #include "kernels/kernels.h"
 #include "kernels/registry.h"
 #include "split_list.h"

@@ -1,4 +1,4 @@
-// Tests for the worker pool (cpp/pool.cpp): chunk boundaries, odd sizes and misalignments,
+// Tests for the worker pool (cpp/pool/pool.cpp): chunk boundaries, odd sizes and misalignments,
 // many concurrent callers, set_threads while copies run, fork after the pool started, the
 // overlap fallback, sizing, and that an idle pool burns no CPU. Runs under ThreadSanitizer
 // (.ci/tsan.sh). ctest name: pool_tests.
@@ -17,7 +17,7 @@
 #include "cpu.h"
 #include "kernels/kernels.h"
 #include "kernels/registry.h"
-#include "pool.h"
+#include "pool/pool.h"
 
 #if defined(__unix__) || defined(__APPLE__)
 #include <signal.h>

@@ -55,7 +55,7 @@ from . import _profile  # noqa: E402  (after init_policy: the overrides apply on
 _profile.load_at_import()
 
 copy = _core.copy
-# numpy drop-ins and batched copies (cpp/bindings_batch.cpp); numpy serves what they do not.
+# numpy drop-ins and batched copies (cpp/python/bindings_batch.cpp); numpy serves what they do not.
 copyto = _core.copyto
 stack = _core.stack
 concatenate = _core.concatenate

@@ -112,7 +112,7 @@ class MessagesLost(ChannelError):
 
 
 # How a dtype travels in a message header (whose layout and limits, a dtype text of printable
-# ASCII among them, cpp/shm_sync.h defines): ``dtype.str`` for a plain dtype, else ``'lit:'``
+# ASCII among them, cpp/shm/shm_sync.h defines): ``dtype.str`` for a plain dtype, else ``'lit:'``
 # and the ascii() text of a Python literal, which escapes every character outside ASCII in
 # field names, titles and metadata (ast.literal_eval gives them back exactly):
 #   ["sub", base, shape]                                           a sub-array dtype

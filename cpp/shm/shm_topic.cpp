@@ -1,5 +1,5 @@
 // Shared-memory publish/subscribe: see shm_topic.h for the protocol, docs/shm.md for the user view.
-#include "shm_topic.h"
+#include "shm/shm_topic.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dispatch.h"
+#include "core/dispatch.h"
 
 namespace fastcopy {
 namespace shm {

@@ -195,7 +195,7 @@ def test_large_loan_in_a_ring_without_room_to_align_it():
         tx.unlink()
 
 
-CONSUMER_AWAITING = 1536  # kOffConsAwaiting in cpp/shm_sync.h
+CONSUMER_AWAITING = 1536  # kOffConsAwaiting in cpp/shm/shm_sync.h
 
 
 def test_a_waiting_consumer_says_so_in_the_header(pair):

@@ -16,7 +16,7 @@ from fastcopy import _core
 
 from conftest import no_subprocess
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "reference"
 
 # A FASTCOPY_* name in a string literal is a variable read (getenv, os.environ) or named in a

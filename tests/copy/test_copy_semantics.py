@@ -292,7 +292,7 @@ def _doc_blocks():
     import re
     from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "docs" / "usage.md"
+    path = Path(__file__).resolve().parents[2] / "docs" / "usage.md"
     if not path.exists():
         return []
     return re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
@@ -315,7 +315,7 @@ def test_call_overhead_benchmark_runs(capsys):
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "call_overhead.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "call_overhead.py"
     spec = importlib.util.spec_from_file_location("call_overhead", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

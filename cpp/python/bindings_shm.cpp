@@ -16,9 +16,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "gil.h"
-#include "shm_sync.h"
-#include "shm_topic.h"
+#include "python/gil.h"
+#include "shm/shm_sync.h"
+#include "shm/shm_topic.h"
 
 namespace py = pybind11;
 

@@ -27,7 +27,7 @@ from _child import SIGINT_HANDLER, SIGINT_IGNORED, child_env, explain, run_scrip
 
 pytestmark = pytest.mark.sanitize
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PREFIX = f"fcth-{os.getpid()}-"
 
 subprocess_only = pytest.mark.skipif(

@@ -28,9 +28,9 @@
 #include <string>
 #include <vector>
 
-#include "copy_gil.h"
-#include "dispatch.h"
-#include "pool.h"
+#include "python/copy_gil.h"
+#include "core/dispatch.h"
+#include "pool/pool.h"
 
 namespace py = pybind11;
 

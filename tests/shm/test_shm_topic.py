@@ -33,7 +33,7 @@ pytestmark = pytest.mark.sanitize
 PREFIX = f"fctopic-{os.getpid()}-"
 _counter = [0]
 
-# Segment layout (cpp/shm_topic.h).
+# Segment layout (cpp/shm/shm_topic.h).
 OFF_MAGIC, OFF_VERSION, OFF_SLOTS, OFF_MAXSUBS, OFF_SLOTBYTES, OFF_HISTORY, OFF_OVERFLOW, OFF_TOTAL = \
     0, 8, 16, 20, 24, 32, 36, 40
 OFF_HEAD = 512

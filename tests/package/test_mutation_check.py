@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("mutation_check", ROOT / "tools" / "mutation_check.py")
 mutation_check = importlib.util.module_from_spec(spec)
 sys.modules["mutation_check"] = mutation_check  # its dataclasses look their module up there
@@ -124,12 +124,12 @@ def test_a_snippet_whose_file_moved_is_found_in_the_one_file_of_its_kind_that_ha
     (tmp_path / "cpp" / "shm" / "ring.cpp").write_text(CPP_TWO_FUNCTIONS)
     (tmp_path / "cpp" / "other.py").write_text("return a + 1;\n")  # another kind: not looked at
     files = ["cpp/shm/ring.cpp", "cpp/other.py"]
-    m = _mutant("cpp/shm_sync.cpp", "return a + 1;", "second")
+    m = _mutant("cpp/shm/shm_sync.cpp", "return a + 1;", "second")
     file, offset, why = mutation_check.locate(m, tmp_path, files)
     assert (file, why) == ("cpp/shm/ring.cpp", None)
     assert offset == CPP_TWO_FUNCTIONS.rindex("return a + 1;")
     # Without the function the snippet is ambiguous in the new file: stale, naming where it is.
-    _, _, why = mutation_check.locate(_mutant("cpp/shm_sync.cpp", "return a + 1;"), tmp_path, files)
+    _, _, why = mutation_check.locate(_mutant("cpp/shm/shm_sync.cpp", "return a + 1;"), tmp_path, files)
     assert why is not None and "cpp/shm/ring.cpp" in why and "does not exist" in why
 
 

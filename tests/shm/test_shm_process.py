@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(
     reason="FASTCOPY_NO_SUBPROCESS=1: tests that start processes are skipped",
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # Children import the same fastcopy as this process: the installed package in CI, src/ with a
 # developer build (a plain checkout's src/ has no compiled _core).
 PREFIX = f"fctp-{os.getpid()}-"
@@ -153,7 +153,7 @@ def test_100k_random_messages(tmp_path, method):
 
 
 # ---- two processes, every call, random timing ---------------------------------------------
-# The model test (tests/test_shm_model.py) drives both ends in one thread, so it cannot see
+# The model test (tests/shm/test_shm_model.py) drives both ends in one thread, so it cannot see
 # timing. Here a producer process and this consumer make random calls at random moments with
 # short timeouts: sends that fit; sends larger than the ring, cut half way when their timeout
 # ends while the consumer is slow; loans published, discarded, dropped or left by an

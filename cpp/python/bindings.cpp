@@ -20,10 +20,10 @@
 #include <cstring>
 #include <string>
 
-#include "copy_gil.h"
-#include "dispatch.h"
-#include "gil.h"
-#include "pool.h"
+#include "python/copy_gil.h"
+#include "core/dispatch.h"
+#include "python/gil.h"
+#include "pool/pool.h"
 
 namespace py = pybind11;
 

@@ -1,7 +1,7 @@
 // The façade over cpp/policy/: keeps the active profile (built-in or loaded, with the
 // FASTCOPY_* overrides on top) and runs the kernel policy::choose() picks. No rules here:
 // every decision is a band, an NT rule or a parallel rule of the active profile.
-#include "dispatch.h"
+#include "core/dispatch.h"
 
 #include <algorithm>
 #include <atomic>
@@ -13,7 +13,7 @@
 #include "kernels/registry.h"
 #include "policy/select.h"
 #include "policy/shared_writes.h"
-#include "pool.h"
+#include "pool/pool.h"
 
 namespace fastcopy {
 namespace {

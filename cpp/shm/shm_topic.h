@@ -64,7 +64,7 @@
 #include <string>
 #include <vector>
 
-#include "shm_sync.h"
+#include "shm/shm_sync.h"
 
 namespace fastcopy {
 namespace shm {

@@ -7,9 +7,9 @@
 #include <stdexcept>
 
 #include "cpu.h"
-#include "dispatch.h"
+#include "core/dispatch.h"
 #include "kernels/registry.h"
-#include "pool.h"
+#include "pool/pool.h"
 #include "probe.h"
 
 namespace py = pybind11;

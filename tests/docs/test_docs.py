@@ -35,7 +35,7 @@ import pytest
 
 import fastcopy
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 MARKER = re.compile(r"<!--fig ([^>]*?)-->\s*(about\s+|~)?(\d+(?:\.\d+)?)(?:-(\d+(?:\.\d+)?))?\s*(x|%|ns|us|GB/s)?")
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}

@@ -1,7 +1,7 @@
 // Shared-memory SPSC ring: atomics, futex waits, liveness checks and the message protocol.
 // See shm_sync.h for the layout and the rules; docs/shm.md for the user view.
-#include "shm_sync.h"
-#include "shm_topic.h"
+#include "shm/shm_sync.h"
+#include "shm/shm_topic.h"
 
 #include <algorithm>
 #include <cerrno>

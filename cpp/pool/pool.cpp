@@ -9,7 +9,7 @@
 // simply gets fewer chunks. Before returning, the caller withdraws the job from workers
 // that have not picked it up yet (CAS GO -> IDLE) and waits for those that did. Idle
 // workers spin on plain loads for a short while, then sleep on a futex on their state word.
-#include "pool.h"
+#include "pool/pool.h"
 
 #include <algorithm>
 #include <atomic>

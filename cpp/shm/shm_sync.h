@@ -31,7 +31,7 @@
 #include <sys/types.h>
 #include <vector>
 
-#include "dispatch.h"
+#include "core/dispatch.h"
 #include "policy/shared_writes.h"
 
 namespace fastcopy {
