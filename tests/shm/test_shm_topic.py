@@ -798,12 +798,20 @@ def test_the_publishers_writes_learn_the_store_mode(loan_fills_can_stream):
     t = Topic.create(slot_bytes=1 << 20, slots=4)
     sub = Topic.subscribe(t.name)
     try:
-        src = np.arange(1 << 20, dtype=np.uint8)
+        # A page-aligned source: every fill has (dst - src) mod 4096 = 0 (slots of 256 KiB and
+        # more start on a page), so the NT rule's page-distance guard never applies; where numpy
+        # puts a plain np.arange depends on the allocations before it, and at a page offset of
+        # 1-127 from the slot the fills are not timed.
+        buf = np.empty((1 << 20) + 4096, np.uint8)
+        start = (-buf.ctypes.data) % 4096
+        src = buf[start:start + (1 << 20)]
+        src[...] = np.arange(1 << 20, dtype=np.uint64).astype(np.uint8)
         for _ in range(12):
             t.send(src)
             assert np.array_equal(sub.recv(), src)
         for _ in range(12):
             with t.loan(src.shape, src.dtype) as a:
+                assert (a.ctypes.data - src.ctypes.data) % 4096 == 0
                 fastcopy.copy(a, src)
             assert np.array_equal(sub.recv_view(), src)
         modes = t.store_modes
