@@ -25,7 +25,7 @@ BASELINE = "np.copyto"
 
 class Variant:
     """A named way to copy. ``make(dst, src)`` returns a timer ``run(n) -> seconds`` for n copies
-    of the same buffers (hot); ``makerotating_timer(pairs)`` one whose n copies walk the (dst, src)
+    of the same buffers (hot); ``make_rotating(pairs)`` one whose n copies walk the (dst, src)
     pairs in turn (cold)."""
 
     def __init__(self, name: str, make: Callable[[np.ndarray, np.ndarray], Timer], description: str,
@@ -39,7 +39,7 @@ class Variant:
             return self.make(bufs.dst[offset], bufs.src)
         if self.make_rotating is None:
             raise ValueError(f"variant {self.name} cannot run with a cold cache")
-        return self.makerotating_timer(bufs.pairs(offset))
+        return self.make_rotating(bufs.pairs(offset))
 
 
 def _slice_assign(d: np.ndarray, s: np.ndarray) -> None:
@@ -73,7 +73,7 @@ def _torch_timer(torch: Any) -> Callable[[np.ndarray, np.ndarray], Callable[[int
     return make
 
 
-def _torchrotating_timer(torch: Any) -> Callable[[List[Tuple[np.ndarray, np.ndarray]]], Timer]:
+def _torch_rotating(torch: Any) -> Callable[[List[Tuple[np.ndarray, np.ndarray]]], Timer]:
     def make(pairs: List[Tuple[np.ndarray, np.ndarray]]) -> Timer:
         tpairs = [(torch.from_numpy(d), torch.from_numpy(s)) for d, s in pairs]
         return rotating_timer(lambda d, s: d.copy_(s))(tpairs)
@@ -94,12 +94,13 @@ def available_variants(with_torch: bool = True, torch_threads: Optional[int] = N
     for name in fastcopy.kernels():
         out.append(callable_variant(f"fastcopy[{name}]", fastcopy.kernel(name), f"fastcopy.kernel('{name}') forced"))
     out.append(callable_variant(BASELINE, np.copyto, "numpy's np.copyto(dst, src)"))
-    out.append(Variant("dst[...]=src", _slice_timer, "numpy slice assignment dst[...] = src", rotating_timer(_slice_assign)))
+    out.append(Variant("dst[...]=src", _slice_timer, "numpy slice assignment dst[...] = src",
+                       rotating_timer(_slice_assign)))
     notes: Dict[str, Any] = {"torch_version": None, "torch_threads": None}
     torch = torch_module() if with_torch else None
     if torch is not None:
         out.append(Variant("torch.copy_", _torch_timer(torch), "torch.from_numpy(dst).copy_(torch.from_numpy(src))",
-                           _torchrotating_timer(torch)))
+                           _torch_rotating(torch)))
         notes["torch_version"] = torch.__version__
         notes["torch_default_threads"] = torch.get_num_threads()
         notes["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY")

@@ -341,7 +341,8 @@ _ALL = [
     Transport("shared_memory", "multiprocessing.shared_memory slot per direction, two semaphores, numpy copies",
               lambda e, buf: e.extra["shared_memory"][1].recv(buf), lambda e, m: e.extra["shared_memory"][0].send(m),
               resource="shared_memory", array_ack=True),
-    Transport("queue", "multiprocessing.Queue (array pickled)", lambda e, buf: e.q[1].get(), lambda e, m: e.q[0].put(m)),
+    Transport("queue", "multiprocessing.Queue (array pickled)",
+              lambda e, buf: e.q[1].get(), lambda e, m: e.q[0].put(m)),
     Transport("pipe", "multiprocessing.Pipe: send_bytes, recv_bytes",
               lambda e, buf: e.pipe[1].recv_bytes(), lambda e, m: e.pipe[0].send_bytes(m)),
 ]

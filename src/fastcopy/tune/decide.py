@@ -298,7 +298,8 @@ def apply_validation(bands: Dict[str, Any], ratios: Ratios) -> List[Dict[str, An
                 words = ", ".join(f"{s} B {r:.2f}x" for s, r in got)
                 for p in points[i:j + 1]:
                     if not keep:
-                        p["kernel"], p["why"] = p["builtin"], f"built-in choice kept: {new} lost the validation at {words}"
+                        p["kernel"] = p["builtin"]
+                        p["why"] = f"built-in choice kept: {new} lost the validation at {words}"
                     elif got:
                         p["why"] = (p["why"] + "; validated " + words)[:MAX_WHY]
                 grid_gain = statistics.geometric_mean([p["gain"] for p in points[i:j + 1]])
