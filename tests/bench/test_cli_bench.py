@@ -105,6 +105,10 @@ def test_json_schema(run_json):
             assert s["gbps"] == pytest.approx(r["size"] * s["iterations"] / s["seconds"] / 1e9)
         if r["variant"] == "np.copyto":
             assert r["ratio_to_copyto"] == pytest.approx(1.0)
+    # Each variant's ratio is its median over np.copyto's at the same size.
+    copyto = {r["size"]: r["median_gbps"] for r in doc["results"] if r["variant"] == "np.copyto"}
+    for r in doc["results"]:
+        assert r["ratio_to_copyto"] == pytest.approx(r["median_gbps"] / copyto[r["size"]])
 
 
 def test_mixed_offsets(tmp_path):

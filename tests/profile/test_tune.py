@@ -311,6 +311,34 @@ def test_tune_show_reports_a_corrupt_file(tmp_path):
     assert r.returncode == 0 and "unusable profile" in r.stdout
 
 
+def test_tune_show_checks_a_profile_with_the_loaders_validator(tmp_path, quick_profile):
+    # Valid JSON, a fastcopy profile, but a kernel no CPU has: unusable, with the loader's words.
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(_break(quick_profile, ("regions", "private", "far"),
+                                     [{"from": 0, "kernel": "no_such", "why": ""}])))
+    r = cli("tune", "--show", "--output", str(bad), env=_env(tmp_path))
+    assert r.returncode == 0 and f"{bad}: unusable profile: profile: " in r.stdout
+    assert "unknown kernel 'no_such'" in r.stdout and f"tuned profile {bad}" not in r.stdout
+    with pytest.raises(ValueError, match="unknown kernel 'no_such'"):
+        tune.read_profile(str(bad))
+    assert tune.read_profile(str(_write(tmp_path / "good.json", quick_profile))) == quick_profile
+
+
+def test_write_profile_writes_only_a_valid_profile(tmp_path, quick_profile):
+    bad = _break(quick_profile, ("parallel", "threads"), 2000)
+    target = tmp_path / "p.json"
+    with pytest.raises(ValueError, match="more than 1024"):
+        tune.write_profile(str(target), bad)
+    assert not target.exists()
+    text = tune.write_profile(str(target), quick_profile)
+    assert target.read_text() == text and json.loads(text) == quick_profile
+
+
+def _write(path, doc):
+    path.write_text(json.dumps(doc))
+    return path
+
+
 def test_tune_rejects_bad_arguments(tmp_path):
     r = cli("tune", "--output", str(tmp_path / "missing" / "p.json"), env=_env(tmp_path))
     assert r.returncode == 2 and "does not exist" in r.stderr
