@@ -102,7 +102,7 @@ def _break(profile, path, value):
     (("parallel", "threads"), 2000, "more than 1024"),
     (("parallel", "threads"), True, "parallel.threads: must be a whole number, not a boolean"),
     (("provenance", "date"), 5, "provenance.date"),
-    # What only the loader used to check, before tune used the loader's own validator:
+    # Checks of the loader's validator beyond the shape of the file:
     (("regions", "bogus"), {}, 'unknown key "bogus"'),
     (("notes",), ["x"] * 33, "more than 32 notes"),
     (("regions", "private", "nt", "min_page_distance"), 5000, "min_page_distance"),

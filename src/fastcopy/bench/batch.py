@@ -136,7 +136,7 @@ def ratios(result: Dict[str, Any]) -> Dict[str, Dict[str, float]]:
 
 
 def check_targets(result: Dict[str, Any]) -> List[str]:
-    """The issue-11 targets: one line each, 'met' or 'MISSED' (skipped when not measured)."""
+    """The speed targets (TARGETS): one line each, 'met' or 'MISSED' (skipped when not measured)."""
     lines = []
     r = ratios(result)
     for case, other, least in TARGETS:

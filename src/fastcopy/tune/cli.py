@@ -30,7 +30,7 @@ def add_tune_parser(sub: Any) -> argparse.ArgumentParser:
     # One action at most; without one, tune measures and writes.
     act = p.add_mutually_exclusive_group()
     act.add_argument("--show", action="store_true",
-                     help="print the cached profile (or --output FILE) and the policy in force; measure nothing")
+                     help="print the cached profile (or --output FILE) and the active profile; measure nothing")
     act.add_argument("--reset", action="store_true", help="remove the cached profile (or --output FILE)")
     act.add_argument("--dry-run", action="store_true", dest="dry_run",
                      help="measure and print, write nothing")
