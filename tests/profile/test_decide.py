@@ -179,3 +179,25 @@ def test_an_unusable_builtin_kernel_gives_way_to_the_fastest_and_a_gap_is_filled
         {"from": 0, "kernel": "generic", "why": "below the measured grid, the built-in choice: small: the C library"},
         {"from": 256, "kernel": "erms", "why": "1.50x generic at 256 B hot (spread 10 %)"},
         {"from": 768, "kernel": "generic", "why": "built-in choice kept: fastest at 768 B"}]
+
+
+def test_below_the_grid_every_builtin_band_stands():
+    # The built-in profile has a band from 128 B, below the first grid size (256 B): it stays,
+    # with its own start and reason, and the first measured size joins it.
+    sizes = [256, 4 * KB]
+    bands = [{"from": 0, "kernel": "generic", "why": "tiny"}, {"from": 128, "kernel": "erms", "why": "short"},
+             {"from": 2048, "kernel": "avx2", "why": "long"}]
+    kernels = {r: {c: {256: "erms", 4 * KB: "avx2"} for c in decide.CLASSES} for r in decide.REGIONS}
+    b = decide.Builtin(nt_threshold=None, parallel_threshold=None, threads=1, kernels=kernels,
+                       bands={r: {c: copy.deepcopy(bands) for c in decide.CLASSES} for r in decide.REGIONS})
+    m = measurements(sizes)
+    for r in decide.REGIONS:
+        for c in decide.CLASSES:
+            m["cells"][r][c]["256"] = {"generic": st(9.0), "avx2": st(9.0), "erms": st(10.0)}
+    body = decide.decide(m, b, {})["body"]
+    for r in decide.REGIONS:
+        for c in decide.CLASSES:
+            assert body["regions"][r][c] == [
+                {"from": 0, "kernel": "generic", "why": "below the measured grid, the built-in choice: tiny"},
+                {"from": 128, "kernel": "erms", "why": "below the measured grid, the built-in choice: short"},
+                {"from": 4096, "kernel": "avx2", "why": "built-in choice kept: fastest at 4 KiB"}]
