@@ -77,7 +77,9 @@ STAGE=$B/arm64-site
 rm -rf "$STAGE" && mkdir -p "$STAGE/fastcopy"
 # Everything the wheel ships (modules, type stubs, py.typed), minus any host-built extension.
 cp "$ROOT"/src/fastcopy/*.py "$ROOT"/src/fastcopy/*.pyi "$ROOT"/src/fastcopy/py.typed "$STAGE/fastcopy/"
-mkdir -p "$STAGE/fastcopy/measure" && cp "$ROOT"/src/fastcopy/measure/*.py "$STAGE/fastcopy/measure/"
+for pkg in bench tune; do
+  mkdir -p "$STAGE/fastcopy/$pkg" && cp "$ROOT"/src/fastcopy/$pkg/*.py "$STAGE/fastcopy/$pkg/"
+done
 cp "$SO" "$STAGE/fastcopy/"
 
 # The first CPU runs the whole suite; the others (other vector lengths, SVE) only the files

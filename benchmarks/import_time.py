@@ -1,6 +1,6 @@
 """Import cost of fastcopy on top of numpy, in fresh interpreters, interleaved.
 
-Target (issue 2): `import fastcopy` adds at most 10 % to the time of `import numpy`.
+Target: `import fastcopy` adds at most 10 % to the time of `import numpy`.
 Run: python benchmarks/import_time.py [--runs 21]
 """
 from __future__ import annotations

@@ -39,8 +39,8 @@ from typing import Any, Dict, List
 import numpy as np
 
 import fastcopy
-from fastcopy.measure import engine
-from fastcopy.measure.units import human_size
+from fastcopy.bench import engine
+from fastcopy.bench.units import human_size
 
 # 0: page-aligned; 1, 16, 31: the 4K-aliasing distances where rep movsb collapses on Zen 3;
 # 64 and 2064: far.
@@ -62,13 +62,13 @@ def measure_point(size: int, offset: int, variants: Dict[str, Any], repeats: int
                   rng: random.Random, recheck: bool = True) -> Dict[str, float]:
     bufs = engine.Buffers(size, [offset])
     dst, src = bufs.dst[offset], bufs.src
-    timers = {name: engine.callable_variant(name, f, name).make(dst, src) for name, f in variants.items()}
+    timers = {name: engine.loop_timer(f)(dst, src) for name, f in variants.items()}
     for name, f in variants.items():  # every variant must copy right
         dst.fill(0)
         f(dst, src)
         if not np.array_equal(dst, src):
             raise SystemExit(f"{name} copied wrong bytes at {size} B, offset {offset}")
-    iterations = engine._calibrate(timers["np.copyto"], min_time)
+    iterations = engine.calibrate(timers["np.copyto"], min_time)
     samples = engine.time_interleaved(timers, iterations, repeats, rng)
 
     def medians() -> Dict[str, float]:
@@ -80,8 +80,8 @@ def measure_point(size: int, offset: int, variants: Dict[str, Any], repeats: int
 
     gbps = medians()
     # Up to MAX_RECHECKS more rounds while a ratio stays outside 0.9..1.1: on a VM whose other
-    # vCPU is busy, one burst of load in a 0.2 ms loop moved single points to 0.76-0.83 with
-    # the same kernel on both sides (Zen 3 VM, 14 KB and 169 KB, measured again at 0.96-1.01).
+    # vCPU is busy, one burst of load in a short loop moves single points far from 1 with the
+    # same kernel on both sides (evidence: bench-policy-quality-recheck).
     for _ in range(MAX_RECHECKS if recheck else 0):
         if not outlier(gbps):
             break
@@ -110,7 +110,7 @@ def main(argv: List[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--points", type=int, default=24, help="sizes between 200 B and 700 KB (default 24)")
     # Many short loops: a loop another process preempts runs 3-4x slower on a shared machine, and
-    # short loops are hit less often (see SETTINGS in fastcopy/measure/tune.py).
+    # short loops are hit less often (evidence: tune-short-samples).
     ap.add_argument("--repeats", type=int, default=15, help="interleaved repeats per point (default 15)")
     ap.add_argument("--min-time", type=float, default=0.0002, dest="min_time",
                     help="seconds per timed loop (default 0.0002)")

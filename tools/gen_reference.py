@@ -188,9 +188,9 @@ def python_variables() -> List[Dict[str, Any]]:
     read them."""
     from fastcopy import _profile
     out = [dict(_profile.PROFILE_VARIABLE, min=None, max=None, reader="`fastcopy` at import")]
-    # fastcopy.measure.system reads FASTCOPY_RAPL_ROOT without a module constant; its default
+    # fastcopy.bench.system reads FASTCOPY_RAPL_ROOT without a module constant; its default
     # is what the module returns with the variable unset.
-    from fastcopy.measure import system
+    from fastcopy.bench import system
     saved = os.environ.pop("FASTCOPY_RAPL_ROOT", None)
     try:
         rapl_default = system._rapl_root()
@@ -200,7 +200,7 @@ def python_variables() -> List[Dict[str, Any]]:
     out.append({"name": "FASTCOPY_RAPL_ROOT", "values": "a directory laid out as the powercap tree",
                 "effect": "where the benchmarks read the RAPL energy counters (the tests point it at a fake tree)",
                 "default": f"`{rapl_default}`", "min": None, "max": None,
-                "reader": "`fastcopy.measure` (benchmarks and `tune`)"})
+                "reader": "`fastcopy.bench` (benchmarks and `tune`)"})
     return out
 
 

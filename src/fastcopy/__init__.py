@@ -131,12 +131,13 @@ def get_threads() -> int:
 def tune(*args: Any, **kwargs: Any) -> Dict[str, Any]:
     """Measure this machine and write a dispatch profile (``python -m fastcopy tune``).
 
-    Keywords as ``fastcopy.measure.tune.tune``: ``quick``, ``output`` (a path; default the user
-    cache, see ``fastcopy.measure.tune.default_output``), ``grid``, ``progress``, ``write``.
+    Keywords as ``fastcopy.tune.profile.tune``: ``quick``, ``output`` (a path; default the user
+    cache, see ``fastcopy.tune.profile.default_output``), ``grid``, ``progress``, ``write``.
     Returns the profile as a dict (docs/profile-format.md). The measurement code is imported
-    only when this is called.
+    only when this is called (the package ``fastcopy.tune`` then takes this name, and is
+    callable the same way).
     """
-    from .measure.tune import tune as _tune
+    from .tune.profile import tune as _tune
 
     return _tune(*args, **kwargs)
 

@@ -12,7 +12,8 @@ from typing import List, Optional
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    from .measure import cli, tune
+    from .bench import cli
+    from .tune import cli as tune_cli
 
     parser = argparse.ArgumentParser(prog="python -m fastcopy")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -25,7 +26,7 @@ def _build_parser() -> argparse.ArgumentParser:
                              "or to load it elsewhere with FASTCOPY_PROFILE=FILE)")
 
     cli.add_bench_parser(sub)
-    tune.add_tune_parser(sub)
+    tune_cli.add_tune_parser(sub)
 
     p_cmp = sub.add_parser("compare", help="compare two bench --json files",
                            description="Per size and variant: change of the median in percent; '*' marks a "
@@ -73,8 +74,8 @@ def _shm(args: argparse.Namespace) -> int:
 
 
 def _compare(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from .compare import compare_files
-    from .measure.cli import check_outputs, need_matplotlib, subparser
+    from .bench.cli import check_outputs, need_matplotlib, subparser
+    from .bench.compare import compare_files
 
     p = subparser(parser, "compare")
     check_outputs(p, args)
@@ -86,7 +87,7 @@ def _compare(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         p.error(str(e))
     print(text)
     if args.plot:
-        from .bench_plot import plot_compare
+        from .bench.plot import plot_compare
 
         plot_compare(rows, args.plot, title=f"{os.path.basename(args.new)} vs {os.path.basename(args.base)}")
         print(f"plot written to {args.plot}")
@@ -108,11 +109,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             print_info(as_json=args.json, verbose=args.verbose)
         return 0
     if args.command == "bench":
-        from .measure.cli import run
+        from .bench.cli import run
 
         return run(parser, args, argv)
     if args.command == "tune":
-        from .measure.tune import run_cli
+        from .tune.cli import run_cli
 
         return run_cli(parser, args, argv)
     if args.command == "compare":

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from fastcopy import batch_bench
+from fastcopy.bench import batch as batch_bench
 
 from _cli import cli
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import fastcopy
-from fastcopy import bench as b
+from fastcopy.bench import engine, system, units
 
 from _cli import NO_SUBPROCESS, SRC_DIR, cli
 
@@ -42,26 +42,26 @@ def run_json(tmp_path_factory):
     ("2KiB,1MB", [2048, 1 << 20]),
 ])
 def test_parse_sizes(text, sizes):
-    assert b.parse_sizes(text) == sizes
+    assert units.parse_sizes(text) == sizes
 
 
 @pytest.mark.parametrize("text", ["4Q", "", "1K:", "4K:1K", "1K:4K:x1", "1K:4K:y2", "0", "-4"])
 def test_parse_sizes_rejects(text):
     with pytest.raises(ValueError):
-        b.parse_sizes(text)
+        units.parse_sizes(text)
 
 
 def test_parse_cpus_and_offsets():
-    assert b.parse_cpus("0,2-3") == [0, 2, 3]
-    assert b.format_cpus([0, 2, 3, 5]) == "0,2-3,5"
-    assert b.parse_offsets("mixed") == b.MIXED_OFFSETS
-    assert b.parse_offsets("0,16") == [0, 16]
+    assert units.parse_cpus("0,2-3") == [0, 2, 3]
+    assert units.format_cpus([0, 2, 3, 5]) == "0,2-3,5"
+    assert units.parse_offsets("mixed") == units.MIXED_OFFSETS
+    assert units.parse_offsets("0,16") == [0, 16]
     with pytest.raises(ValueError):
-        b.parse_offsets("4096")
+        units.parse_offsets("4096")
 
 
 def test_buffers_placement():
-    bufs = b.Buffers(10000, [0, 16, 2064])
+    bufs = engine.Buffers(10000, [0, 16, 2064])
     assert bufs.src.ctypes.data % 4096 == 0
     for off, dst in bufs.dst.items():
         assert (dst.ctypes.data - bufs.src.ctypes.data) % 4096 == off
@@ -83,7 +83,7 @@ def test_table_printed(run_json):
 
 def test_json_schema(run_json):
     _, doc, _ = run_json
-    assert doc["schema"] == b.SCHEMA
+    assert doc["schema"] == system.SCHEMA
     for key in ("fastcopy_version", "cpu", "cpu_brand", "libc", "numpy_version", "policy", "overrides", "threads",
                 "date", "command_line", "offsets", "repeats", "energy", "numa", "config", "results"):
         assert key in doc, key
@@ -105,6 +105,10 @@ def test_json_schema(run_json):
             assert s["gbps"] == pytest.approx(r["size"] * s["iterations"] / s["seconds"] / 1e9)
         if r["variant"] == "np.copyto":
             assert r["ratio_to_copyto"] == pytest.approx(1.0)
+    # Each variant's ratio is its median over np.copyto's at the same size.
+    copyto = {r["size"]: r["median_gbps"] for r in doc["results"] if r["variant"] == "np.copyto"}
+    for r in doc["results"]:
+        assert r["ratio_to_copyto"] == pytest.approx(r["median_gbps"] / copyto[r["size"]])
 
 
 def test_mixed_offsets(tmp_path):
@@ -113,7 +117,7 @@ def test_mixed_offsets(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "cycling per repeat over 0, 16, 64, 1024, 2064" in r.stdout
     doc = json.load(open(path))
-    assert doc["offsets"] == b.MIXED_OFFSETS
+    assert doc["offsets"] == units.MIXED_OFFSETS
     assert [s["offset"] for s in doc["results"][0]["samples"]] == [0, 16]
 
 
@@ -254,10 +258,6 @@ def test_plot_without_matplotlib(tmp_path, monkeypatch):
     assert not (tmp_path / "x.png").exists()
 
 
-HAVE_IPC = importlib.util.find_spec("fastcopy.ipc_bench") is not None
-
-
-@pytest.mark.skipif(not HAVE_IPC, reason="fastcopy.ipc_bench is not in this tree yet")
 @pytest.mark.skipif(NO_SUBPROCESS, reason="the IPC benchmark starts a second interpreter")
 def test_ipc(tmp_path):
     path = str(tmp_path / "ipc.json")
@@ -265,12 +265,11 @@ def test_ipc(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "channel" in r.stdout and "pipe" in r.stdout
     doc = json.load(open(path))
-    assert doc["kind"] == "ipc" and doc["schema"] == b.SCHEMA
+    assert doc["kind"] == "ipc" and doc["schema"] == system.SCHEMA
     assert {row["transport"] for row in doc["results"]} == {"channel", "pipe"}
     assert all(row["size"] == 4096 for row in doc["results"])
 
 
-@pytest.mark.skipif(not HAVE_IPC, reason="fastcopy.ipc_bench is not in this tree yet")
 @pytest.mark.skipif(NO_SUBPROCESS, reason="the topic benchmark starts receiver processes")
 def test_ipc_topic_runs_copies_and_views_with_the_fill_asked_for(tmp_path):
     path = str(tmp_path / "topic.json")
@@ -282,12 +281,6 @@ def test_ipc_topic_runs_copies_and_views_with_the_fill_asked_for(tmp_path):
     assert doc["kind"] == "ipc_topic" and doc["config"]["view_fill"] == "fastcopy"
     assert {row["config"] for row in doc["results"]} == {"channel", "topic1", "topic2", "channel_view",
                                                          "topic1_view", "topic2_view"}
-
-
-def test_ipc_missing_is_a_clear_error(tmp_path, monkeypatch):
-    env = hide_modules(monkeypatch, tmp_path, "fastcopy.ipc_bench")
-    r = cli("bench", "--ipc", "--sizes", "4K", *FAST, env=env)
-    assert r.returncode == 2 and "--ipc" in r.stderr and "ipc_bench" in r.stderr
 
 
 def test_ipc_rejects_copy_only_options():
@@ -304,17 +297,17 @@ def test_view_fill_only_with_ipc():
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/numa_maps"), reason="no /proc/self/numa_maps")
 def test_buffer_numa_pages():
-    buf = b.aligned_buffer(4 << 20)
+    buf = engine.aligned_buffer(4 << 20)
     buf.fill(1)
-    pages = b.buffer_numa_pages(buf.ctypes.data)
+    pages = system.buffer_numa_pages(buf.ctypes.data)
     assert pages is not None and sum(pages.values()) > 0
     assert all(re.fullmatch(r"N\d+", k) for k in pages)
-    rep = b.numa_report()
-    assert rep["nodes"] == b.numa_nodes() and rep["multi_node"] == (len(rep["nodes"]) > 1)
+    rep = system.numa_report()
+    assert rep["nodes"] == system.numa_nodes() and rep["multi_node"] == (len(rep["nodes"]) > 1)
 
 
 def test_progress_bar(capsys):
-    p = b.Progress(4, enabled=True, delay=0)
+    p = engine.Progress(4, enabled=True, delay=0)
     for i in range(4):
         p.step(f"step {i}")
     p.close()
@@ -323,7 +316,7 @@ def test_progress_bar(capsys):
 
 
 def test_progress_bar_off_when_not_a_tty(capsys):
-    p = b.Progress(4, delay=0)  # stderr is captured, not a terminal
+    p = engine.Progress(4, delay=0)  # stderr is captured, not a terminal
     p.step("x")
     p.close()
     assert capsys.readouterr().err == ""

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from fastcopy import _core
-from fastcopy.measure import system
+from fastcopy.bench import system
 
 CPUS = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
 two_cpus = pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs in the affinity mask")

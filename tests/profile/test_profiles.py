@@ -24,6 +24,26 @@ needs_subprocess = pytest.mark.skipif(os.environ.get("FASTCOPY_NO_SUBPROCESS") =
 CLASSES = ("page_aligned", "near", "far", "backward")
 REGIONS = ("private", "to_shared", "from_shared")
 
+@pytest.fixture(autouse=True, scope="module")
+def no_user_profile(tmp_path_factory):
+    """The in-process tests start from the built-in profile whatever the user's cache or
+    environment holds (a tuned profile cached for this machine would otherwise be the base of
+    builtin_json() and what load_at_import() restores): the cache is an empty folder and
+    FASTCOPY_PROFILE is unset."""
+    saved = {k: os.environ.get(k) for k in ("XDG_CACHE_HOME", "FASTCOPY_PROFILE")}
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))
+    os.environ.pop("FASTCOPY_PROFILE", None)
+    _profile.load_at_import()
+    assert _core.active_profile()["source"] == "built-in"
+    yield
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    _profile.load_at_import()
+
+
 PROBE = """
 import json, warnings, numpy as np
 with warnings.catch_warnings(record=True) as caught:

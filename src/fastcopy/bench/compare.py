@@ -11,9 +11,9 @@ import json
 import math
 from typing import Any, Dict, List, Tuple
 
-from .measure.paths import read_regular
-from .measure.system import SCHEMA
-from .measure.units import human_size
+from .paths import read_regular
+from .system import SCHEMA
+from .units import human_size
 
 
 # Largest result file compare reads: a default bench run with every sample is well under 1 MiB.

@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 import fastcopy
-from .measure.engine import repeat_order
+from .engine import repeat_order
 
 # name -> (what, count, bytes per array, out=?)
 CASES: Dict[str, Dict[str, Any]] = {
@@ -37,9 +37,9 @@ TARGETS = [("stack_64x256K_out", "numpy", 1.5), ("stack_64x256K_out", "torch", 1
 
 
 def _torch(threads: Optional[int]) -> Optional[Any]:
-    from .measure.engine import _torch_module
+    from .engine import torch_module
 
-    torch = _torch_module()
+    torch = torch_module()
     if torch is not None and threads != 0:
         torch.set_num_threads(threads or fastcopy.get_threads())
     return torch
@@ -136,7 +136,7 @@ def ratios(result: Dict[str, Any]) -> Dict[str, Dict[str, float]]:
 
 
 def check_targets(result: Dict[str, Any]) -> List[str]:
-    """The issue-11 targets: one line each, 'met' or 'MISSED' (skipped when not measured)."""
+    """The speed targets (TARGETS): one line each, 'met' or 'MISSED' (skipped when not measured)."""
     lines = []
     r = ratios(result)
     for case, other, least in TARGETS:
@@ -183,11 +183,11 @@ def run_cli(parser: Any, args: Any, argv: Sequence[str]) -> int:
                               torch_threads=args.torch_threads)
     print(format_batch_table(results))
     if args.json:
-        from .measure.system import metadata
+        from .system import metadata
 
         doc = metadata([sys.executable, "-m", "fastcopy"] + list(argv))
         doc.update({"kind": "batch", "results": results})
-        from .measure.cli import save_json
+        from .cli import save_json
 
         return save_json(args.json, doc, "the batched-copy results")
     return 0

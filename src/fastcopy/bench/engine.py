@@ -1,8 +1,10 @@
-"""The measurement engine shared by ``python -m fastcopy bench`` and ``tune``.
+"""The measurement engine shared by every benchmark (``fastcopy.bench.copy``, ``batch``, ``ipc``,
+``topic``) and by ``python -m fastcopy tune``.
 
 Buffers (page-aligned, at chosen ``(dst - src) mod 4096`` offsets, in private memory or in a
-real POSIX shared-memory mapping), the two cache modes, the variants that copy, calibrated
-timing loops, interleaved repeats, medians and spreads.
+real POSIX shared-memory mapping, per size or cut from one arena per run), the two cache modes,
+calibrated timing loops, interleaved repeats, the order of repeats, medians, spreads and the
+words for a ratio of medians.
 
 Cache modes:
 
@@ -26,14 +28,12 @@ import random
 import statistics
 import sys
 import time
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .system import Rapl, numa_report
-from .units import PAGE, human_size
+from .units import PAGE
 
-BASELINE = "np.copyto"
 CACHE_MODES = ("hot", "cold")
 # A cold rotation's sources hold at least this many times the L3 size.
 COLD_L3_FACTOR = 2
@@ -155,28 +155,85 @@ class Buffers:
         return list(zip(self.dsts[offset], self.srcs))
 
 
-# ----------------------------------------------------------------------------- variants
-
-class Variant:
-    """A named way to copy. ``make(dst, src)`` returns a timer ``run(n) -> seconds`` for n copies
-    of the same buffers (hot); ``make_rotating(pairs)`` one whose n copies walk the (dst, src)
-    pairs in turn (cold)."""
-
-    def __init__(self, name: str, make: Callable[[np.ndarray, np.ndarray], Timer], description: str,
-                 make_rotating: Optional[Callable[[List[Tuple[np.ndarray, np.ndarray]]], Timer]] = None):
-        self.name, self.make, self.description = name, make, description
-        self.make_rotating = make_rotating
-
-    def timer(self, bufs: "Buffers", offset: int) -> Timer:
-        """The timer for these buffers at this offset, in their cache mode."""
-        if bufs.count == 1:
-            return self.make(bufs.dst[offset], bufs.src)
-        if self.make_rotating is None:
-            raise ValueError(f"variant {self.name} cannot run with a cold cache")
-        return self.make_rotating(bufs.pairs(offset))
 
 
-def _rotating(copy_one: Callable[[Any, Any], Any]) -> Callable[[List[Tuple[Any, Any]]], Timer]:
+class Arena:
+    """Private and POSIX shared memory of ``nbytes`` each, faulted in once and lent to every
+    SizeMemory of a run (mapping a gigabyte afresh for each large size costs more system time
+    than the copies measured there)."""
+
+    def __init__(self, nbytes: int, shared: bool = True):
+        self.private = aligned_buffer(nbytes)
+        self.private.fill(0x5A)  # faults the pages in (content does not change a copy's speed)
+        head = min(nbytes, 1 << 16)
+        self.private[:head] = np.resize(np.arange(251, dtype=np.uint8), head)
+        self.shm: Optional[SharedBuffer] = SharedBuffer(nbytes) if shared else None
+        self.shared: Optional[np.ndarray] = self.shm.array if self.shm is not None else None
+        if self.shared is not None:
+            self.shared.fill(7)
+
+    def close(self) -> None:
+        self.shared = None
+        if self.shm is not None:
+            self.shm.close()
+
+
+# Backward overlap in SizeMemory: dst = src + this many bytes (at most half the size).
+BACKWARD_SHIFT = 4096 + 64
+
+
+def slot_bytes(size: int) -> int:
+    """Bytes of one SizeMemory slot for copies of ``size`` bytes."""
+    return 2 * (-(-size // PAGE) * PAGE + PAGE)
+
+
+class SizeMemory:
+    """Buffers for copies of ``size`` bytes in each region (``"private"``: private memory;
+    ``"to_shared"``/``"from_shared"``: the destination or the source in a POSIX shared-memory
+    mapping): ``count`` slots (cold rotations
+    use several), from ``arena`` when it is large enough, else its own. A slot holds a source at
+    its start and a destination one page-rounded size plus a page later, so every offset keeps
+    its (dst - src) mod 4096; backward copies run inside one slot (dst = src + shift)."""
+
+    def __init__(self, size: int, count: int, shared: bool, arena: Optional[Arena] = None):
+        self.size, self.count = size, count
+        self.dst_at = -(-size // PAGE) * PAGE + PAGE
+        self.slot = slot_bytes(size)
+        need = self.slot * count
+        self._own: Optional[Arena] = None
+        if arena is None or arena.private.size < need or (shared and arena.shared is None):
+            arena = self._own = Arena(need, shared)
+        self.private = arena.private[:need]
+        self.shared: Optional[np.ndarray] = arena.shared[:need] if shared and arena.shared is not None else None
+
+    def pairs(self, region: str, offset: int, backward: bool = False) -> List[Tuple[np.ndarray, np.ndarray]]:
+        """(dst, src) per slot: dst at ``offset`` from src mod 4096, or, ``backward``, overlapping
+        with dst above src."""
+        n, out = self.size, []
+        for i in range(self.count):
+            base = i * self.slot
+            if backward:
+                mem = self.private if region == "private" else self.shared
+                assert mem is not None
+                shift = max(1, min(BACKWARD_SHIFT, n // 2))
+                out.append((mem[base + shift:base + shift + n], mem[base:base + n]))
+                continue
+            dst_mem = self.shared if region == "to_shared" else self.private
+            src_mem = self.shared if region == "from_shared" else self.private
+            assert dst_mem is not None and src_mem is not None
+            d0 = base + self.dst_at + offset
+            out.append((dst_mem[d0:d0 + n], src_mem[base:base + n]))
+        return out
+
+    def close(self) -> None:
+        self.shared = None
+        if self._own is not None:
+            self._own.close()
+
+
+# ----------------------------------------------------------------------------- timers
+
+def rotating_timer(copy_one: Callable[[Any, Any], Any]) -> Callable[[List[Tuple[Any, Any]]], Timer]:
     def make(pairs: List[Tuple[Any, Any]]) -> Timer:
         pc = time.perf_counter
         cycle, islice = itertools.cycle, itertools.islice
@@ -191,11 +248,7 @@ def _rotating(copy_one: Callable[[Any, Any], Any]) -> Callable[[List[Tuple[Any, 
     return make
 
 
-def _slice_assign(d: np.ndarray, s: np.ndarray) -> None:
-    d[...] = s
-
-
-def _callable_timer(f: Callable[[Any, Any], Any]) -> Callable[[np.ndarray, np.ndarray], Callable[[int], float]]:
+def loop_timer(f: Callable[[Any, Any], Any]) -> Callable[[np.ndarray, np.ndarray], Callable[[int], float]]:
     def make(dst: np.ndarray, src: np.ndarray) -> Callable[[int], float]:
         pc = time.perf_counter
 
@@ -209,19 +262,7 @@ def _callable_timer(f: Callable[[Any, Any], Any]) -> Callable[[np.ndarray, np.nd
     return make
 
 
-def _slice_timer(dst: np.ndarray, src: np.ndarray) -> Callable[[int], float]:
-    pc = time.perf_counter
-
-    def run(n: int) -> float:
-        r = range(n)
-        t0 = pc()
-        for _ in r:
-            dst[...] = src
-        return pc() - t0
-    return run
-
-
-def _torch_module() -> Optional[Any]:
+def torch_module() -> Optional[Any]:
     import importlib.util
 
     if importlib.util.find_spec("torch") is None:
@@ -237,89 +278,6 @@ def _torch_module() -> Optional[Any]:
     except Exception:  # a broken torch install must not break the benchmark
         return None
 
-
-def _torch_timer(torch: Any) -> Callable[[np.ndarray, np.ndarray], Callable[[int], float]]:
-    def make(dst: np.ndarray, src: np.ndarray) -> Callable[[int], float]:
-        tdst, tsrc = torch.from_numpy(dst), torch.from_numpy(src)
-        pc = time.perf_counter
-
-        def run(n: int) -> float:
-            r = range(n)
-            t0 = pc()
-            for _ in r:
-                tdst.copy_(tsrc)
-            return pc() - t0
-        return run
-    return make
-
-
-def _torch_rotating(torch: Any) -> Callable[[List[Tuple[np.ndarray, np.ndarray]]], Timer]:
-    def make(pairs: List[Tuple[np.ndarray, np.ndarray]]) -> Timer:
-        tpairs = [(torch.from_numpy(d), torch.from_numpy(s)) for d, s in pairs]
-        return _rotating(lambda d, s: d.copy_(s))(tpairs)
-    return make
-
-
-def callable_variant(name: str, f: Callable[[Any, Any], Any], description: str) -> Variant:
-    """A variant that copies with ``f(dst, src)``, hot or cold."""
-    return Variant(name, _callable_timer(f), description, _rotating(f))
-
-
-def available_variants(with_torch: bool = True, torch_threads: Optional[int] = None
-                       ) -> Tuple[List[Variant], Dict[str, Any]]:
-    """All variants usable here, and notes about them (torch version or why it is absent)."""
-    import fastcopy
-
-    out = [callable_variant("fastcopy", fastcopy.copy, "fastcopy.copy: the automatic choice")]
-    for name in fastcopy.kernels():
-        out.append(callable_variant(f"fastcopy[{name}]", fastcopy.kernel(name), f"fastcopy.kernel('{name}') forced"))
-    out.append(callable_variant(BASELINE, np.copyto, "numpy's np.copyto(dst, src)"))
-    out.append(Variant("dst[...]=src", _slice_timer, "numpy slice assignment dst[...] = src", _rotating(_slice_assign)))
-    notes: Dict[str, Any] = {"torch_version": None, "torch_threads": None}
-    torch = _torch_module() if with_torch else None
-    if torch is not None:
-        out.append(Variant("torch.copy_", _torch_timer(torch), "torch.from_numpy(dst).copy_(torch.from_numpy(src))",
-                           _torch_rotating(torch)))
-        notes["torch_version"] = torch.__version__
-        notes["torch_default_threads"] = torch.get_num_threads()
-        notes["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY")
-        if torch_threads is None:  # the same parallelism budget as fastcopy's pool
-            torch_threads = fastcopy.get_threads()
-        if torch_threads:
-            torch.set_num_threads(torch_threads)
-        notes["torch_threads"] = torch.get_num_threads()
-    else:
-        notes["torch_missing"] = "not requested" if not with_torch else "torch is not importable"
-    return out, notes
-
-
-def select_variants(all_variants: List[Variant], spec: Optional[str]) -> List[Variant]:
-    """``spec`` is a comma list of names; ``kernels`` selects every fastcopy[...] kernel, ``all`` everything."""
-    if not spec:
-        return all_variants
-    by_name = {v.name: v for v in all_variants}
-    aliases = {"copyto": BASELINE, "slice": "dst[...]=src", "torch": "torch.copy_", "auto": "fastcopy"}
-    chosen: List[Variant] = []
-    for word in (w.strip() for w in spec.split(",")):
-        if not word:
-            continue
-        if word == "all":
-            names = [v.name for v in all_variants]
-        elif word == "kernels":
-            names = [v.name for v in all_variants if v.name.startswith("fastcopy[")]
-        else:
-            name = aliases.get(word, word)
-            if name not in by_name and f"fastcopy[{name}]" in by_name:
-                name = f"fastcopy[{name}]"
-            if name not in by_name:
-                raise ValueError(f"unknown variant '{word}' (usable here: {', '.join(by_name)})")
-            names = [name]
-        for n in names:
-            if by_name[n] not in chosen:
-                chosen.append(by_name[n])
-    if not chosen:
-        raise ValueError(f"no variant selected by '{spec}'")
-    return chosen
 
 # ----------------------------------------------------------------------------- measurement
 
@@ -347,7 +305,7 @@ class Progress:
             sys.stderr.flush()
 
 
-def _calibrate(run: Callable[[int], float], min_time: float) -> int:
+def calibrate(run: Callable[[int], float], min_time: float) -> int:
     """Loop length n with run(n) >= min_time (the first call doubles as the warm-up)."""
     run(1)
     n = 1
@@ -357,101 +315,6 @@ def _calibrate(run: Callable[[int], float], min_time: float) -> int:
             return n
         n = max(n * 2, int(math.ceil(n * min_time * 1.2 / max(t, 1e-9))))
         n = min(n, 1 << 30)
-
-
-def _verify(dst: np.ndarray, src: np.ndarray) -> bool:
-    if dst.size <= 1 << 22:
-        return bool(np.array_equal(dst, src))
-    step = 4099
-    return bool(np.array_equal(dst[:1 << 16], src[:1 << 16]) and np.array_equal(dst[-(1 << 16):], src[-(1 << 16):])
-                and np.array_equal(dst[::step], src[::step]))
-
-
-def run_bench(sizes: Sequence[int], variants: Sequence[Variant], repeats: int = 5, min_time: float = 0.02,
-              offsets: Sequence[int] = (0,), energy: Optional[Rapl] = None,
-              progress: Optional[Progress] = None, cache: str = "hot") -> List[Dict[str, Any]]:
-    """Measure every (size, variant); return one result dict per pair with all samples."""
-    from .. import _core
-
-    import fastcopy
-
-    results: List[Dict[str, Any]] = []
-    threads = fastcopy.get_threads()
-    parallel_from = _core.parallel_threshold()
-    use_energy = energy is not None and energy.available
-    shuffle = random.Random(12345)
-    l3 = cache_sizes()[1]
-    for size in sizes:
-        if progress is not None:
-            progress.step(f"{human_size(size)} (warm-up)", 0)
-        bufs = Buffers(size, offsets, cache=cache, l3=l3)
-        src = bufs.src
-        runs: Dict[Tuple[str, int], Timer] = {}
-        iters: Dict[str, int] = {}
-        verified: Dict[str, bool] = {}
-        for v in variants:
-            ok = True
-            for off, dst in bufs.dst.items():
-                for d in bufs.dsts[off]:
-                    d.fill(0)
-                runs[(v.name, off)] = v.timer(bufs, off)
-                runs[(v.name, off)](bufs.count)  # one pass over the rotation (hot: one copy)
-                ok = ok and _verify(dst, src) and _verify(bufs.dsts[off][-1], bufs.srcs[-1])
-            verified[v.name] = ok
-            iters[v.name] = _calibrate(runs[(v.name, offsets[0])], min_time)
-        chosen: Dict[int, Optional[str]] = {}
-        for off, dst in bufs.dst.items():
-            try:
-                chosen[off] = _core.chosen_kernel(dst.ctypes.data, src.ctypes.data, size)
-            except Exception:
-                chosen[off] = None
-        samples: Dict[str, List[Dict[str, Any]]] = {v.name: [] for v in variants}
-        for r in range(repeats):
-            off = offsets[r % len(offsets)]
-            order = list(variants)
-            shuffle.shuffle(order)  # a new order every repeat: no variant always goes first or after another
-            for v in order:
-                n = iters[v.name]
-                e0 = energy.read() if use_energy else None  # type: ignore[union-attr]
-                t = runs[(v.name, off)](n)
-                joules = energy.joules(e0, energy.read()) if use_energy else None  # type: ignore[union-attr,arg-type]
-                samples[v.name].append({"repeat": r, "offset": off, "iterations": n, "seconds": t,
-                                        "gbps": size * n / t / 1e9, "joules": joules})
-            if progress is not None:
-                progress.step(f"{human_size(size)} ({r + 1}/{repeats})")
-        base = None
-        if any(v.name == BASELINE for v in variants):
-            base = statistics.median(s["gbps"] for s in samples[BASELINE])
-        numa = numa_report(bufs) if size >= 1 << 20 else None
-        for v in variants:
-            g = [s["gbps"] for s in samples[v.name]]
-            med = statistics.median(g)
-            res: Dict[str, Any] = {
-                "size": size, "variant": v.name, "iterations": iters[v.name], "verified": verified[v.name],
-                "offsets": [s["offset"] for s in samples[v.name]],
-                "median_gbps": med, "min_gbps": min(g), "max_gbps": max(g),
-                "ratio_to_copyto": (med / base) if base else None,
-                "cache": cache,
-                "samples": samples[v.name],
-            }
-            if cache == "cold":
-                res["rotation_buffers"] = bufs.count
-                res["rotation_bytes"] = bufs.rotation_bytes
-                res["rotation_exceeds_l3"] = bufs.rotation_bytes > l3
-            if v.name == "fastcopy":
-                res["chosen_kernel"] = {str(o): c for o, c in chosen.items()}
-                res["threads_used"] = threads if (threads > 1 and parallel_from is not None
-                                                  and size >= parallel_from) else 1
-            if use_energy:
-                j = sum(s["joules"] for s in samples[v.name])
-                nbytes = size * sum(s["iterations"] for s in samples[v.name])
-                res["joules"] = j
-                res["gb_per_joule"] = nbytes / 1e9 / j if j > 0 else None
-            if numa is not None:
-                res["numa"] = numa
-            results.append(res)
-        del bufs, runs
-    return results
 
 
 # ----------------------------------------------------------------------------- interleaved timing
@@ -496,10 +359,9 @@ def ratio_words(ratio: float, spread_pair: Optional[Sequence[float]]) -> Tuple[s
     They disagree when the ratio of medians lies beyond Tukey's fences of the paired ratios:
     more than 1.5 times the bracket's width below or above it. That happens when the machine
     switches between a fast and a slow state for seconds at a time: the repeats still pair up,
-    but each side's median can land in a different state. On the 2-vCPU Zen 3 VM one IPC run
-    gave a round-trip ratio of 1.78x with a bracket of 0.78-1.00, and the next, a minute later,
-    0.76x (0.76-0.86): a ratio just outside its bracket is ordinary (the round-trip median is
-    over all round trips, the bracket over each repeat's median), hence the fences.
+    but each side's median can land in a different state (evidence: bench-ratio-outside-bracket).
+    A ratio just outside its bracket is ordinary (the round-trip median is over all round trips,
+    the bracket over each repeat's median), hence the fences.
     """
     words = f"{ratio:.2f}x"
     if not spread_pair:
@@ -516,9 +378,8 @@ def repeat_order(names: Sequence[Any], repeat: int) -> List[Any]:
     ACB). Over ``2 * len(names)`` repeats each name goes first equally often, and runs right
     after its neighbour on either side of the list equally often (after every other name, for up
     to three names). Benchmarks between processes need it: with one fixed order, the transport
-    that ran right after ``send`` + ``recv(out=)`` lost a few per cent (16 MiB, loan + view against
-    iceoryx2's view path: 0.94-0.99x in that order, 1.07-1.12x with neither after it; Zen 4 VM,
-    three runs each), so the ratio followed the order, not the transports."""
+    that runs right after another can lose a few per cent, so a ratio follows the order, not the
+    transports (evidence: bench-fixed-order-bias)."""
     k = len(names)
     if k == 0:
         return []

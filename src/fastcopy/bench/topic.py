@@ -36,9 +36,9 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 
-from . import _core
-from .measure import system
-from .measure.engine import SPREAD_DISAGREES_NOTE, order_balance_words, paired_spread, ratio_words, repeat_order
+from .. import _core
+from . import system
+from .engine import SPREAD_DISAGREES_NOTE, order_balance_words, paired_spread, ratio_words, repeat_order
 
 __all__ = ["run_topic_bench", "format_topic_table", "DEFAULT_TOPIC_SIZES", "CONFIGS", "BASELINES"]
 
@@ -124,11 +124,11 @@ def run_topic_bench(sizes: Iterable[int] = DEFAULT_TOPIC_SIZES, repeats: int = 5
     run's per-subscriber figures)), ``ratios`` (per size and Topic configuration: its median
     over the median of its baseline, ``BASELINES``) and ``spreads`` (the same keys: the middle
     half of the per-repeat ratios to the baseline, see
-    :func:`fastcopy.measure.engine.paired_spread`; absent with one repeat) and ``cpu_distance``
+    :func:`fastcopy.bench.engine.paired_spread`; absent with one repeat) and ``cpu_distance``
     (a probe of how far apart the first two CPUs are, before each repeat of each size: see
-    :func:`fastcopy.measure.system.cpu_distance_record`).
+    :func:`fastcopy.bench.system.cpu_distance_record`).
     """
-    from .ipc_bench import VIEW_FILLS
+    from .ipc_transports import VIEW_FILLS
 
     sizes = [int(s) for s in sizes]
     for c in configs:
@@ -206,7 +206,7 @@ def format_topic_table(results: Dict[str, Any]) -> str:
     """The medians as a table, one line per size and configuration: GB/s per subscriber and the
     ratio to its baseline Channel, with the middle half of the paired per-repeat ratios in
     brackets (marked ``!`` where the ratio lies far outside it: see
-    :func:`fastcopy.measure.engine.ratio_words`)."""
+    :func:`fastcopy.bench.engine.ratio_words`)."""
     by = {(r["config"], r["size"]): r for r in results["rows"]}
     config = results["config"]
     spreads = results.get("spreads", {})

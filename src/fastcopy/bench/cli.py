@@ -1,5 +1,6 @@
-"""``python -m fastcopy bench``: its arguments and the run (the measurement is in engine.py,
-the formatting in report.py; see docs/benchmarks.md)."""
+"""``python -m fastcopy bench``: its arguments and the run, handed to the copy benchmark
+(copy.py), ``--batch`` (batch.py) or ``--ipc`` (ipc.py, topic.py); the formatting is in
+report.py. See docs/benchmarks.md."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import os
 import sys
 from typing import Any, Callable, List
 
-from . import engine, report, system, units
+from . import copy, engine, report, system, units
+from .ipc_transports import VIEW_FILLS
 from .paths import output_problem, write_whole
+
 
 def typed(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     """Wrap a parser so its ValueError becomes an argparse error naming the argument."""
@@ -113,11 +116,11 @@ def add_bench_parser(sub: Any) -> argparse.ArgumentParser:
                         "for the automatic choice (then default sizes 4K:256M:x2)")
     p.add_argument("--batch", action="store_true",
                    help="measure batched copies instead: fastcopy.stack/concatenate/copy_many against numpy "
-                        "and torch (fastcopy.batch_bench; repeats, min-time, threads, torch-threads, json apply)")
+                        "and torch (fastcopy.bench.batch; repeats, min-time, threads, torch-threads, json apply)")
     p.add_argument("--ipc", action="store_true",
                    help="measure copies between two processes through fastcopy.shm.Channel instead "
                         "(against multiprocessing Queue and Pipe; sizes, repeats, min-time, variants apply)")
-    p.add_argument("--view-fill", choices=["memmove", "fastcopy"], default=None,
+    p.add_argument("--view-fill", choices=list(VIEW_FILLS), default=None,
                    help="--ipc: how the zero-copy transports (channel_view, iceoryx2; with --variants topic the "
                         "*_view configurations) fill a loaned slot, the same for all: memmove (glibc memmove: ctypes.memmove or np.copyto; default) or fastcopy (fastcopy.copy)")
     p.add_argument("--cache", choices=list(engine.CACHE_MODES), default="hot",
@@ -127,7 +130,7 @@ def add_bench_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def need_matplotlib(p: argparse.ArgumentParser) -> None:
-    from ..bench_plot import have_matplotlib
+    from .plot import have_matplotlib
 
     if not have_matplotlib():
         p.error("argument --plot: needs matplotlib, which is not installed "
@@ -205,7 +208,7 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: List[st
     if args.ipc:
         return _ipc(p, args, argv)
     if args.batch:
-        from ..batch_bench import run_cli
+        from .batch import run_cli
 
         return run_cli(p, args, argv)
 
@@ -213,12 +216,12 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: List[st
         want_torch = args.format != "ucx"
     else:
         want_torch = any(w.strip() in ("torch", "torch.copy_", "all") for w in args.variants.split(","))
-    all_variants, notes = engine.available_variants(with_torch=want_torch, torch_threads=args.torch_threads)
+    all_variants, notes = copy.available_variants(with_torch=want_torch, torch_threads=args.torch_threads)
     if args.format == "ucx" and args.variants is None:
-        variants = engine.select_variants(all_variants, "fastcopy")
+        variants = copy.select_variants(all_variants, "fastcopy")
     else:
         try:
-            variants = engine.select_variants(all_variants, args.variants)
+            variants = copy.select_variants(all_variants, args.variants)
         except ValueError as e:
             p.error(f"argument --variants: {e}")
 
@@ -239,7 +242,7 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: List[st
         print(flush=True)
     progress = engine.Progress(len(sizes) * repeats)
     try:
-        results = engine.run_bench(sizes, variants, repeats=repeats, min_time=min_time, offsets=offsets,
+        results = copy.run_bench(sizes, variants, repeats=repeats, min_time=min_time, offsets=offsets,
                                      energy=energy, progress=progress, cache=args.cache)
     except KeyboardInterrupt:
         progress.close()
@@ -265,7 +268,7 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: List[st
     else:
         status = 0
     if args.plot:
-        from ..bench_plot import plot_bench
+        from .plot import plot_bench
 
         plot_bench(results, args.plot, title=f"fastcopy {meta['fastcopy_version']} on {meta.get('cpu_brand') or '?'}")
         print(f"plot written to {args.plot}")
@@ -274,8 +277,8 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: List[st
 
 def _topic(p: argparse.ArgumentParser, args: argparse.Namespace, argv: List[str], kwargs: dict) -> int:
     """``bench --ipc --variants topic``: Topic with 1 and 2 subscribers against Channel, with copies and
-    with zero copy (fastcopy.topic_bench)."""
-    from ..topic_bench import format_topic_table, run_topic_bench
+    with zero copy (fastcopy.bench.topic)."""
+    from .topic import format_topic_table, run_topic_bench
 
     kwargs = {k: v for k, v in kwargs.items() if k != "transports"}
     try:
@@ -291,31 +294,23 @@ def _topic(p: argparse.ArgumentParser, args: argparse.Namespace, argv: List[str]
 
 
 def _ipc(p: argparse.ArgumentParser, args: argparse.Namespace, argv: List[str]) -> int:
-    """``bench --ipc``: fastcopy.shm.Channel (copy and zero copy) against the alternatives (fastcopy.ipc_bench)."""
+    """``bench --ipc``: fastcopy.shm.Channel (copy and zero copy) against the alternatives (fastcopy.bench.ipc)."""
     for option, given in (("--offset", args.offset is not None), ("--offsets", args.offsets is not None),
                           ("--plot", bool(args.plot)), ("--format ucx", args.format == "ucx"),
                           ("--torch-threads", args.torch_threads is not None),
                           ("--cache cold", args.cache == "cold")):
         if given:
             p.error(f"argument --ipc: {option} does not apply to the inter-process benchmark")
-    try:
-        from ..ipc_bench import format_ipc_table, run_ipc_bench  # written alongside fastcopy.shm
-    except ImportError as e:
-        p.error(f"argument --ipc: fastcopy.ipc_bench is not available in this build ({e})")
-    import inspect
+    from .ipc import format_ipc_table, run_ipc_bench
 
-    try:
-        params = set(inspect.signature(run_ipc_bench).parameters)
-    except (TypeError, ValueError):
-        params = set()
     kwargs: dict = {}
     if args.sizes:
         kwargs["sizes"] = args.sizes
     if args.repeats or args.quick:
         kwargs["repeats"] = args.repeats or 3
-    if (args.min_time or args.quick) and "min_time" in params:
+    if args.min_time or args.quick:
         kwargs["min_time"] = args.min_time or 0.05
-    if args.variants and "transports" in params:
+    if args.variants:
         kwargs["transports"] = [w.strip() for w in args.variants.split(",") if w.strip()]
     if args.view_fill:
         kwargs["view_fill"] = args.view_fill

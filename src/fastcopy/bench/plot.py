@@ -6,7 +6,7 @@ import importlib.util
 import math
 from typing import Any, Dict, List
 
-from .measure.units import human_size
+from .units import human_size
 
 
 def have_matplotlib() -> bool:

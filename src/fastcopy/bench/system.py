@@ -173,13 +173,11 @@ def metadata(argv: Sequence[str]) -> Dict[str, Any]:
     }
 
 
-# ---- how far apart two CPUs are (IPC and Topic benchmarks) ----------------------------------
-# On the 2-vCPU Zen 3 KVM guest the host moved the two vCPU threads between near and far
-# placement every few seconds: a cache line's round trip between them took about 110 ns or
-# 450-520 ns. Of 30 runs of a Channel moving 1 MiB messages between two processes, each probed
-# before and after, 10 of the 11 at 5-8.3 GB/s had a far probe and 8 of the 11 at 20-25 GB/s
-# had none, while two processes copying privately side by side did not slow down. Figures that
-# move data between processes need this next to them.
+# ---- how far apart two CPUs are (IPC and Topic benchmarks, tune) ----------------------------
+# On a small VM the host can move the vCPUs between near and far placement every few seconds,
+# and data passed between processes then moves several times slower while private copies do
+# not (evidence: bench-vcpus-moved-apart). Figures that move data between processes need the
+# probes next to them.
 FAR_FACTOR = 2.0  # a probe above this many times the run's lowest counts as "far apart"
 
 
@@ -238,11 +236,8 @@ def cpu_distance_words(record: Optional[Dict[str, Any]]) -> Optional[str]:
 
 def cpu_moved_note(record: Optional[Dict[str, Any]]) -> Optional[str]:
     """For a tuned profile's notes: words when the host moved the two CPUs during the run (some
-    probes far), else None. Two threads gain most with the CPUs near: on the 2-vCPU Zen 3 VM,
-    copying the same 4 MiB over and over, two threads against one gave a median of 1.36-1.41x
-    with the CPUs near (80-250 ns; up to 1.86x), 1.07x far apart (450-510 ns; 0.78-1.79x) and
-    1.02-1.04x at 65-68 ns, which looks like two hyperthreads of one core (two series, 40 and
-    64 rounds, each probed before)."""
+    probes far), else None. Two threads gain most with the CPUs near (evidence:
+    tune-pool-gain-by-cpu-distance, whose medians the note quotes)."""
     probes, far = _probes_and_far(record)
     if not far:
         return None

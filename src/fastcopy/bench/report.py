@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, Dict, List, Optional, Tuple
 
-from .engine import BASELINE
+from .copy import BASELINE
 from .units import format_cpus, human_size
 
 

@@ -1,0 +1,340 @@
+"""The decisions of ``python -m fastcopy tune``: measurements in, bands and thresholds out.
+
+Pure functions of plain data: the measurement table (``fastcopy.tune.measure.measure``'s
+result), the built-in profile's choices (``Builtin``) and the off-grid validation ratios. No
+timing, no files, no state: fixed tables give a fixed profile (tests/profile/test_decide.py).
+
+- ``decide_bands``: per region, address class and grid size, the kernel: the built-in one unless
+  another wins beyond the larger of the two measured spreads (and ``MIN_GAIN``);
+- ``apply_validation``: a changed band whose new kernel does not also win off the grid by more
+  than ``MIN_GAIN`` goes back to the built-in kernel;
+- ``decide_parallel``: the thread pool's threshold and thread count;
+- ``decide_nt``: per region, the non-temporal threshold, from the cold measurements;
+- ``profile_body``: the profile's ``regions`` and ``parallel`` (docs/profile-format.md).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+from .. import _core
+from ..bench.units import human_size
+
+REGIONS = ("private", "to_shared", "from_shared")
+CLASSES = ("page_aligned", "near", "far", "backward")
+# The pool is measured from this size up (below it one chunk of >= 16 KiB per thread would
+# leave nothing to split on a machine of a few CPUs).
+PARALLEL_MIN_GRID = 256 << 10
+# The longest "why" the profile format takes (the loader's limit, read from C++).
+MAX_WHY = _core.profile_limits()["max_why_chars"]
+
+Stat = Dict[str, float]  # {"gbps": median, "spread": relative}
+
+
+@dataclass
+class Builtin:
+    """What the built-in profile does, as data: its thresholds, the pool's threads, its kernel at
+    each measured size (``kernels[region][class][size]``, never a streaming one) and its bands
+    (``bands[region][class]``, as ``_core.base_profile()`` gives them)."""
+
+    nt_threshold: Optional[int]
+    parallel_threshold: Optional[int]
+    threads: int
+    kernels: Dict[str, Dict[str, Dict[int, str]]]
+    bands: Dict[str, Dict[str, List[Dict[str, Any]]]]
+
+    def kernel(self, region: str, cls: str, size: int) -> str:
+        """The band kernel for a copy of ``size`` bytes (a size of the measured grid)."""
+        return self.kernels[region][cls][size]
+
+    def bands_below(self, region: str, cls: str, size: int) -> List[Dict[str, Any]]:
+        """The built-in bands that start below ``size`` (the first one starts at 0)."""
+        return [b for b in self.bands[region][cls] if b["from"] < size]
+
+    def uses_nt(self, size: int) -> bool:
+        return self.nt_threshold is not None and size >= self.nt_threshold
+
+    def uses_pool(self, size: int) -> bool:
+        return self.parallel_threshold is not None and size >= self.parallel_threshold and self.threads > 1
+
+
+# A change needs at least this gain even when the spreads are tighter: below it a change buys
+# nothing a user would notice and mostly follows noise (evidence: tune-min-gain).
+MIN_GAIN = 0.03
+
+
+def _beats(w: Stat, inc: Stat) -> bool:
+    """True when w is faster than inc by more than the larger of their spreads (and MIN_GAIN)."""
+    return w["gbps"] > inc["gbps"] * (1 + max(w["spread"], inc["spread"], MIN_GAIN))
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f} %"
+
+
+def decide_bands(m: Dict[str, Any], builtin: Builtin) -> Dict[str, Dict[str, List[Dict[str, Any]]]]:
+    """Per region and class: per grid size, the kernel, the built-in kernel and the evidence."""
+    out: Dict[str, Dict[str, List[Dict[str, Any]]]] = {}
+    for region in REGIONS:
+        out[region] = {}
+        for cls in CLASSES:
+            points = []
+            for size in m["sizes"]:
+                stats = m["cells"][region][cls].get(str(size)) or {}
+                if not stats:
+                    continue
+                inc = builtin.kernel(region, cls, size)
+                best = max(stats, key=lambda k: stats[k]["gbps"])
+                point = {"size": size, "builtin": inc, "kernel": inc, "gain": 1.0, "stats": stats,
+                         "cache": m["cache"][str(size)]}
+                if inc not in stats:  # the built-in kernel failed its check or is not usable
+                    point["kernel"], point["why"] = best, f"fastest measured; built-in {inc} unusable here"
+                elif best != inc and _beats(stats[best], stats[inc]):
+                    point["kernel"] = best
+                    point["gain"] = stats[best]["gbps"] / stats[inc]["gbps"]
+                    point["why"] = (f"{point['gain']:.2f}x {inc} at {human_size(size)} {point['cache']} "
+                                    f"(spread {_pct(max(stats[best]['spread'], stats[inc]['spread']))})")
+                else:
+                    r = stats[best]["gbps"] / stats[inc]["gbps"]
+                    point["why"] = (f"built-in choice kept: fastest at {human_size(size)}" if best == inc else
+                                    f"built-in choice kept: {best} {r:.2f}x within the spread "
+                                    f"({_pct(max(stats[best]['spread'], stats[inc]['spread']))})")
+                points.append(point)
+            _fill_gaps(points)
+            out[region][cls] = points
+    return out
+
+
+def _fill_gaps(points: List[Dict[str, Any]]) -> None:
+    """A single grid size between two sizes that changed to the same kernel takes that kernel too
+    when it was the fastest there as well (only within the spread): one band instead of three."""
+    for i in range(1, len(points) - 1):
+        before, here, after = points[i - 1], points[i], points[i + 1]
+        k = before["kernel"]
+        if k == after["kernel"] and k != here["kernel"] and k != before["builtin"] and k in here["stats"] \
+                and max(here["stats"], key=lambda n: here["stats"][n]["gbps"]) == k:
+            inc = here["stats"].get(here["kernel"])
+            here["gain"] = here["stats"][k]["gbps"] / inc["gbps"] if inc else 1.0
+            here["kernel"] = k
+            here["why"] = (f"{here['gain']:.2f}x {here['builtin']} at {human_size(here['size'])} (within the "
+                           f"spread), between two sizes where {k} won beyond it")
+
+
+def bands_from_points(points: List[Dict[str, Any]], below: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Bands from per-size decisions (a decision holds from its size to the next); the sizes
+    below the grid keep the built-in bands (``below``: those that start under the first measured
+    size); adjacent equal kernels merge."""
+    bands: List[Dict[str, Any]] = [{"from": b["from"], "kernel": b["kernel"],
+                                    "why": ("below the measured grid, the built-in choice: " + b.get("why", ""))[:MAX_WHY]}
+                                   for b in below]
+    for p in points:
+        if p["kernel"] == bands[-1]["kernel"]:
+            continue
+        bands.append({"from": p["size"], "kernel": p["kernel"], "why": p["why"][:MAX_WHY]})
+    merged: List[Dict[str, Any]] = []
+    for b in bands:
+        if merged and merged[-1]["kernel"] == b["kernel"]:
+            continue
+        merged.append(b)
+    return merged
+
+
+def threshold_from(flags: List[Tuple[int, bool]]) -> Optional[int]:
+    """The smallest size from which every flag holds (None when the largest does not)."""
+    thr = None
+    for size, on in reversed(flags):
+        if not on:
+            break
+        thr = size
+    return thr
+
+
+def decide_parallel(m: Dict[str, Any], bands: Dict[str, Any], builtin: Builtin) -> Dict[str, Any]:
+    """Pool threshold and threads from the private page-aligned pool measurements."""
+    wide = m["wide"].get("private", {})
+    kernel_at = {p["size"]: p["kernel"] for p in bands["private"]["page_aligned"]}
+    per_t: Dict[int, List[Tuple[int, bool, float, float]]] = {}
+    for t in m["threads"]:
+        rows = []
+        for size in m["sizes"]:
+            k = kernel_at.get(size)
+            one, many = wide.get(f"{size}:{k}"), wide.get(f"{size}:{k}@{t}")
+            if not one or not many:
+                continue
+            inc = builtin.uses_pool(size)
+            use = (not _beats(one, many)) if inc else _beats(many, one)
+            rows.append((size, use, many["gbps"] / one["gbps"], max(one["spread"], many["spread"])))
+        per_t[t] = rows
+    if not any(per_t.values()):
+        thr = builtin.parallel_threshold if builtin.threads > 1 else None
+        return {"threshold": thr, "threads": 0, "why": "not measured (grid below "
+                f"{human_size(PARALLEL_MIN_GRID)} or one CPU): the built-in rule", "changed": False}
+
+    def score(t: int) -> float:
+        rows = [r for r in per_t[t] if r[1]]
+        return statistics.geometric_mean([r[2] for r in rows]) if rows else 0.0
+
+    best_t = max(per_t, key=score)
+    rows = per_t[best_t]
+    thr = threshold_from([(s, u) for s, u, _, _ in rows])
+    # Where the built-in rule uses the pool, a size keeps it unless one thread wins beyond the
+    # spread; that must not leave the pool on for a range where it loses on average (evidence:
+    # tune-pool-loses-on-average). Sizes are dropped from the bottom of the range until the pool gains.
+    while thr is not None:
+        kept = [g for s, _, g, _ in rows if s >= thr]
+        if statistics.geometric_mean(kept) > 1.0:
+            break
+        larger = [s for s, _, _, _ in rows if s > thr]
+        thr = larger[0] if larger else None
+    builtin_thr = builtin.parallel_threshold if builtin.threads > 1 else None
+    if thr is None and rows and builtin_thr is not None and rows[-1][0] < builtin_thr:
+        return {"threshold": builtin_thr, "threads": 0, "changed": False, "rows": rows,
+                "why": f"the grid stops below the built-in {human_size(builtin_thr)}: the built-in rule"}
+    if thr is None:
+        why = (f"the pool never beat one thread beyond the spread ({best_t} threads: "
+               + ", ".join(f"{human_size(s)} {g:.2f}x" for s, _, g, _ in rows[-3:]) + ")")
+    else:
+        gains = [g for s, _, g, _ in rows if s >= thr]
+        why = (f"{best_t} threads {min(gains):.2f}-{max(gains):.2f}x one thread from {human_size(thr)} "
+               f"({'cold' if m['cache'][str(thr)] == 'cold' else 'hot'} at the threshold)")
+        if rows and thr == rows[0][0] and builtin.parallel_threshold is not None \
+                and builtin.parallel_threshold < thr and builtin.uses_pool(thr):
+            thr = builtin.parallel_threshold  # below the measured range: keep the built-in start
+            why += f"; below {human_size(rows[0][0])} not measured: the built-in {human_size(thr)} kept"
+    threads = 0 if best_t >= builtin.threads else best_t
+    changed = thr != (builtin.parallel_threshold if builtin.threads > 1 else None) or threads != 0
+    return {"threshold": thr, "threads": threads, "why": why[:MAX_WHY], "changed": changed, "rows": rows}
+
+
+def decide_nt(m: Dict[str, Any], bands: Dict[str, Any], parallel: Dict[str, Any],
+              builtin: Builtin) -> Dict[str, Dict[str, Any]]:
+    """Per region: the non-temporal threshold from the cold page-aligned measurements, with the
+    thread count the dispatcher would use at each size."""
+    out: Dict[str, Dict[str, Any]] = {}
+    nt_kernel = m["streaming"][0] if m["streaming"] else None
+    threads = parallel["threads"] or max(m["threads"] or [1])
+    for region in REGIONS:
+        wide = m["wide"].get(region, {})
+        kernel_at = {p["size"]: p["kernel"] for p in bands[region]["page_aligned"]}
+        rows = []
+        for size in m["sizes"]:
+            if m["cache"][str(size)] != "cold" or nt_kernel is None:
+                continue
+            pool = region == "private" and parallel["threshold"] is not None and size >= parallel["threshold"]
+            suffix = f"@{threads}" if pool and threads > 1 else ""
+            plain, nt = wide.get(f"{size}:{kernel_at.get(size)}{suffix}"), wide.get(f"{size}:{nt_kernel}{suffix}")
+            if not plain or not nt:
+                continue
+            inc = builtin.uses_nt(size)
+            use = (not _beats(plain, nt)) if inc else _beats(nt, plain)
+            rows.append((size, use, nt["gbps"] / plain["gbps"]))
+        if nt_kernel is None:
+            out[region] = {"threshold": None, "kernel": None, "why": "no streaming kernel on this CPU",
+                           "changed": builtin.nt_threshold is not None}
+            continue
+        if not rows:
+            thr = builtin.nt_threshold
+            out[region] = {"threshold": thr, "kernel": nt_kernel if thr is not None else None,
+                           "why": "not measured cold (grid below the L3 size): the built-in threshold",
+                           "changed": False}
+            continue
+        thr = threshold_from([(s, u) for s, u, _ in rows])
+        if thr is not None and thr == rows[0][0] and builtin.nt_threshold is not None and builtin.nt_threshold < thr:
+            thr = builtin.nt_threshold  # NT won from the first cold size: the built-in start stands
+        if thr is None:
+            why = ("plain stores at least as fast as non-temporal ones cold: "
+                   + ", ".join(f"{human_size(s)} {g:.2f}x" for s, _, g in rows[-3:]))
+        else:
+            gains = [g for s, _, g in rows if s >= thr]
+            why = (f"{nt_kernel} {min(gains):.2f}-{max(gains):.2f}x the band kernel cold from "
+                   f"{human_size(max(thr, rows[0][0]))}")
+            if thr == builtin.nt_threshold:
+                why = f"built-in threshold kept (no loss beyond the spread): {why}"
+        out[region] = {"threshold": thr, "kernel": nt_kernel if thr is not None else None, "why": why[:MAX_WHY],
+                       "changed": thr != builtin.nt_threshold, "rows": rows}
+    return out
+
+
+# ----------------------------------------------------------------------------- validation
+
+def changed_runs(points: List[Dict[str, Any]]) -> List[Tuple[int, int]]:
+    """(first, last) indexes of runs of consecutive grid sizes whose kernel differs from the built-in one."""
+    runs, i = [], 0
+    while i < len(points):
+        if points[i]["kernel"] != points[i]["builtin"]:
+            j = i
+            while j + 1 < len(points) and points[j + 1]["kernel"] == points[i]["kernel"] \
+                    and points[j + 1]["builtin"] != points[j + 1]["kernel"]:
+                j += 1
+            runs.append((i, j))
+            i = j + 1
+        else:
+            i += 1
+    return runs
+
+
+# (region, class, index of the run's first point) -> [(size off the grid, new / built-in speed)]
+Ratios = Dict[Tuple[str, str, int], List[Tuple[int, float]]]
+
+
+def apply_validation(bands: Dict[str, Any], ratios: Ratios) -> List[Dict[str, Any]]:
+    """Keeps each changed run of ``bands`` (``changed_runs``) only when its new kernel also beat
+    the built-in one off the grid, by more than MIN_GAIN on the geometric mean of ``ratios``
+    (noise alone rarely wins twice), else puts the built-in kernel back; a run measured at no
+    size off the grid is kept. Updates ``bands`` in place; returns the report, one entry per run."""
+    report = []
+    for region in REGIONS:
+        for cls in CLASSES:
+            points = bands[region][cls]
+            for i, j in changed_runs(points):
+                lo = points[i]["size"]
+                hi = points[j + 1]["size"] if j + 1 < len(points) else None
+                new, old = points[i]["kernel"], points[i]["builtin"]
+                got = ratios.get((region, cls, i), [])
+                gain = statistics.geometric_mean([r for _, r in got]) if got else None
+                keep = gain is None or gain > 1 + MIN_GAIN
+                words = ", ".join(f"{s} B {r:.2f}x" for s, r in got)
+                for p in points[i:j + 1]:
+                    if not keep:
+                        p["kernel"] = p["builtin"]
+                        p["why"] = f"built-in choice kept: {new} lost the validation at {words}"
+                    elif got:
+                        p["why"] = (p["why"] + "; validated " + words)[:MAX_WHY]
+                grid_gain = statistics.geometric_mean([p["gain"] for p in points[i:j + 1]])
+                report.append({"region": region, "class": cls, "from": lo, "to": hi, "builtin": old, "new": new,
+                               "grid_gain": grid_gain, "validation": got, "validation_gain": gain, "kept": keep})
+    return report
+
+
+def profile_body(m: Dict[str, Any], bands: Dict[str, Any], nt: Dict[str, Any], parallel: Dict[str, Any],
+                 builtin: Builtin) -> Dict[str, Any]:
+    """The profile's ``regions`` and ``parallel`` from the decisions: per region and class the
+    bands (below the first measured size the built-in bands), per region the non-temporal rule."""
+    regions: Dict[str, Any] = {}
+    first = m["sizes"][0]
+    for region in REGIONS:
+        r: Dict[str, Any] = {}
+        for cls in CLASSES:
+            r[cls] = bands_from_points(bands[region][cls], builtin.bands_below(region, cls, first))
+        r["nt"] = {"threshold": nt[region]["threshold"], "kernel": nt[region]["kernel"], "why": nt[region]["why"]}
+        regions[region] = r
+    return {"regions": regions,
+            "parallel": {"threshold": parallel["threshold"], "threads": parallel["threads"], "why": parallel["why"]}}
+
+
+def finish(m: Dict[str, Any], builtin: Builtin, bands: Dict[str, Any], ratios: Ratios) -> Dict[str, Any]:
+    """The decisions after ``decide_bands``: the validation (``ratios``, measured for the runs
+    ``decide_bands`` changed), the pool, the non-temporal thresholds and the profile's body.
+    Returns {"bands", "report", "parallel", "nt", "body"}."""
+    report = apply_validation(bands, ratios)
+    parallel = decide_parallel(m, bands, builtin)
+    nt = decide_nt(m, bands, parallel, builtin)
+    return {"bands": bands, "report": report, "parallel": parallel, "nt": nt,
+            "body": profile_body(m, bands, nt, parallel, builtin)}
+
+
+def decide(m: Dict[str, Any], builtin: Builtin, ratios: Ratios) -> Dict[str, Any]:
+    """Every decision from the measurements ``m``, the built-in choices and the validation ratios."""
+    return finish(m, builtin, decide_bands(m, builtin), ratios)

@@ -1,0 +1,312 @@
+"""The profile ``python -m fastcopy tune`` writes: the built-in choices it is measured against,
+the file it builds from the decisions, its text, its checks, and the tune itself (``tune()``).
+
+There is one validator, the loader's (``_core.validate_profile``): a profile is checked as the
+exact text that is written or was read, so tune, ``tune --show`` and ``import fastcopy`` never
+judge a file differently. Files are read through ``fastcopy._profile.read_profile_text`` (a
+regular file of at most the loader's limit) and written whole (readers never see half a file).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+from .. import _core
+from .._profile import read_profile_text
+from ..bench import engine
+from ..bench.engine import BACKWARD_SHIFT
+from ..bench.paths import output_problem, write_whole
+from ..bench.system import cpu_model_name, cpu_moved_note
+from ..bench.units import human_size
+from . import decide, measure
+from .decide import CLASSES, MAX_WHY, REGIONS, Builtin
+
+# The profile format is defined once, in C++ (the loader): its name and version.
+_LIMITS = _core.profile_limits()
+PROFILE_FORMAT = _LIMITS["format"]
+PROFILE_VERSION = _LIMITS["version"]
+REGION_CODE = {"private": 0, "to_shared": 1, "from_shared": 2}
+
+
+# ----------------------------------------------------------------------------- the built-in choices
+
+def builtin_choices(sizes: Sequence[int]) -> Builtin:
+    """What the active (built-in) profile does at ``sizes``, read from the running policy:
+    ``_core.chosen_kernel`` on synthetic addresses of each class, so nothing is copied."""
+    nt_threshold = _core.nt_threshold()
+    streaming = {k["name"] for k in _core.kernel_table() if k.get("streaming")}
+
+    def kernel(region: str, cls: str, size: int) -> str:
+        n = size
+        if nt_threshold is not None and n >= nt_threshold:
+            n = max(nt_threshold - 1, 1)  # the band under the non-temporal switch
+        base = 1 << 44
+        if cls == "backward":
+            src, dst = base, base + max(1, min(BACKWARD_SHIFT, n // 2))
+        else:
+            src, dst = base, base + (1 << 40) + measure.CLASS_OFFSETS[cls][0]
+        name = _core.chosen_kernel(dst, src, n, REGION_CODE[region])
+        return "generic" if name in streaming else str(name)  # a policy that streams below its threshold
+
+    profile = _core.base_profile()["regions"]
+    return Builtin(nt_threshold=nt_threshold, parallel_threshold=_core.parallel_threshold(),
+                   threads=int(_core.default_threads()),
+                   kernels={r: {c: {s: kernel(r, c, s) for s in sizes} for c in CLASSES} for r in REGIONS},
+                   bands={r: {c: list(profile[r][c]) for c in CLASSES} for r in REGIONS})
+
+
+# ----------------------------------------------------------------------------- the profile
+
+def machine_words(l3: int) -> str:
+    """The machine in words, for the provenance: CPU model, family and model, CPUs, L3."""
+    f = _core.cpu_facts()
+    words = [cpu_model_name() or f.get("vendor") or "unknown CPU"]
+    if f.get("family") is not None:
+        words.append(f"family {f['family']} model {f['model']}")
+    if f.get("hypervisor"):
+        words.append("under a hypervisor")
+    words.append(f"{os.cpu_count()} CPUs")
+    words.append(f"{human_size(l3)} L3")
+    return ", ".join(words)
+
+
+def libc_words() -> str:
+    name, version = platform.libc_ver()
+    return f"{name} {version}".strip() or "unknown C library"
+
+
+def build_profile(m: Dict[str, Any], body: Dict[str, Any], command: str, note: Optional[str] = None
+                  ) -> Dict[str, Any]:
+    """The profile (docs/profile-format.md) from the measurements ``m`` and the decided ``body``
+    (``decide.profile_body``). ``note``: appended to the method. Its ``notes`` (shown by info())
+    say when the host moved the CPUs during the measurements."""
+    from .._profile import signature
+
+    method = (f"{command}: hot caches below the {human_size(m['l3'])} L3 (L2 {human_size(m['l2'])}), cold at and "
+              f"above it (rotation of >= {engine.COLD_L3_FACTOR}x L3); {m['repeats']} interleaved repeats of "
+              f">= {m['min_time'] * 1e3:g} ms loops, medians; a band changes only beyond the measured spread; "
+              f"validated off the grid; sizes {human_size(m['sizes'][0])} to {human_size(m['sizes'][-1])}"
+              + (f"; {note}" if note else ""))
+    profile: Dict[str, Any] = {
+        "format": PROFILE_FORMAT,
+        "version": PROFILE_VERSION,
+        "name": "tuned",
+        "provenance": {
+            "machine": machine_words(m["l3"]),
+            "date": datetime.date.today().isoformat(),
+            "libc": libc_words(),
+            "method": method[:MAX_WHY],
+        },
+        "signature": signature(),
+        "regions": body["regions"],
+        "parallel": body["parallel"],
+    }
+    moved = cpu_moved_note(m.get("cpu_distance"))
+    if moved:
+        profile["notes"] = [moved[:MAX_WHY]]
+    return profile
+
+
+def profile_text(profile: Any) -> str:
+    """The profile as the file holds it (JSON, indented by one)."""
+    try:
+        return json.dumps(profile, indent=1) + "\n"
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"profile: not JSON data: {e}") from None
+
+
+def validate_text(text: str) -> None:
+    """Checks a profile's text exactly as loading it would (docs/profile-format.md), against this
+    machine's kernels: ValueError names the first problem."""
+    try:
+        _core.validate_profile(text)
+    except ValueError as e:
+        raise ValueError(f"profile: {e}") from None
+
+
+def validate_profile(profile: Any) -> None:
+    """Checks ``profile`` (a dict) as the text it would be written as (``validate_text``)."""
+    validate_text(profile_text(profile))
+
+
+def write_profile(path: str, profile: Dict[str, Any]) -> str:
+    """Checks the profile's text and writes it whole to ``path`` (its folder made if missing);
+    returns the text. ValueError: not a valid profile; OSError: the write failed."""
+    text = profile_text(profile)
+    validate_text(text)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    write_whole(path, text)  # readers never see half a file
+    return text
+
+
+def read_profile(path: str) -> Dict[str, Any]:
+    """The profile in the file at ``path``, checked by the loader's validator; ValueError names
+    the file's problem (unreadable, too large, not a regular file, not a valid profile)."""
+    text = read_profile_text(path)
+    validate_text(text)
+    doc: Dict[str, Any] = json.loads(text)  # valid: the validator parsed it already
+    return doc
+
+
+def not_a_profile(path: str) -> Optional[str]:
+    """Why the file at ``path`` is not a fastcopy profile (JSON whose "format" is the profile
+    format's name, whatever its version or content), or None when it is one."""
+    try:
+        doc = json.loads(read_profile_text(path))
+    except ValueError as e:  # ProfileFileError, json.JSONDecodeError: both ValueErrors
+        return str(e) if str(e).startswith(path) else f"not JSON: {e}"
+    if not isinstance(doc, dict) or doc.get("format") != PROFILE_FORMAT:
+        return f'no "format": "{PROFILE_FORMAT}"'
+    return None
+
+
+# ----------------------------------------------------------------------------- output
+
+def _range_words(lo: int, hi: Optional[int]) -> str:
+    return f"{human_size(lo)} - {human_size(hi) if hi is not None else 'up'}"
+
+
+def format_profile(profile: Dict[str, Any]) -> str:
+    """The profile as a table: per region and class, each band's sizes, kernel and reason."""
+    lines = [f"profile '{profile['name']}': {profile['provenance']['machine']}",
+             f"  measured {profile['provenance']['date']}, {profile['provenance']['libc']}"]
+    for region in REGIONS:
+        r = profile["regions"][region]
+        lines.append(f"{region}:")
+        for cls in CLASSES:
+            bands = r[cls]
+            for i, b in enumerate(bands):
+                hi = bands[i + 1]["from"] if i + 1 < len(bands) else None
+                head = f"  {cls:<13}" if i == 0 else " " * 15
+                lines.append(f"{head}{_range_words(b['from'], hi):<22} {b['kernel']:<8} {b['why']}")
+        nt = r["nt"]
+        lines.append(f"  {'nt':<13}" + (f"from {human_size(nt['threshold'])}: {nt['kernel']}"
+                                          if nt["threshold"] is not None else "never") + f"  ({nt['why']})")
+    par = profile["parallel"]
+    lines.append("parallel: " + (f"from {human_size(par['threshold'])} on "
+                                 f"{par['threads'] or 'every usable CPU (0)'} threads"
+                                 if par["threshold"] is not None else "never") + f"  ({par['why']})")
+    return "\n".join(lines)
+
+
+def format_changes(report: List[Dict[str, Any]], nt: Dict[str, Any], parallel: Dict[str, Any],
+                   builtin: Builtin) -> str:
+    lines = ["changes against the built-in profile:"]
+    kept = [c for c in report if c["kept"]]
+    for c in kept:
+        v = (f", validated {c['validation_gain']:.2f}x off the grid" if c["validation_gain"] is not None
+             else ", not validated (no size off the grid in the band)")
+        lines.append(f"  {c['region']:<11} {c['class']:<13} {_range_words(c['from'], c['to']):<22} "
+                     f"{c['builtin']} -> {c['new']}: {c['grid_gain']:.2f}x on the grid{v}")
+    for c in report:
+        if not c["kept"]:
+            lines.append(f"  {c['region']:<11} {c['class']:<13} {_range_words(c['from'], c['to']):<22} "
+                         f"{c['builtin']} kept: {c['new']} measured {c['grid_gain']:.2f}x on the grid but "
+                         f"{c['validation_gain']:.2f}x off it")
+    for region in REGIONS:
+        if nt[region].get("changed"):
+            old = builtin.nt_threshold
+            new = nt[region]["threshold"]
+            lines.append(f"  {region:<11} non-temporal threshold {human_size(old) if old else 'never'} -> "
+                         f"{human_size(new) if new else 'never'}: {nt[region]['why']}")
+    if parallel.get("changed"):
+        old = builtin.parallel_threshold if builtin.threads > 1 else None
+        lines.append(f"  parallel threshold {human_size(old) if old else 'never'} -> "
+                     f"{human_size(parallel['threshold']) if parallel['threshold'] else 'never'}, threads "
+                     f"{parallel['threads'] or 'all'}: {parallel['why']}")
+    if len(lines) == 1:
+        lines.append("  none: the built-in profile was as fast as anything measured, within the spread")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- entry points
+
+
+def busy_warning() -> Optional[str]:
+    """Words on other load when the 1-minute load average exceeds half the usable CPUs, else None:
+    then the pool and large copies measure contention, not the machine."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if load > cpus / 2:
+        return (f"load average {load:.1f} on {cpus} CPUs before measuring: other work shares the machine, "
+                "so thread-pool and large-copy figures reflect it; tune on an idle machine for a profile to keep")
+    return None
+
+
+def default_output() -> str:
+    from .._profile import cache_path
+
+    return cache_path()
+
+
+# ----------------------------------------------------------------------------- tune()
+
+def tune(quick: bool = False, output: Optional[str] = None, grid: Optional[Sequence[int]] = None,
+         repeats: Optional[int] = None, min_time: Optional[float] = None, progress: Optional[bool] = None,
+         write: bool = True, verbose: bool = False, command: str = "fastcopy.tune()") -> Dict[str, Any]:
+    """Measures this machine and returns the profile (docs/profile-format.md); with ``write``, saves
+    it to ``output`` (default: the user cache, ``fastcopy._profile.cache_path()``). ``grid``:
+    sizes to measure instead of the default grid (for tests and focused runs). ``verbose``:
+    print the table and the changes against the built-in profile."""
+    # Measure against the built-in profile, not a tuned one loaded at import (a second tune run
+    # would otherwise compare with the first one's result); the caller's profile comes back after.
+    if write and output is not None:
+        problem = output_problem(output)
+        if problem:
+            raise ValueError(f"fastcopy.tune: output {problem}")
+    previous = _core.active_profile()
+    previous_json, previous_source = _core.active_profile_json(), str(previous.get("source", ""))
+    _core.use_builtin_profile("")
+    try:
+        return _tune(quick, output, grid, repeats, min_time, progress, write, verbose, command)
+    finally:
+        if previous.get("source") == "built-in":
+            _core.use_builtin_profile("")
+        else:
+            _core.load_profile(previous_json, previous_source)
+
+
+def _tune(quick: bool, output: Optional[str], grid: Optional[Sequence[int]], repeats: Optional[int],
+          min_time: Optional[float], progress: Optional[bool], write: bool, verbose: bool,
+          command: str) -> Dict[str, Any]:
+    sizes = sorted(set(grid)) if grid else measure.size_grid(quick)
+    builtin = builtin_choices(sizes)
+    load = busy_warning()
+    if load and verbose:
+        print(f"warning: {load}", file=sys.stderr)
+    cfg = measure.SETTINGS["quick" if quick else "default"]
+    bar = engine.Progress(measure.cell_count(sizes) + 8, enabled=progress, delay=0.5)
+    t0 = time.monotonic()
+    try:
+        m = measure.measure(quick=quick, grid=sizes, repeats=repeats, min_time=min_time, progress=bar)
+        bands = decide.decide_bands(m, builtin)
+        ratios = measure.validation_ratios(m, bands, repeats or int(cfg["repeats"]), min_time or cfg["min_time"],
+                                           bar, int(cfg["cold_repeats"]), cfg["cold_min_time"])
+        d = decide.finish(m, builtin, bands, ratios)
+    finally:
+        bar.close()
+    note = load.split(":")[0] + ": the pool and large copies measured other work too" if load else None
+    profile = build_profile(m, d["body"], command, note)
+    validate_profile(profile)
+    if verbose:
+        for words in profile.get("notes", []):
+            print(f"warning: {words}", file=sys.stderr)
+        print(format_profile(profile))
+        print()
+        print(format_changes(d["report"], d["nt"], d["parallel"], builtin))
+        print(f"\nmeasured in {time.monotonic() - t0:.1f} s")
+    if write:
+        path = output if output is not None else default_output()
+        write_profile(path, profile)
+        if verbose:
+            print(f"profile written to {path}")
+    return profile
