@@ -200,7 +200,9 @@ def _format_evidence(evidence: Dict[str, Optional[Dict[str, str]]]) -> List[str]
         if entry is None:
             lines += ["", f"  [{ident}] not in this build's evidence"]
             continue
-        lines += ["", f"  [{ident}] ({entry['subject']}) {entry['claim']}".replace("\n", " ")]
+        head = f"  [{ident}] ({entry['subject']}) {entry['claim']}".replace("\n", " ")
+        lines += ["", textwrap.fill(head, 100, subsequent_indent="      ", break_long_words=False,
+                                    break_on_hyphens=False)]
         for field in _EVIDENCE_FIELDS:
             first, *rest = entry[field].split("\n")
             lines.append(f"    {field}: {first}")
