@@ -88,7 +88,8 @@ unsigned long long xgetbv0() {
 }
 
 // L3 size as CPUID reports it: AMD leaf 0x8000001D / Intel leaf 4 (deterministic cache
-// parameters), else AMD's legacy leaf 0x80000006. Under KVM here this says 256 MiB.
+// parameters), else AMD's legacy leaf 0x80000006. Under a hypervisor this may be the host's
+// L3, not the guest's share (evidence: cpu-kvm-l3-cpuid).
 void cpuid_caches(CpuFacts& f, unsigned max_ext, std::size_t& l1d, std::size_t& l2, std::size_t& l3) {
     bool amd = f.vendor == "AuthenticAMD" || f.vendor == "HygonGenuine";
     unsigned leaf = 0;

@@ -18,8 +18,8 @@ struct CpuFacts {
 
     // Cache sizes in bytes; 0 when unknown. l3 is the value the policy uses.
     std::size_t l1d = 0, l2 = 0, l3 = 0;
-    std::size_t l3_cpuid = 0;         // what CPUID claims (under KVM here: a false 256 MiB)
-    std::size_t l3_sysfs = 0;         // what /sys/devices/system/cpu/cpu0/cache says (32 MiB here)
+    std::size_t l3_cpuid = 0;         // what CPUID claims (under KVM maybe the host's: evidence: cpu-kvm-l3-cpuid)
+    std::size_t l3_sysfs = 0;         // what /sys/devices/system/cpu/cpu0/cache says
     std::string cache_source = "none";  // "sysfs", "cpuid" or "none"
 
     // aarch64 features from getauxval(AT_HWCAP/AT_HWCAP2)

@@ -9,10 +9,8 @@ namespace probe {
 // pinned to those CPUs take turns writing one shared line, about `rounds` times, timed in
 // blocks of 64 turns after a tenth as many of warm-up; the median block's mean.
 //
-// It says how far apart the two CPUs are. On the 2-vCPU Zen 3 KVM guest it flipped between
-// about 110 ns and 450-520 ns as the host moved its vCPU threads (65-68 ns now and then). Of 30
-// runs of a Channel moving 1 MiB messages between two processes, 10 of the 11 at 5-8.3 GB/s
-// had a probe of 400-530 ns before or after, and 8 of the 11 at 20-25 GB/s had both near.
+// It says how far apart the two CPUs are, which changes while a program runs under a
+// hypervisor and decides how fast two processes share memory (evidence: cpu-probe-placement).
 //
 // Throws std::invalid_argument when a CPU is not in this process's affinity mask, cpu_a ==
 // cpu_b, or rounds is outside 1..kMaxRounds; std::runtime_error when a thread cannot be pinned

@@ -40,9 +40,22 @@ def size(n: Optional[int]) -> str:
     return f"{n} B"
 
 
+# id -> subject of every evidence entry compiled into _core (set by render()).
+EVIDENCE: Dict[str, str] = {}
+CITATION = re.compile(r"evidence: ([a-z0-9-]+(?:, [a-z0-9-]+)*)")
+
+
+def linked(text: str) -> str:
+    """A reason with each cited evidence id linked to its entry in docs/evidence/<subject>.md."""
+    def link(ident: str) -> str:
+        return f"[{ident}](../evidence/{EVIDENCE[ident]}.md#{ident})" if ident in EVIDENCE else ident
+
+    return CITATION.sub(lambda m: "evidence: " + ", ".join(link(i) for i in m.group(1).split(", ")), text)
+
+
 def cell(text: Any) -> str:
-    """Text for one cell of a Markdown table."""
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    """Text for one cell of a Markdown table, evidence ids linked."""
+    return linked(str(text)).replace("|", "\\|").replace("\n", " ")
 
 
 def table(header: List[str], rows: List[List[Any]]) -> List[str]:
@@ -78,7 +91,7 @@ def profile_section(p: Dict[str, Any], classes: List[str]) -> List[str]:
            f"- Matches: {p['match']} (rank {p['rank']})",
            f"- Measured on: {prov['machine']}",
            f"- Date: {prov['date']}; C library: {prov['libc']}",
-           f"- Method: {prov['method']}", ""]
+           f"- Method: {linked(prov['method'])}", ""]
     groups: List[List[str]] = []  # regions with identical tables share one
     for name, region in p["regions"].items():
         for g in groups:
@@ -93,7 +106,7 @@ def profile_section(p: Dict[str, Any], classes: List[str]) -> List[str]:
         out += table(["class", "size", "kernel", "fallback", "why"], band_rows(region, classes))
         on = region["rep_movsb_on"]
         where = f"from {size(on)}" if on is not None else "never"
-        out += ["", f"`rep_movsb_on`: {where}: {region['rep_movsb_on_why']}.", ""]
+        out += ["", f"`rep_movsb_on`: {where}: {linked(region['rep_movsb_on_why'])}.", ""]
     nt = p["nt"]
     out += ["### Non-temporal stores", ""]
     if nt["kernel"] is None:
@@ -109,12 +122,12 @@ def profile_section(p: Dict[str, Any], classes: List[str]) -> List[str]:
         out += [""]
     par = p["parallel"]
     out += ["### Other rules", "",
-            f"- Thread pool: non-overlapping copies from {size(par['threshold'])} ({par['why']})."]
+            f"- Thread pool: non-overlapping copies from {size(par['threshold'])} ({linked(par['why'])})."]
     if p["sve_trap_min_from"] is not None:
         out += [f"- SVE bands start at {size(p['sve_trap_min_from'])} at the lowest where the Linux kernel traps "
                 "the first SVE instruction after each syscall (`cpu_facts()['sve_traps_after_syscall']`); the C "
                 "library runs below."]
-    out += [f"- Note: {n}" for n in p["notes"]]
+    out += [f"- Note: {linked(n)}" for n in p["notes"]]
     return out + [""]
 
 
@@ -123,7 +136,8 @@ def builtin_profiles(core: Any) -> str:
     classes = [c for c in profiles[0]["regions"]["private"] if not c.startswith("rep_movsb_on")]
     rule = core.builtin_match_rule()
     body = ["How one is chosen: " + rule + ".", "",
-            "Each band runs from its size up to the next band's. Where a band's kernel is missing from the build "
+            "Each band runs from its size up to the next band's; its reason links the measurements behind it "
+            "(docs/evidence). Where a band's kernel is missing from the build "
             "or the CPU, its fallback kernel runs (the C library when none is named), and `info()` says so. "
             "The non-temporal rule and the thread pool apply on top of the bands.", ""]
     body += table(["profile", "matches", "rank", "measured on"],
@@ -287,6 +301,8 @@ def render() -> Dict[str, str]:
     for k in [k for k in os.environ if k.startswith("FASTCOPY_")]:
         del os.environ[k]
     from fastcopy import _core
+    EVIDENCE.clear()
+    EVIDENCE.update({e["id"]: e["subject"] for e in _core.evidence()})
     pages = {"README.md": readme(_core)}
     pages.update({name: make(_core) for name, make in PAGES.items()})
     return pages

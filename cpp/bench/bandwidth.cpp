@@ -1,4 +1,4 @@
-// Large-copy bandwidth and pool hand-off benchmark (docs/threads.md has results).
+// Large-copy bandwidth and pool hand-off benchmark (results: docs/evidence/pool.md).
 //
 // In one run, with the variants interleaved round by round (the order rotates each round),
 // it measures GB/s (bytes copied / time, each byte counted once) for:

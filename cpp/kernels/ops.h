@@ -72,8 +72,8 @@ FASTCOPY_OP void up_to_width(u8* d, const u8* s, size_t n) {
     }
 }
 
-// 0 <= n <= 8W, any overlap. The classes are tested smallest first (the order of the
-// hand-written AVX2 kernel this replaced; GCC 12 lays the last class out as the fall-through).
+// 0 <= n <= 8W, any overlap. The classes are tested smallest first (GCC 12 lays the last
+// class out as the fall-through).
 template <class V>
 FASTCOPY_OP void small(u8* d, const u8* s, size_t n) {
     constexpr size_t W = V::kWidth;
@@ -155,10 +155,9 @@ FASTCOPY_OP void memmove_cached(void* dst, const void* src, size_t n) {
     }
     const std::uintptr_t diff = reinterpret_cast<std::uintptr_t>(d) - reinterpret_cast<std::uintptr_t>(s);
     if (diff == 0) return;
-    // dst inside (src, src+n): backward is required. Everything else goes forward: measured
-    // on an Intel Xeon (SPR-class, KVM) the AVX2 backward loop ran 20-30 % slower from 64 KiB
-    // to 1 MiB, and the forward loop showed no 4K-aliasing loss at (dst - src) mod 4096 = 16
-    // (50 GB/s at 64 KiB, same as page-aligned), unlike `rep movsb` on Zen 3.
+    // dst inside (src, src+n): backward is required. Everything else goes forward: the
+    // backward loop is slower and the forward loop has no 4K-aliasing loss
+    // (evidence: kernels-forward-unless-overlap).
     if (diff < n) loop_and_head_backward<V>(d, s, n);
     else loop_and_tail_forward<V>(d, s, n);
 }
@@ -190,9 +189,8 @@ FASTCOPY_OP void plain_line(u8* d, const u8* s, std::index_sequence<I...>) {
 // stores. Because the ranges do not overlap, overlapping ordinary and streaming stores write
 // identical bytes, so their order does not matter; one fence at the end orders the streams.
 // The bulk goes in blocks of 4 x 4 KiB, taking one cache line from each of the 4 pages in
-// turn: 4 concurrent streams per direction kept the memory controller busier than one
-// (measured with AVX2, Xeon under KVM: 64 MiB 12.8-13.1 vs 11.9-12.0 GB/s for a linear loop,
-// 256 MiB 9.0 vs 6.8; noisy machine, same ordering in repeated runs).
+// turn: 4 concurrent streams per direction keep the memory controller busier than one
+// (evidence: kernels-stream-four-pages).
 template <class V>
 FASTCOPY_OP void stream_forward(u8* d, const u8* s, size_t n) {
     constexpr size_t L = kLine / V::kWidth;  // vectors per line
@@ -214,14 +212,14 @@ constexpr size_t kStreamMinBytes = 1024;
 
 // The streaming kernel: memmove semantics; small and overlapping copies (either direction)
 // go to `cached`, the file's cached kernel (memmove_cached<V>). A call, not the inlined
-// blocks: it compiles to a tail jump taken before the streaming loop's prologue, which kept
-// small copies as fast as through the cached kernel itself (inlining cost 5-30 % from 64 B
-// to 512 B on Zen 3: registers saved for the streaming loop on every call).
+// blocks: it compiles to a tail jump taken before the streaming loop's prologue, which keeps
+// small copies as fast as through the cached kernel itself (inlined, the blocks save the
+// streaming loop's registers on every call; evidence: kernels-streaming-tail-call).
 template <class V, void (*cached)(void*, const void*, size_t)>
 FASTCOPY_OP void memmove_streaming(void* dst, const void* src, size_t n) {
     const std::uintptr_t diff = reinterpret_cast<std::uintptr_t>(dst) - reinterpret_cast<std::uintptr_t>(src);
     // Laid out as the fall-through path: one streamed copy of >= 1 KiB never notices the
-    // taken branch, a 64 B copy through the fallback did (about 7 % on Zen 3).
+    // taken branch, a 64 B copy through the fallback would (evidence: kernels-streaming-tail-call).
     if (__builtin_expect(n < kStreamMinBytes || diff < n || 0u - diff < n, 1)) {
         cached(dst, src, n);
         return;

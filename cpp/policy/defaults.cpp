@@ -1,5 +1,5 @@
-// The built-in profiles: one table per CPU family we have measured (or have measurements
-// for), each with its provenance, and the rule that matches it to a CPU. The most specific
+// The built-in profiles: one table per CPU family with measurements behind it, each with its
+// provenance, and the rule that matches it to a CPU. The most specific
 // matching profile wins (model range, then family, then vendor, then required features).
 // Thresholds that depend on the machine's caches (the non-temporal threshold) and on the
 // Linux version (the SVE trap rule) are computed from the CPU facts when a profile is resolved,
@@ -53,85 +53,69 @@ struct Spec {
 };
 
 // ---------------------------------------------------------------------------------------
-// Reasons shared by several tables.
+// Reasons. Each says in plain words why the band or rule is what it is and cites the
+// measurements behind it (docs/evidence/<subject>.md, printed by `info --verbose`).
 const char* const kParallelWhy =
-    "two threads against one, measured on a 2-vCPU Intel Xeon VM: 0.91-1.01x at 256 KiB, 1.02-1.22x at 512 KiB (but "
-    "0.43-0.82x when the worker was asleep), 1.5-1.9x at 1 MiB back-to-back and 0.95x for an isolated copy (worker "
-    "asleep), 1.8-2.5x at 2-16 MiB";
+    "two threads gain from 1 MiB back to back and about break even there when the worker sleeps "
+    "(evidence: intel-parallel-from-1mib, pool-parallel-threshold)";
 const char* const kParallelZen5Why =
-    "taken from the notes of a Zen 5 session (AMD EPYC family 26, 2 vCPUs): 1 MiB on 2 threads 105-116 GB/s against "
-    "53-65 for the best single-thread kernel";
+    "two threads double the best single-thread bandwidth at 1 MiB (evidence: zen5-parallel-from-1mib)";
 const char* const kLibcSmall =
     "the C library: below 2 KiB the call costs more than the copy and glibc's overlapping vector moves are as fast as "
     "any loop here";
 
-// ---- AMD Zen 3 (family 25), measured on the development machine ---------------------------
-// AMD EPYC family 25 model 1 (Zen 3) under KVM, 2 vCPUs, 32 MiB L3, glibc 2.36;
-// cpp/bench/kernel_bench (kernels interleaved, medians of 11 rounds), 2026-11-30, shared machine.
+// ---- AMD Zen 3 (family 25 without AVX-512) ----------------------------------------------
 const char* const kZen3Small =
-    "the C library below 128 B: at 64 B an AVX2 loop ran 0.93-1.63x glibc depending on the offset, and the call costs "
-    "more than the copy";
+    "the C library below 128 B: the call costs more than the copy and the AVX2 loop wins or loses by distance "
+    "(evidence: zen3-avx2-from-128)";
 const char* const kZen3Avx2 =
-    "AVX2 loop: 1.26-1.76x glibc at 128 B, 1.22-1.54x at 256 B, 1.0-1.2x at 0.5-2 KiB, 1.1-1.5x page-aligned at "
-    "4-16 KiB, ties at 32 KiB-4 MiB (0.8-0.9x at 4-16 KiB with offsets 64 and 2080 in one run, 1.1-1.3x in another)";
+    "AVX2 loop: faster than glibc from 128 B to 2 KiB and page-aligned at 4-16 KiB, even with it above "
+    "(evidence: zen3-avx2-from-128, zen3-avx2-far)";
 const char* const kZen3Near =
-    "AVX2 loop: immune to the rep movsb 4K-aliasing collapse that glibc (rep movsb from 2112 B to 512 KiB) and erms hit "
-    "at (dst - src) mod 4096 in 1..63: avx2 70-100 GB/s against 2-3 for glibc and erms at 3 KiB-256 KiB (15-45x)";
+    "AVX2 loop: rep movsb, and glibc which runs it from 2112 B, collapse 15-45x at these distances; the AVX2 loop "
+    "does not (evidence: zen3-rep-movsb-4k-aliasing)";
 const char* const kZen3Backward =
-    "AVX2 loop (backward direction): glibc copies backward overlaps with its vector loop too; kept from the first "
-    "Zen 3 policy";
+    "AVX2 loop (backward direction): glibc copies backward overlaps with a vector loop too, and rep movsb cannot run "
+    "backward";
 const char* const kAmdNoErmsShared =
-    "rep movsb stays off in shared regions on AMD even with FASTCOPY_REP_MOVSB=on: about 2x slower into and out of "
-    "memory another process touches (UCX's AMD opt-out)";
+    "rep movsb stays off in shared regions on AMD even with FASTCOPY_REP_MOVSB=on: it runs about 2x slower into and "
+    "out of memory another process touches (evidence: amd-shared-no-rep-movsb)";
 const char* const kZen3ErmsOn =
-    "FASTCOPY_REP_MOVSB=on: rep movsb in the far class only ((dst - src) mod 4096 >= 64: 33-45 GB/s there, like glibc)";
+    "FASTCOPY_REP_MOVSB=on: rep movsb in the far class only, where it runs as fast as glibc (evidence: zen3-erms-far)";
 const char* const kZen3NtDistance =
-    "non-temporal stores only when (dst - src) mod 4096 is 0 or at least 512: at 16 MiB avx2_nt ran 1.5-2.6 GB/s "
-    "(0.17-0.49x avx2) at distances 16-256 and 1.2-2.0x avx2 from 512 (Zen 3, kernel_bench, medians of 5)";
+    "non-temporal stores only when (dst - src) mod 4096 is 0 or at least 512: at smaller distances they run several "
+    "times slower than plain stores (evidence: zen3-nt-page-distance)";
 
-// ---- AMD Zen 4 (family 25 with AVX-512), measured on the development machine --------------
-// AMD EPYC family 25 model 17 (Zen 4, Genoa) under KVM, 2 vCPUs, 32 MiB L3, L2 1 MiB,
-// glibc 2.36; cpp/bench/kernel_bench (kernels interleaved, medians of 9-31 rounds, hot caches),
-// 2026-12-01, machine otherwise idle. Zen 3 never has AVX-512 and every Zen 4 has it, so the
-// AVX-512 flag separates the two within family 25.
+// ---- AMD Zen 4 (family 25 with AVX-512) --------------------------------------------------
+// Zen 3 never has AVX-512 and every Zen 4 has it, so the AVX-512 flag separates the two
+// within family 25.
 const char* const kZen4Small =
-    "the C library below 192 B: avx2 ran 0.77-1.17x glibc at 128 B (median 0.96) and 0.96-1.05x at 160 B; from 192 B "
-    "it ties or wins (0.99-1.46x)";
+    "the C library below 192 B: the AVX2 loop loses or ties at 128-160 B (evidence: zen4-avx2-from-192)";
 const char* const kZen4Avx2 =
-    "AVX2 loop: 1.01-1.63x glibc at 224-256 B, 1.05-1.57x at 300-432 B, 1.2-1.3x at 608-640 B, 1.0-1.25x at 704 B-1 "
-    "KiB, 0.87-1.29x (median about 1.1) at 2-16 KiB, ties (0.94-1.13x) from 32 KiB to 8 MiB; avx512 was not faster "
-    "anywhere (see the notes)";
+    "AVX2 loop: ties or beats glibc from 192 B, even with it from 32 KiB; avx512 is not faster "
+    "(evidence: zen4-avx2-from-192, kernels-avx512-zen4)";
 const char* const kZen4Near =
-    "AVX2 loop: Zen 4's rep movsb collapses at (dst - src) mod 4096 in 1..63 as Zen 3's does: glibc and erms ran "
-    "2.2-3.4 GB/s at 4 KiB-256 KiB at distance 1 against 47-74 for avx2 (16-32x), and 25-56 GB/s at distances 16-31 "
-    "(avx2 1.0-2.3x)";
+    "AVX2 loop: rep movsb, and glibc which runs it, collapse up to 32x at these distances on Zen 4 as on Zen 3 "
+    "(evidence: zen4-rep-movsb-4k-aliasing)";
 const char* const kZen4Backward =
-    "AVX2 loop (backward direction): glibc copies backward overlaps with its vector loop too; as on Zen 3";
+    "AVX2 loop (backward direction): glibc copies backward overlaps with a vector loop too, and rep movsb cannot run "
+    "backward";
 const char* const kZen4ErmsOn =
-    "FASTCOPY_REP_MOVSB=on: rep movsb in the far class only ((dst - src) mod 4096 >= 64: 0.97-1.05x glibc at 4 KiB-4 "
-    "MiB on Zen 4)";
+    "FASTCOPY_REP_MOVSB=on: rep movsb in the far class only, where it runs as fast as glibc (evidence: zen4-erms-far)";
 const char* const kZen4NoAvx512 =
-    "avx512 is usable here but not chosen: on Zen 4, which executes each 512-bit load and store as two 256-bit halves, "
-    "it ran 0.64-1.11x avx2 at 1-16 KiB with (dst - src) mod 4096 of 0 and 32, 0.97-1.06x glibc at 300 B-1 KiB (where "
-    "avx2 ran 1.0-1.4x), and 0.3-0.8x avx2 at distances 40 and 63 at 1-16 KiB (kernel_bench, medians of 21-31 "
-    "rounds); avx512_nt ran 0.88-1.18x avx2_nt at 12-64 MiB; scalar work after 64 avx512 copies of 16 KiB ran 1.000x "
-    "(no clock drop; cpp/bench/mixed_workload, 201 rounds)";
+    "avx512 is usable here but not chosen: Zen 4 executes 512-bit loads and stores as two halves, and avx512 is at "
+    "best even with avx2 and up to 3x slower at some distances; it does not lower the clock either "
+    "(evidence: kernels-avx512-zen4, kernels-no-clock-drop)";
 const char* const kZen4NtDistance =
-    "non-temporal stores only when (dst - src) mod 4096 is 0 or at least 512: at 12-16 MiB avx2_nt ran 0.69-0.92x "
-    "glibc at distance 64 and 1.08-1.44x at 0, 512 and 2080 (Zen 4, kernel_bench, medians of 9-11); on two threads "
-    "it ran 0.73-0.81x avx2 at distances 128-448 at 16 MiB but 1.11-1.37x from 32 MiB (medians of 15 paired rounds): "
-    "one threshold serves every distance, so the guard stays at 512";
+    "non-temporal stores only when (dst - src) mod 4096 is 0 or at least 512: they lose at small distances on Zen 4 "
+    "too, and one threshold serves every distance (evidence: zen4-nt-page-distance)";
 
 const char* const kZen4LibcGap =
-    "the C library at 448-575 B page-aligned and far: avx2 ran 0.87-0.97x glibc at 448-544 B at distances 0, 64 and "
-    "2080 (0.97-1.12x near, where avx2 stays; kernel_bench, medians of 31 rounds); at 576-608 B the kernel benchmark "
-    "and the Python-level one disagreed (0.91-1.20x, and avx2 best at 580 B through fastcopy.copy), so avx2 from 576 B";
+    "the C library at 448-575 B page-aligned and far: glibc beats the AVX2 loop there (evidence: zen4-libc-448-575)";
 
 const char* const kZen4ParallelWhy =
-    "two threads against one on Zen 4 (cpp/bench/bandwidth): back to back (medians of 31 interleaved rounds) 0.90-0.92x "
-    "at 64 KiB, 0.95-1.16x at 256 KiB (bimodal), 1.49-1.65x at 512 KiB, 1.42-1.48x at 1 MiB, 1.59-1.74x at 2-4 MiB; an "
-    "isolated copy with the worker asleep (medians of 21) 0.40x at 256 KiB, 0.74x at 512 KiB, 0.91x at 1 MiB, "
-    "0.97-1.02x at 2-4 MiB: from 1 MiB the loss when the worker sleeps stays under 10 %";
+    "two threads gain from 512 KiB back to back and lose under 10 % from 1 MiB when the worker sleeps "
+    "(evidence: zen4-parallel-from-1mib)";
 
 struct AmdTable {
     std::size_t vector_from;  // the AVX2 loop from this size, the C library below
@@ -182,8 +166,8 @@ Spec amd_spec(const char* name, int family, unsigned needs, const AmdTable& tabl
 Provenance zen3_provenance(const char* machine_note) {
     return {std::string("AMD EPYC family 25 model 1 (Zen 3) under KVM, 2 vCPUs, 32 MiB L3") + machine_note,
             "2026-11-30", "glibc 2.36",
-            "cpp/bench/kernel_bench: kernels interleaved, medians of 11 rounds, hot caches, sizes 256 B-64 MiB at "
-            "(dst - src) mod 4096 of 0, 16, 31, 64, 2080; machine shared with other jobs"};
+            "cpp/bench/kernel_bench: kernels interleaved, medians of 5-11 rounds, hot caches (evidence: "
+            "zen3-avx2-from-128, zen3-nt-half-l3)"};
 }
 
 Spec zen3_spec() {
@@ -201,35 +185,30 @@ Spec zen4_spec() {
     return amd_spec("amd-zen4", 25, kMatchAvx2 | kMatchAvx512, kZen4Table,
                     {"AMD EPYC family 25 model 17 stepping 1 (Zen 4, Genoa) under KVM, 2 vCPUs, 32 MiB L3", "2026-12-01",
                      "glibc 2.36",
-                     "cpp/bench/kernel_bench: kernels interleaved, medians of 9-31 rounds, hot caches, sizes 64 B-64 "
-                     "MiB at (dst - src) mod 4096 of 0, 1, 8, 16, 24, 31, 32, 40, 63, 64, 512, 2080; machine otherwise "
-                     "idle"},
+                     "cpp/bench/kernel_bench: kernels interleaved, medians of 9-31 rounds, hot caches (evidence: "
+                     "zen4-avx2-from-192, zen4-nt-half-l3)"},
                     {kZen4NoAvx512, kZen4NtDistance});
 }
 
-// ---- AMD Zen 5 (family 26), taken from the notes of a Zen 5 session -----------------------
-// AMD EPYC family 26 model 2 (Turin) under KVM, 2 vCPUs, 32 MiB L3, glibc 2.36: every size x
-// offset x region with fastcopy 0.1.0's kernels, plus C loops for AVX-512. No 4K-aliasing
-// collapse of rep movsb there. UCX's Turin table enables its own memcpy from 26 KB to 8 MB.
-// The `avx512` band names a kernel that a build may lack: it falls back to glibc, which tied
-// avx2 there. The near class takes avx2 instead of avx512: the notes measured AVX-512 at
-// offsets 0 and 16 only, and on Zen 4 avx512 lost 0.3-0.8x avx2 at distances 40-63.
+// ---- AMD Zen 5 (family 26) --------------------------------------------------------------
+// No 4K-aliasing collapse of rep movsb on Zen 5. The `avx512` band names a kernel that a
+// build or a VM may lack: it falls back to glibc, which ties avx2 there. The near class takes
+// avx2, not avx512: AVX-512 was measured at distances 0 and 16 only, and on Zen 4 it lost at
+// distances 40-63 (evidence: zen5-near-avx2).
 const char* const kZen5Avx512 =
-    "AVX-512 loop: a plain C loop ran 214-256 GB/s at 1-16 KiB against 171 for an AVX2 loop and 135-164 for glibc "
-    "(taken from the notes of a Zen 5 session)";
+    "AVX-512 loop: faster than an AVX2 loop and glibc at 1-16 KiB on Zen 5's full-width units "
+    "(evidence: zen5-avx512-2k-24k)";
 const char* const kZen5Erms =
-    "rep movsb: ties glibc (which uses it) from 24 KiB to 1 MiB and wins 5-15 % from 1 to 8 MiB, 1.2-1.7x avx2 at "
-    "24 KiB-1 MiB; no 4K-aliasing collapse on Zen 5; UCX enables its own copy on Turin from 26 KB to 8 MB (taken "
-    "from the notes of a Zen 5 session)";
+    "rep movsb: ties glibc (which runs it) to 1 MiB, wins slightly above, beats the AVX2 loop; no 4K-aliasing "
+    "collapse on Zen 5 (evidence: zen5-erms-from-24k)";
 const char* const kZen5Near =
-    "AVX2 loop from 3 KiB at (dst - src) mod 4096 in 1..63: 1.16-1.37x glibc at 3-16 KiB at distances 1-31, ties at "
-    "48 (taken from the notes of a Zen 5 session; glibc 1.1x avx2 at 2 KiB); not avx512: the notes measured AVX-512 "
-    "at distances 0 and 16 only, and on Zen 4 avx512 ran 0.3-0.8x avx2 at distances 40 and 63";
+    "AVX2 loop from 3 KiB at (dst - src) mod 4096 in 1..63: faster than glibc to 16 KiB; avx512 was not measured at "
+    "these distances (evidence: zen5-near-avx2)";
 const char* const kZen5NearMid =
-    "the C library at (dst - src) mod 4096 in 1..63 from 24 KiB: glibc/erms 116-127 GB/s against 90-110 for avx2 "
-    "(taken from the notes of a Zen 5 session); rep movsb itself stays out of the near class";
+    "the C library at (dst - src) mod 4096 in 1..63 from 24 KiB: faster than the AVX2 loop there; rep movsb itself "
+    "stays out of the near class (evidence: zen5-near-avx2)";
 const char* const kZen5Back =
-    "the C library for backward overlaps (no Zen 5 measurement of our loops there)";
+    "the C library for backward overlaps (no Zen 5 measurement of the vector loops there)";
 const char* const kZen5ErmsOn =
     "FASTCOPY_REP_MOVSB=on: rep movsb in the far class from 2112 B (glibc's threshold)";
 
@@ -252,18 +231,17 @@ Spec zen5_spec() {
     s.family = 26;
     s.model_lo = s.model_hi = -1;
     s.needs = kMatchAvx2;
-    s.provenance = {"AMD EPYC family 26 model 2 stepping 1 (Zen 5, Turin) under KVM, 2 vCPUs, 32 MiB L3 (taken from "
-                    "the notes of a Zen 5 session; not measured by this project's own tables)",
-                    "2026-11", "glibc 2.36",
-                    "python -m fastcopy bench with every forced kernel and a small C loop benchmark: one thread, hot "
-                    "caches, medians of 5-7 interleaved repeats, every size x (dst - src) mod 4096 x region"};
+    s.provenance = {"AMD EPYC family 26 model 2 stepping 1 (Zen 5, Turin) under KVM, 2 vCPUs, 32 MiB L3", "2026-11",
+                    "glibc 2.36",
+                    "python -m fastcopy bench with every forced kernel and plain C loops: one thread, hot caches, "
+                    "medians of 5-7 interleaved repeats (evidence: zen5-avx512-2k-24k, zen5-erms-from-24k)"};
     for (auto& r : s.regions) r = zen5_region();
     s.nt = NtKind::TwiceL3;
     s.nt_kernel = "avx2_nt";
     s.parallel_from = 1 * MiB;
     s.parallel_why = kParallelZen5Why;
-    s.notes = {"Zen 5: copies into and out of a shared mapping behaved like private ones in the notes' measurement "
-               "(one process touching the mapping), so all three regions share one table"};
+    s.notes = {"Zen 5: copies into and out of a shared mapping behave like private ones, so all three regions share "
+               "one table (evidence: zen5-shared-like-private)"};
     return s;
 }
 
@@ -306,7 +284,7 @@ Spec intel_spec(bool avx512) {
 }
 
 // ---- Any x86-64, with and without AVX2 ---------------------------------------------------
-const char* const kX86Libc = "the C library: no kernel of ours was measured faster on this kind of CPU";
+const char* const kX86Libc = "the C library: no other kernel is known to be faster on this kind of CPU";
 
 Spec x86_spec(bool avx2) {
     Spec s{};
@@ -316,13 +294,13 @@ Spec x86_spec(bool avx2) {
     s.model_lo = s.model_hi = -1;
     s.needs = avx2 ? kMatchAvx2 : 0u;
     s.provenance = {"no measurement of this CPU family: the C library, plus non-temporal stores above half the L3 "
-                    "(measured on Zen 3 and an Intel Xeon VM)",
-                    "2026-11", "any", "rule of thumb from the Zen 3 and Intel measurements"};
+                    "(as on Zen 3 and an Intel Xeon)",
+                    "2026-11", "any", "rule of thumb (evidence: zen3-nt-half-l3, intel-nt-cap-64mib)"};
     ClassSpec libc = {{0, "generic", nullptr, kX86Libc}};
     for (auto& r : s.regions) r = {libc, libc, libc, libc, 2112, "FASTCOPY_REP_MOVSB=on: rep movsb in the far class from 2112 B"};
     s.nt = avx2 ? NtKind::HalfL3Cap64M : NtKind::None;
     s.nt_kernel = avx2 ? "avx2_nt" : nullptr;
-    s.nt_min_page_distance = 512;  // the Zen 3 collapse; unmeasured CPUs get the safe side
+    s.nt_min_page_distance = 512;  // unmeasured CPUs get the safe side (evidence: zen3-nt-page-distance)
     s.parallel_from = 1 * MiB;
     s.parallel_why = kParallelWhy;
     return s;
@@ -337,22 +315,22 @@ Spec arm_spec(bool sve) {
     s.model_lo = s.model_hi = -1;
     s.needs = sve ? kMatchSve : 0u;
     s.provenance = {sve ? "Fujitsu A64FX figures (published): an SVE loop against glibc's memcpy"
-                        : "glibc's aarch64 memcpy already uses 128-bit ASIMD; our NEON loop is never faster",
-                    "2026-11", "glibc", sve ? "published single-thread bandwidth, 4 KiB and 256 MiB" : "none needed"};
+                        : "glibc's aarch64 memcpy already uses 128-bit ASIMD, as the NEON kernel does",
+                    "2026-11", "glibc",
+                    sve ? "published single-thread bandwidth (evidence: arm-sve-a64fx)" : "none needed"};
     ClassSpec libc = {{0, "generic", nullptr,
                        "the C library: glibc's aarch64 memcpy already uses 128-bit ASIMD; no SVE on this CPU"}};
     ClassSpec sv = {{0, "generic", nullptr, "the C library below 2 KiB"},
                     {2048, "sve", "generic",
-                     "SVE loop (vector-length agnostic, 16-256 byte vectors): on A64FX an SVE loop ran 28.5 GB/s vs "
-                     "glibc's 9.6 at 4 KiB, 18.9 vs 7.8 at 256 MiB"}};
+                     "SVE loop (vector-length agnostic, 16-256 byte vectors): 2-3x glibc's memcpy where glibc has no "
+                     "SVE routine (evidence: arm-sve-a64fx)"}};
     for (auto& r : s.regions) r = {sve ? sv : libc, sve ? sv : libc, sve ? sv : libc, sve ? sv : libc, SIZE_MAX,
                                    "no rep movsb on aarch64"};
     s.nt = NtKind::None;
     s.parallel_from = 1 * MiB;
     s.parallel_why = kParallelWhy;
-    // The first SVE instruction after each syscall traps to the kernel (Linux 4.15-6.1). We
-    // estimate the trap at about 1 us (not measured here); from 256 KiB, at ~20 GB/s a copy
-    // takes >= 13 us, so the trap costs under 10 %.
+    // The first SVE instruction after each syscall traps to the kernel (Linux 4.15-6.1); from
+    // 256 KiB a copy is long enough for the trap to cost under 10 % (evidence: arm-sve-syscall-trap).
     s.sve_trap_min_from = sve ? 256 * KiB : 0;
     return s;
 }
@@ -467,21 +445,19 @@ Band resolve_band(const BandSpec& b, const CpuFacts& cpu) {
 
 void nt_threshold_for(const Spec& s, const CpuFacts& f, std::size_t& threshold, std::string& why) {
     if (s.nt == NtKind::HalfL3Cap64M) {
-        // Non-temporal stores pay off once the copy no longer fits in the cache share we really
-        // get. Measured (single thread, NT loop vs glibc memcpy, medians of 9):
-        //  - AMD Zen 3 VM, 32 MiB L3 (sysfs): NT lost below a few MiB (20 vs 31-34 GB/s at 1 MiB)
-        //    and won up to 1.5x at 16-64 MiB (12-19 vs 7-13 GB/s at 16 MiB).
-        //  - Intel Xeon VM, sysfs and CPUID both claim a 480 MiB L3 (the host's, shared with other
-        //    tenants): NT lost 0.85-0.87x from 4 to 32 MiB and won 1.28x at 64 MiB, 1.15x at 128 MiB.
-        // Rule: half the L3, capped at 64 MiB. CPUID's L3 is not used when sysfs has one: under KVM
-        // on AMD it claims 256 MiB, which makes glibc start NT stores only at 192 MiB.
+        // Non-temporal stores pay off once the copy no longer fits in the cache share this CPU
+        // really gets: half the L3 (evidence: zen3-nt-half-l3, zen4-nt-half-l3), capped at
+        // 64 MiB because a VM may report the host's L3 (evidence: intel-nt-cap-64mib). CPUID's L3
+        // is not used when sysfs has one (evidence: cpu-kvm-l3-cpuid).
         constexpr std::size_t cap = 64 * MiB;
         if (f.l3) {
             std::size_t half = f.l3 / 2;
             why = "half the " + size_words(f.l3) + " L3 (from " + f.cache_source + ")";
-            if (half > cap) why += ", capped at 64 MiB (on a VM claiming a 480 MiB L3, NT stores won only from 64 MiB)";
-            why += "; measured on Zen 3 (NT stores lose below a few MiB, win up to 1.5x at 16-64 MiB) and Zen 4 "
-                   "(avx2_nt 0.55-0.88x avx2 at 4-8 MiB, 1.16-1.42x at 12-64 MiB, page-aligned)";
+            if (half > cap)
+                why += ", capped at 64 MiB: NT stores already win there where a VM reports the host's L3 (evidence: "
+                       "intel-nt-cap-64mib)";
+            why += "; NT stores lose while the copy fits that share and win above it (evidence: zen3-nt-half-l3, "
+                   "zen4-nt-half-l3)";
             if (f.l3_cpuid && f.l3_sysfs && f.l3_cpuid != f.l3_sysfs)
                 why += "; CPUID's " + size_words(f.l3_cpuid) + " L3 ignored (sysfs disagrees, e.g. under KVM)";
             threshold = half < cap ? half : cap;
@@ -490,15 +466,12 @@ void nt_threshold_for(const Spec& s, const CpuFacts& f, std::size_t& threshold, 
             threshold = 16 * MiB;
         }
     } else if (s.nt == NtKind::TwiceL3) {
-        // Taken from the notes of a Zen 5 session: at 16 MiB NT stores ran 39 GB/s against 47 for
-        // rep movsb (offset 0), and 42-81 against 88 on 2 threads; at 64 MiB 29-30 against 22-28
-        // (one thread) and 32-46 against 25 (2 threads). The crossover lies between 1x and 2x the L3.
+        // On Zen 5 NT stores lose at half the L3 and win at twice it (evidence: zen5-nt-twice-l3).
         constexpr std::size_t cap = 256 * MiB;
         std::size_t l3 = f.l3 ? f.l3 : 32 * MiB;
         threshold = std::min(2 * l3, cap);
         why = "twice the " + size_words(l3) + " L3" + (f.l3 ? " (from " + f.cache_source + ")" : " (L3 unknown: 32 MiB assumed)") +
-              ": on Zen 5 NT stores lost at 16 MiB (39 vs 47 GB/s one thread, 42-81 vs 88 on 2 threads) and won at "
-              "64 MiB (29-30 vs 22-28; 32-46 vs 25 on 2 threads) (taken from the notes of a Zen 5 session)";
+              ": on Zen 5 NT stores lose at half the L3 and win at twice it (evidence: zen5-nt-twice-l3)";
     } else {
         threshold = SIZE_MAX;
         why = "no non-temporal rule for this CPU";
@@ -552,8 +525,8 @@ Profile resolve(const Spec& s, const CpuFacts& cpu, int score) {
     if (s.sve_trap_min_from && cpu.sve_traps_after_syscall)
         p.notes.push_back("SVE used only from 256 KiB: Linux " + std::to_string(cpu.kernel_major) + "." +
                           std::to_string(cpu.kernel_minor) +
-                          " (4.15 to 6.1) discards SVE state at every syscall, so a trap (~1 us, estimated) "
-                          "precedes the first SVE instruction after one");
+                          " (4.15 to 6.1) discards SVE state at every syscall, so a trap precedes the first SVE "
+                          "instruction after one (evidence: arm-sve-syscall-trap)");
     for (const char* n : s.notes) p.notes.push_back(n);
     p.parallel = {s.parallel_from, 0, s.parallel_why};
     finalize(p);

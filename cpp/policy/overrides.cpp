@@ -155,8 +155,8 @@ void apply_overrides(Profile& p, const Overrides& o, const CpuFacts& cpu) {
         for (int r = 0; r < kRegions; ++r) {
             RegionRules& region = p.region[r];
             if (!k.usable || region.erms_on_request == SIZE_MAX) continue;
-            // Only the far class: at (dst - src) mod 4096 in 1..63 rep movsb collapses on Zen 3
-            // (1.5-3 GB/s instead of ~45), and backward copies are not what rep movsb does.
+            // Only the far class: at (dst - src) mod 4096 in 1..63 rep movsb collapses on AMD
+            // (evidence: zen3-rep-movsb-4k-aliasing), and rep movsb does not copy backward.
             std::vector<Band>& far = region.cls[static_cast<int>(AddressClass::Far)];
             std::size_t from = region.erms_on_request, to = region.nt.threshold;
             if (from >= to) continue;

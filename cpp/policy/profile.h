@@ -59,9 +59,9 @@ struct NtRule {
     CopyFn fn = nullptr;
     const char* kernel = nullptr;      // nullptr when threshold is SIZE_MAX
     std::string why;
-    // Non-temporal stores only when (dst - src) mod 4096 is 0 or at least this: on Zen 3 an
-    // avx2_nt copy of 16 MiB ran 0.17-0.49x avx2 at distances 16-256 (loads 4K-aliasing the
-    // streaming stores still in flight) and 1.2-2.0x from 512. 0: every distance.
+    // Non-temporal stores only when (dst - src) mod 4096 is 0 or at least this: at smaller
+    // distances the loads 4K-alias the streaming stores still in flight (evidence:
+    // zen3-nt-page-distance, zen4-nt-page-distance). 0: every distance.
     std::size_t min_page_distance = 0;
 };
 // True when the NT rule applies to this copy (size, no overlap, page distance).

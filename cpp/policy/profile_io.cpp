@@ -461,9 +461,9 @@ Profile parse_profile(const std::string& json_text, const std::string& source, c
         if (const Json* md = nt.get("min_page_distance")) {
             rules.nt.min_page_distance = size_field(*md, rp + ".nt.min_page_distance", 0, kMaxPageDistance, false);
         } else if (rules.nt.threshold != SIZE_MAX) {
-            // Not stated: keep the built-in profile's guard for this CPU. On Zen 3 streaming stores
-            // at page distances 16-256 ran 0.17-0.49x plain ones; a profile that did not measure
-            // those distances must not lose that knowledge.
+            // Not stated: keep the built-in profile's guard for this CPU. Streaming stores at small
+            // page distances can run several times slower than plain ones (evidence:
+            // zen3-nt-page-distance); a profile that did not measure those distances keeps the guard.
             rules.nt.min_page_distance = builtin_profile(cpu).region[r].nt.min_page_distance;
             if (rules.nt.min_page_distance)
                 rules.nt.why += (rules.nt.why.empty() ? "" : "; ") + std::string("only at (dst - src) mod 4096 = 0 or >= ") +

@@ -5,24 +5,19 @@
 // Why measure: how fast such a write runs depends on where the reader's CPU is, which no
 // profile can know and which changes while a program runs. A ring slot is reused, so each
 // write goes to lines the reader has read; with cached stores every line is first fetched
-// for ownership from the reader's cache. Measured on the 2-vCPU KVM development VM (AMD EPYC
-// Zen 4, 2026-12-02, 1 MiB writes into a 3-slot ring whose slots the other vCPU copies out,
-// medians of 150 hand-offs per variant, variants interleaved): while the host kept the two
-// vCPUs near each other (cache-line round trip 52-85 ns) cached stores took 22-30 us and
-// streaming stores 38-45 us; while it kept them far apart (290-347 ns, 27 of 34 blocks,
-// changing every few seconds) cached stores took 230-540 us, 6-18x slower, and streaming
-// stores 38-56 us. Flushing the lines on the reader's side (clflushopt)
-// instead gave 60-75 us; clzero before the stores 130-7800 us.
+// for ownership from the reader's cache. While the two CPUs are close, cached stores win;
+// while they are far apart, cached stores run 6-18x slower and streaming stores about as fast
+// as before; flushing the lines on the reader's side or zeroing them first does not help
+// (evidence: policy-shared-writes-placement).
 //
 // The rule: for each size class (from kMinBytes), keep the last measured rate of each mode;
 // use the mode with the better one; a mode whose rate is unknown or stale is tried once
 // after `explore_every` writes, a number that doubles (kExploreMin to kExploreMax) each time
 // the trial loses and resets when a mode switches. A switch needs a margin (2x towards
 // streaming stores, 1.25x back), so two modes within noise of each other do not alternate,
-// and the current mode must be slow
-// kSlowWritesToLeave times in a row: one write delayed by an interrupt or a preemption does
-// not switch (with one, 1 MiB ping-pongs in the near placement switched 40 times in 1500 writes). Pure logic: the caller times the
-// writes, tests drive it with synthetic timings.
+// and the current mode must be slow kSlowWritesToLeave times in a row: one write delayed by an
+// interrupt or a preemption does not switch (evidence: policy-shared-writes-margins). Pure
+// logic: the caller times the writes, tests drive it with synthetic timings.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -43,11 +38,9 @@ public:
     static constexpr unsigned kExploreMax = 1024;
     // How much faster the other mode must be to take over. Cached stores are preferred:
     // streaming ones also cost the reader, who then reads the data from memory instead of a
-    // cache, and the writer's timings cannot see that. Measured on the Zen 4 VM (1 MiB loans,
-    // a consumer copying each view out, 6000 messages a run): with 1.25 both ways the mode
-    // switched 30-50 times a run while the vCPUs were near (cached 36-38 GB/s, streaming
-    // 21-23, now and then two slow cached writes in a row) and the run moved 14-17 GB/s
-    // against 17-19 for cached stores alone; far apart, cached writes ran 1.9-3.1 GB/s.
+    // cache, and the writer's timings cannot see that. With equal margins both ways the mode
+    // alternates on noise and the run moves less than with cached stores alone
+    // (evidence: policy-shared-writes-margins).
     static constexpr double kToStreamingMargin = 2.0;
     static constexpr double kToCachedMargin = 1.25;
     static constexpr unsigned kSlowWritesToLeave = 2;

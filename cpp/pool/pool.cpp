@@ -60,8 +60,8 @@ constexpr std::int64_t kCallerSpinNs = 20'000;
 // Within those windows, pure spinning on plain loads only for this long; after it, spin
 // with a sched_yield() between bursts. When the other party is runnable on the *same* CPU
 // (the machine is oversubscribed: other processes hold the other cores), pure spinning
-// would hold the CPU for the whole window while the other party cannot run; measured here
-// this turned a 0.4 us hand-off into 52 us (= the spin window).
+// would hold the CPU for the whole window while the other party cannot run, turning a hand-off
+// of under a microsecond into the whole spin window (evidence: pool-spin-yield).
 constexpr std::int64_t kPureSpinNs = 1'000;
 // Chunks per thread for load balancing, and the largest chunk.
 constexpr std::size_t kChunksPerThread = 8;
@@ -83,8 +83,9 @@ std::int64_t now_ns() {
         .count();
 }
 
-// Spins until pred() or `budget_ns` elapsed; returns pred()'s last value. Plain loads (no
-// PAUSE: under KVM here a PAUSE loop reacted ~3x slower), the clock read every 256 tries.
+// Spins until pred() or `budget_ns` elapsed; returns pred()'s last value. Plain loads, no
+// PAUSE: under a hypervisor a PAUSE loop reacts several times slower (evidence: pool-no-pause).
+// The clock is read every 256 tries.
 template <class Pred>
 bool spin_until(Pred pred, std::int64_t budget_ns) {
     const std::int64_t start = now_ns();
@@ -124,7 +125,7 @@ void wake_all(std::atomic<std::uint32_t>*) {
     { std::lock_guard<std::mutex> lk(*g_wait_mu); }
     g_wait_cv->notify_all();
 }
-void reset_wait_state_after_fork() {  // the old ones may be held by threads that are gone
+void reset_wait_state_after_fork() {  // the parent's may be held by threads that are gone
     g_wait_mu = new std::mutex;
     g_wait_cv = new std::condition_variable;
 }
@@ -289,7 +290,7 @@ std::atomic<unsigned> g_default_cache{0};  // default_threads(), 0 = not compute
 #if defined(FASTCOPY_POOL_POSIX)
 std::atomic<bool> g_atfork_registered{false};
 // In the child only the forking thread exists: the workers are gone and g_busy may be held
-// by a thread that is gone too. Forget the old pool (leaked: its std::thread objects must
+// by a thread that is gone too. Forget the parent's pool (leaked: its std::thread objects must
 // not be destroyed) and let the next parallel copy build a fresh one.
 void atfork_child() {
     g_pool = nullptr;

@@ -53,30 +53,21 @@ constexpr unsigned kMaxThreads = 1024;
 constexpr unsigned kDefaultThreadsCap = 8;
 // An isolated copy (the previous one that reached the pool ended more than kIsolatedGapNs
 // ago) smaller than kWakeWorkersMinBytes does not wake sleeping workers: the caller copies
-// alone. Waking one costs the caller a FUTEX_WAKE and the worker tens of microseconds under
-// KVM, which a copy this small does not win back. Isolated copies (1 ms idle before each, so
-// the worker sleeps), pool against one thread, `cpp/bench/bandwidth`: on the Intel KVM VM
-// 0.75-1.11x at 1 MiB and 1.04-1.43x at 2 MiB (3 runs, SCHED_FIFO); on the Zen 4 KVM VM
-// 0.80-1.00x at 1 MiB and 0.93-1.07x at 2 MiB (2 sessions). With this rule, Zen 4, three
-// runs interleaved with three of the code before it: 0.91-1.01x at 1 MiB (before 0.80-0.91x),
-// and for a forced thread count 0.82-1.17x at 256 KiB (0.47-0.64x) and 0.91-0.95x at 512 KiB
-// (0.84-0.87x); 2 MiB unchanged (0.93-1.01x against 0.93-1.04x).
-// Copies closer together are left as they were: a first version that also skipped the wake
-// for gaps down to the worker's 50 us spin held every 1 MiB loan + view ping-pong between two
-// processes (gaps of 30-150 us) at 108-119 us round trips, where the wake lets some runs reach
-// 64-90 us (Zen 4 VM, 6 and 8 runs).
+// alone. Waking one costs the caller a FUTEX_WAKE and the worker tens of microseconds under a
+// hypervisor, which a copy this small does not win back. Copies closer together still wake
+// the workers: skipping the wake for them slows ping-pongs between processes
+// (evidence: pool-isolated-copies, pool-handoff-cost).
 constexpr std::size_t kWakeWorkersMinBytes = 2u << 20;
 constexpr std::int64_t kIsolatedGapNs = 500'000;  // 500 us, in ns
 // How long an idle worker spins (with sched_yield() after the first 1 us) before it sleeps on
 // its futex. After a copy that came as part of a stream (within kIsolatedGapNs of the previous
 // one) it spins kIsolatedGapNs, so that the stream's next copy finds it awake; after an isolated
 // copy, kWorkerSpinNs (enough for back-to-back copies). Waking a sleeping worker costs the
-// caller a FUTEX_WAKE and the copy the worker's late start, tens of microseconds under KVM. With
-// a 50 us spin after every copy, on the Zen 4 KVM VM, 1 MiB copies 100-450 us apart took a
-// median 31.9-49.6 us on two threads, slower than one thread's 22.3-24.3 us; with this rule
-// 13.6-24.7 us (runs interleaved; docs/threads.md has them, and the loan + view ping-pongs that
-// it helped less surely). The cost: in a stream with gaps of 100-450 us a worker spins through
-// them (up to a CPU busy, yielding to other threads).
+// caller a FUTEX_WAKE and the copy the worker's late start, tens of microseconds under a
+// hypervisor; with a short spin after every copy, copies a few hundred microseconds apart ran
+// slower on two threads than on one (evidence: pool-worker-spin-stream). The cost: in a
+// stream with gaps of 100-450 us a worker spins through them (up to a CPU busy, yielding to
+// other threads).
 constexpr std::int64_t kWorkerSpinNs = 50'000;  // 50 us, in ns
 constexpr std::int64_t worker_spin_ns(std::int64_t gap_before_copy_ns) {
     return gap_before_copy_ns < kIsolatedGapNs ? kIsolatedGapNs : kWorkerSpinNs;

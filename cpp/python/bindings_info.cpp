@@ -8,6 +8,7 @@
 
 #include "cpu.h"
 #include "core/dispatch.h"
+#include "evidence.h"
 #include "kernels/registry.h"
 #include "pool/pool.h"
 #include "probe.h"
@@ -273,6 +274,37 @@ void bind_info(py::module_& m) {
     }, "The kernel this thread last ran (None after reset_last_kernel()): proves which kernel a copy used.");
     m.def("reset_last_kernel", &reset_last_kernel, "Forget the kernel this thread last ran.");
     m.def("cpu_facts", &facts_dict, "The CPU facts detected at import, as a dict.");
+    m.def("evidence", [] {
+        py::list out;
+        for (const evidence::Entry& e : evidence::entries()) {
+            py::dict d;
+            d["id"] = e.id;
+            d["subject"] = e.subject;
+            d["claim"] = e.claim;
+            d["figures"] = e.figures;
+            d["machine"] = e.machine;
+            d["date"] = e.date;
+            d["command"] = e.command;
+            out.append(d);
+        }
+        return out;
+    }, "Every entry of the evidence compiled into the module (docs/evidence/<subject>.md): id, subject, claim, "
+       "figures, machine, date, command.");
+    m.def("evidence_files", [] {
+        py::dict d;
+        for (std::size_t i = 0; i < evidence::kEmbeddedFileCount; ++i)
+            d[py::str(evidence::kEmbeddedFiles[i].subject)] =
+                py::str(evidence::kEmbeddedFiles[i].text, evidence::kEmbeddedFiles[i].size);
+        return d;
+    }, "The evidence files compiled into the module, as {subject: text}.");
+    m.def("evidence_problems", [] { return evidence::problems(); },
+          "Format problems of the compiled evidence files (empty when every entry is well formed).");
+    m.def("evidence_check", [](const std::string& subject, const std::string& text) {
+        return evidence::check_text(subject, text);
+    }, py::arg("subject"), py::arg("text"), "The format problems of one evidence file's text (for tests).");
+    m.def("evidence_cited", [](const std::string& text) { return evidence::cited_ids(text); }, py::arg("text"),
+          "The evidence ids a text cites (the word 'evidence:' followed by ids separated by ', '), in order, without "
+          "repeats.");
     m.def("kernel_table", &kernels_list, "Every kernel compiled in: name, description, supported, why_not, streaming, twin.");
     m.def("policy_table", &policy_list, "The policy: size bands per region with the chosen kernel and the reason.");
     m.def("policy_notes", &policy_notes, "Decisions that are not size bands, in words.");
@@ -328,9 +360,8 @@ void bind_info(py::module_& m) {
         d["rule"] = "a copy under below_bytes that comes more than gap_seconds after the previous one that reached the "
                     "pool, while every worker it would use sleeps, runs on the caller alone (the workers sleep on); "
                     "closer copies wake them";
-        d["why"] = "isolated copies, pool against one thread: 0.75-1.11x at 1 MiB and 1.04-1.43x at 2 MiB (Intel VM), "
-                   "0.80-1.00x and 0.93-1.07x (Zen 4 VM); with the rule 0.91-1.01x at 1 MiB (Zen 4 VM, "
-                   "cpp/bench/bandwidth, 3 interleaved runs each)";
+        d["why"] = "waking a sleeping worker costs more than a second thread saves on an isolated copy under 2 MiB; "
+                   "closer copies find the workers awake (evidence: pool-isolated-copies, pool-handoff-cost)";
         return d;
     }, "The thread pool's rule for isolated copies that find the workers asleep, with its measurement.");
     m.def("worker_spin_rule", [] {
@@ -340,9 +371,9 @@ void bind_info(py::module_& m) {
         d["rule"] = "an idle worker spins (yielding to other threads) before it sleeps on a futex: "
                     "within_stream_seconds after a copy that came within the isolated-copy gap of the previous one, "
                     "after_isolated_copy_seconds after others";
-        d["why"] = "waking a sleeping worker costs tens of us under KVM: with a 50 us spin after every copy, 1 MiB "
-                   "copies 100-450 us apart took 31.9-49.6 us on two threads, slower than one thread (22.3-24.3 us); "
-                   "13.6-24.7 us with this rule (Zen 4 VM, interleaved runs)";
+        d["why"] = "waking a sleeping worker costs tens of microseconds under a hypervisor; workers that stay awake "
+                   "through a stream of copies make two threads faster than one there (evidence: "
+                   "pool-worker-spin-stream, pool-handoff-cost)";
         return d;
     }, "How long idle pool workers spin before sleeping, with its measurement.");
     m.def("default_threads", [] { return pool::default_threads(); }, "Threads from CPU affinity and cgroup quota.");

@@ -101,11 +101,12 @@ def info() -> Dict[str, Any]:
     reason, and ``pool``: this process's counts of copies split over threads, copies done
     alone because the pool was busy, backing off after late workers, or isolated while the
     workers slept, chunks the workers copied, and times a worker went to sleep;
-    ``isolated_copies``: that last rule, with its thresholds and measurement; ``worker_spin``:
+    ``isolated_copies``: that last rule, with its thresholds and reason; ``worker_spin``:
     how long idle workers spin before sleeping, within a stream of copies and after an isolated
-    one, with its measurement); ``overrides``;
+    one, with its reason); ``overrides``;
     ``shm`` (the size and time rules of ``fastcopy.shm``'s Channel and Topic: name, value,
-    unit, what the rule does, and the measurement behind it).
+    unit, what the rule does, and why); ``evidence`` (every measurement the reasons above cite,
+    by id: claim, figures, machine, date and command, from docs/evidence/).
     """
     from ._report import collect_info
 

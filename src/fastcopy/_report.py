@@ -47,7 +47,7 @@ def collect_info(brand: bool = True) -> Dict[str, Any]:
     profile_threads = profile["parallel"]["threads"]
     if profile_threads and _core.overrides()["FASTCOPY_THREADS"] is None and "set_threads" not in threads_reason:
         threads_reason = f"{profile_threads} (from the dispatch profile: {profile['parallel']['why']})"
-    return {
+    data: Dict[str, Any] = {
         "version": __version__,
         "cpu": cpu,
         "kernels": kernels,
@@ -83,6 +83,26 @@ def collect_info(brand: bool = True) -> Dict[str, Any]:
         "overrides": _core.overrides(),
         "shm": list(_core._shm_rules()),
     }
+    data["evidence"] = cited_evidence(data)
+    return data
+
+
+def _strings(value: Any) -> List[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def cited_evidence(data: Dict[str, Any]) -> Dict[str, Optional[Dict[str, str]]]:
+    """Every evidence entry the reasons in ``data`` cite, by id, in the order first cited (None for
+    an id this build's evidence lacks). The entries are compiled into _core from docs/evidence/."""
+    entries = {e["id"]: e for e in _core.evidence()}
+    ids = _core.evidence_cited("\n".join(_strings(data)))
+    return {i: entries.get(i) for i in ids}
 
 
 def human_size(n: Optional[int]) -> str:
@@ -164,7 +184,30 @@ def format_info(data: Dict[str, Any], verbose: bool = False) -> str:
     lines += ["", "Overrides:"]
     for key, value in data["overrides"].items():
         lines.append(f"  {key} = {value if value is not None else '(not set)'}")
+    lines += _format_evidence(data.get("evidence", {}))
     return "\n".join(lines)
+
+
+_EVIDENCE_FIELDS = ("figures", "machine", "date", "command")
+
+
+def _format_evidence(evidence: Dict[str, Optional[Dict[str, str]]]) -> List[str]:
+    """The evidence entries cited above: claim, figures, machine, date and command of each."""
+    if not evidence:
+        return []
+    lines = ["", "Evidence cited above (docs/evidence/<subject>.md):"]
+    for ident, entry in evidence.items():
+        if entry is None:
+            lines += ["", f"  [{ident}] not in this build's evidence"]
+            continue
+        head = f"  [{ident}] ({entry['subject']}) {entry['claim']}".replace("\n", " ")
+        lines += ["", textwrap.fill(head, 100, subsequent_indent="      ", break_long_words=False,
+                                    break_on_hyphens=False)]
+        for field in _EVIDENCE_FIELDS:
+            first, *rest = entry[field].split("\n")
+            lines.append(f"    {field}: {first}")
+            lines += [f"      {line}" for line in rest]
+    return lines
 
 
 def _cpu_lines(cpu: Dict[str, Any]) -> List[str]:

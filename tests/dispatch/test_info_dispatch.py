@@ -380,3 +380,36 @@ def test_nt_threshold_in_process():
             assert nt == 64 << 10
         else:
             assert nt is None  # no non-temporal kernel on this CPU: the override has nothing to move
+
+
+def test_verbose_info_prints_the_evidence_its_reasons_cite():
+    """info()["evidence"] holds every entry the active profile and rules cite, and
+    `info --verbose` prints each with its claim, figures, machine, date and command. The
+    built-in Zen 4 table is forced (by name), so the test does not depend on this CPU."""
+    from fastcopy._report import collect_info, format_info
+
+    before = _core.active_profile()
+    before_json = _core.base_profile_json()
+    _core.use_builtin_profile("amd-zen4")
+    try:
+        data = collect_info(brand=False)
+    finally:
+        if before["source"] == "built-in":
+            _core.use_builtin_profile(before["name"])
+        else:
+            _core.load_profile(before_json, before["source"])
+    evidence = data["evidence"]
+    for cited in ("zen4-avx2-from-192", "zen4-rep-movsb-4k-aliasing", "zen4-libc-448-575", "pool-isolated-copies"):
+        assert cited in evidence
+    assert all(entry is not None for entry in evidence.values()), evidence
+    text = format_info(data, verbose=True)
+    evidence_part = text[text.index("Evidence cited above"):]
+    for ident, entry in evidence.items():
+        block = evidence_part[evidence_part.index(f"[{ident}]"):]
+        block = block[:block.find("\n\n  [") % (len(block) + 1)]  # up to the next entry
+        words = " ".join(block.split())
+        for field in ("claim", "figures", "machine", "date", "command"):
+            first_line = " ".join(entry[field].split("\n")[0].split())
+            assert first_line in words, (ident, field)
+    # The summary stays short: no evidence there.
+    assert "Evidence cited above" not in format_info(data)
