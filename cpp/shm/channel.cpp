@@ -44,6 +44,14 @@ void forget_claims_of(const Ring* ring) {
 
 std::string pid_words(std::uint32_t pid) { return "pid " + std::to_string(pid); }
 
+// Why the header of a channel segment of `size` bytes has the wrong capacity ("" if right).
+std::string capacity_error(const std::uint8_t* header, std::uint64_t size) {
+    const std::uint64_t cap = load_acquire_u64(header + kOffCapacity);
+    if (cap != size - kHeaderBytes || cap % kAlign != 0 || cap < kMinCapacity)
+        return "capacity " + std::to_string(cap) + " does not match the segment size " + std::to_string(size);
+    return "";
+}
+
 }  // namespace
 
 // ---- segment ----------------------------------------------------------------------------
@@ -54,7 +62,9 @@ Ring* Ring::create(const std::string& name, std::size_t capacity) {
                        std::to_string(kMinCapacity) + " (64 KiB) to " + std::to_string(kMaxCapacity) + " (1 TiB) bytes");
     capacity = pad64(capacity);
     const std::size_t total = kHeaderBytes + capacity;
-    const MappedSegment seg = create_segment(name, total);
+    const MappedSegment seg = create_segment(name, total, kChannelSegment, [&](std::uint8_t* base) {
+        store_release_u64(base + kOffCapacity, capacity);
+    });
     Ring* r = new Ring();
     r->name_ = name;
     r->base_ = seg.base;
@@ -65,27 +75,22 @@ Ring* Ring::create(const std::string& name, std::size_t capacity) {
     r->creator_ = true;
     r->dev_ = seg.dev;
     r->ino_ = seg.ino;
-    // The file is zero-filled; publish_segment writes the magic last, with release.
-    store_release_u64(r->word(kOffCapacity), capacity);
-    publish_segment(seg.base, kChannelSegment);
     return r;
 }
 
 Ring* Ring::attach(const std::string& name) {
     check_segment_name(name, "channel");
     const MappedSegment seg = open_segment(name, kHeaderBytes + kMinCapacity, kHeaderBytes + kMaxCapacity,
-                                           kChannelSegment);
+                                           kChannelSegment, capacity_error);
     const std::uint64_t size = seg.bytes;
     std::uint8_t* b = seg.base;
     std::string why = check_prefix(b, kChannelSegment);
-    const std::uint64_t cap = load_acquire_u64(b + kOffCapacity);
-    if (!why.empty()) {
-    } else if (cap != size - kHeaderBytes || cap % kAlign != 0 || cap < kMinCapacity)
-        why = "capacity " + std::to_string(cap) + " does not match the segment size " + std::to_string(size);
+    if (why.empty()) why = capacity_error(b, size);
     if (!why.empty()) {
         ::munmap(b, size);
         throw ShmCorrupted("shared memory segment '" + name + "': " + why);
     }
+    const std::uint64_t cap = load_acquire_u64(b + kOffCapacity);
     Ring* r = new Ring();
     r->name_ = name;
     r->base_ = b;
@@ -108,7 +113,8 @@ Ring::~Ring() {
 
 void Ring::close() {
     if (!base_) return;
-    if (busy_.load(std::memory_order_acquire))
+    // A flag set before a fork by a thread the child does not have is stale (see BusyGuard).
+    if (busy_.load(std::memory_order_acquire) && busy_generation_ == fork_generation())
         throw ShmError("cannot close a Channel while another thread is using it");
     if (role_ != Role::None && claim_generation_ == fork_generation()) {
         std::size_t pid_off = role_ == Role::Producer ? kOffProdPid : kOffConsPid;
@@ -197,11 +203,14 @@ void Ring::claim(Role want) {
     claim_generation_ = gen;
     std::uint64_t h = load_acquire_u64(word(kOffHead));
     std::uint64_t t = load_acquire_u64(word(kOffTail));
-    if (h - t > cap_)
+    // The consumer follows a skip from its tail only when it reads the head next.
+    const std::uint64_t t_after = after_skip(t, h);
+    if (h - t_after > cap_)
         broken("channel header is corrupt: head " + std::to_string(h) + " and tail " + std::to_string(t) +
                " are more than the capacity " + std::to_string(cap_) + " apart");
     head_ = h;
-    tail_ = t;
+    tail_ = want == Role::Producer ? t_after : t;
+    skip_from_ = load_acquire_u64(word(kOffSkipFrom));
     {
         std::lock_guard<std::mutex> ledger_lock(ledger_->mu);
         if (want == Role::Consumer) {
@@ -254,8 +263,28 @@ void Ring::check_header() {
     }
 }
 
+std::uint64_t Ring::after_skip(std::uint64_t t, std::uint64_t h) const {
+    if (h == t || t % cap_ == 0 || load_acquire_u64(word(kOffSkipFrom)) != t) return t;
+    return t + (cap_ - t % cap_);
+}
+
+void Ring::skip_to_lap_start() {
+    skip_from_ = head_;
+    store_release_u64(word(kOffSkipFrom), head_);
+    head_ += cap_ - head_ % cap_;
+    tail_ = head_;  // the consumer's tail, once it follows
+}
+
+void Ring::follow_skip(std::uint64_t h) {
+    if (h == tail_ || tail_ % cap_ == 0 || load_acquire_u64(word(kOffSkipFrom)) != tail_) return;
+    tail_ += cap_ - tail_ % cap_;
+    if (head_ < tail_) head_ = tail_;
+    publish_tail(tail_);
+}
+
 std::uint64_t Ring::read_tail_checked() {
     std::uint64_t t = load_acquire_u64(word(kOffTail));
+    if (t == skip_from_ && t % cap_ != 0) t += cap_ - t % cap_;  // the consumer has not followed the skip yet
     if (head_ - t > cap_ || t - tail_ > cap_)  // unsigned: catches t > head_ and t < tail_
         broken("channel header is corrupt: tail index " + std::to_string(t) + " is outside [" +
                std::to_string(tail_) + ", " + std::to_string(head_) + "]");
@@ -265,6 +294,7 @@ std::uint64_t Ring::read_tail_checked() {
 
 std::uint64_t Ring::read_head_checked() {
     std::uint64_t h = load_acquire_u64(word(kOffHead));
+    follow_skip(h);
     if (h - tail_ > cap_ || h - head_ > cap_)  // catches h < tail_, h < head_, h > tail_ + cap
         broken("channel header is corrupt: head index " + std::to_string(h) + " is outside [" +
                std::to_string(std::max(head_, tail_)) + ", " + std::to_string(tail_ + cap_) + "]");
@@ -449,7 +479,10 @@ void Ring::check_abandoned() {
 int Ring::wait(WaitFor what, std::uint64_t need, double deadline, const GilHooks& hooks, double spin_s,
                bool gil_released) {
     auto ready = [&]() -> bool {
-        if (what == kData) return read_head_checked() - tail_ >= need || (watch_end_ && cut_in(watch_start_, watch_end_));
+        if (what == kData) {
+            const std::uint64_t h = read_head_checked();  // may move tail_ (follow_skip)
+            return h - tail_ >= need || (watch_end_ && cut_in(watch_start_, watch_end_));
+        }
         if (what == kCutSkipped) return load_acquire_u64(word(kOffCutAck)) == need;
         return cap_ - (head_ - read_tail_checked()) >= need;
     };

@@ -48,7 +48,9 @@ constexpr std::uint64_t kMagic = 0x31484353504f4346ull;  // "FCOPSCH1" little-en
 // consumer would call them corrupt, so the two refuse each other at attach instead.
 // 3: a streamed send that times out or is interrupted cuts its message (kOffCutAt) instead of
 // breaking the channel; a version-2 consumer would read the next message as the rest of it.
-constexpr std::uint32_t kVersion = 3;
+// 4: in an empty ring the producer skips to the start of the ring (kOffSkipFrom); a version-3
+// consumer would read the bytes at the skipped position as a message.
+constexpr std::uint32_t kVersion = 4;
 constexpr SegmentKind kChannelSegment{"channel", kMagic, kVersion};
 constexpr std::size_t kMinCapacity = 64 * 1024;
 constexpr std::size_t kMaxCapacity = std::size_t(1) << 40;
@@ -81,6 +83,10 @@ enum Off : std::size_t {
     // change only at a cut, so the line the consumer reads them from stays in its cache (not
     // beside kOffProdSeq, which the producer writes with every message).
     kOffCutAt = 1288, kOffCutAck = 1296,
+    // The last ring position the producer skipped from to the start of the ring (the next
+    // multiple of the capacity; 0: none yet): see Ring::skip_to_lap_start. Written by the
+    // producer, only while the ring is empty, before it publishes a head past it.
+    kOffSkipFrom = 1304,
     kOffCreatorPid = kSegCreatorPid, kOffCreatorStart = kSegCreatorStart,
     // Nonzero while the consumer waits for a message (spinning or asleep): it will read the
     // next one as soon as it is published (see Ring::wrap_early). Zero in segments whose
@@ -92,7 +98,7 @@ static_assert(outside_prefix(kOffCapacity, 8) && outside_prefix(kOffProdPid, 24)
                   outside_prefix(kOffHead, 8) && outside_prefix(kOffTail, 8) && outside_prefix(kOffDataFutex, 4) &&
                   outside_prefix(kOffConsWaiting, 4) && outside_prefix(kOffSpaceFutex, 4) &&
                   outside_prefix(kOffProdWaiting, 4) && outside_prefix(kOffAbandoned, 4) &&
-                  outside_prefix(kOffCutAt, 16) && outside_prefix(kOffConsAwaiting, 4),
+                  outside_prefix(kOffCutAt, 24) && outside_prefix(kOffConsAwaiting, 4),
               "the channel's own header words lie outside the segment prefix");
 
 enum class Role { None, Producer, Consumer };
@@ -237,11 +243,21 @@ private:
     // Whether a large loan (`large`) at ring position `pos` goes to the start of the ring
     // instead, where it needs `need_at_start` bytes (see the .cpp).
     bool wrap_early(std::uint64_t pos, std::uint64_t need_at_start, bool large);
+    // Producer, in an empty ring (the consumer's tail at head_): goes to the start of the ring
+    // without a padding record. The stretch to the ring's end holds no message: kOffSkipFrom
+    // says where it starts, and the consumer, at that position with a head past it, jumps to the
+    // start (follow_skip). A message that fits the ring but not in one piece where the head is,
+    // with no room for a padding record as well, goes this way, so it is always one piece, and
+    // it reserves nothing in the ring while it waits for the ring to empty.
+    void skip_to_lap_start();
+    // Consumer: follows the producer's skip from tail_ when it published a head (h) past it.
+    void follow_skip(std::uint64_t h);
+    // The tail index `t` as the producer counts it: the start of the next lap when the consumer
+    // has not followed the skip from t yet.
+    std::uint64_t after_skip(std::uint64_t t, std::uint64_t h) const;
     // Producer: writes a padding record of `bytes` (a multiple of 64, not past the ring end) at
     // ring index `at`.
     void put_padding(std::uint64_t at, std::uint64_t bytes);
-    // Producer: publishes a padding record of `bytes` at head_ once there is room. False on timeout.
-    bool send_padding(std::uint64_t bytes, double deadline, const GilHooks& gil);
     // Waits until pred() or deadline; returns 0 ready, 1 timeout; throws on peer death.
     // kData: `need` bytes published, or (while watch_end_ is set) the producer cut the
     // message being read; kSpace: `need` bytes free; kCutSkipped: the consumer acknowledged
@@ -278,6 +294,8 @@ private:
     std::size_t loan_hdr_len_ = 0;
     std::uint64_t loan_total_ = 0;
     std::uint64_t loan_wrap_pad_ = 0, loan_gap_pad_ = 0;  // padding published before the loan
+    bool loan_skip_ = false;              // the loan skips to the start of the ring instead of loan_wrap_pad_
+    std::uint64_t skip_from_ = 0;         // producer: the last skip (kOffSkipFrom)
     std::size_t map_bytes_ = 0;
     std::size_t cap_ = 0;
     bool creator_ = false;

@@ -62,9 +62,12 @@ bool Ring::send(void* hdr, std::size_t hdr_len, const void* payload, std::size_t
         // then recv_view() returns it in place instead of a copy, and both copies are one
         // piece. The padding is published with the message's first bytes, never alone.
         // evidence: shm-send-wrap-padding
+        // One that fits the ring but not beside a padding record waits until the ring is
+        // empty and goes to its start without one (skip_to_lap_start).
         const std::uint64_t to_end = cap_ - head_ % cap_;
         const std::uint64_t pad = total > to_end && to_end + total <= cap_ ? to_end : 0;
-        const std::uint64_t need = pad + total;
+        const bool skip = total > to_end && !pad;
+        const std::uint64_t need = skip ? cap_ : pad + total;
         // Atomic: wait for room for the whole message (so a timeout leaves nothing half
         // sent), then write it. Large messages are published in chunks as they are written,
         // so the consumer copies out while we copy in.
@@ -76,6 +79,9 @@ bool Ring::send(void* hdr, std::size_t hdr_len, const void* payload, std::size_t
         if (pad) {
             put_padding(head_, pad);
             msg_start = head_ + pad;
+        } else if (skip) {
+            skip_to_lap_start();
+            msg_start = head_;
         }
         if (payload_len >= kShmReleaseGilBytes) gil.release();
         const std::uint64_t step = payload_len >= kPipelineBytes ? stream_chunk() : total;
@@ -153,6 +159,7 @@ bool Ring::peek(MsgInfo& info, double timeout_s, const GilHooks& hooks) {
                                           : monotonic_seconds() + timeout_s;
     MsgHeader h;
     for (;;) {
+        follow_skip(head_);
         if (head_ - tail_ < kAlign) {
             read_head_checked();
             if (head_ - tail_ < kAlign && wait(kData, kAlign, deadline, hooks, kSpinStart) != 0) return false;
@@ -301,14 +308,6 @@ void Ring::put_padding(std::uint64_t at, std::uint64_t bytes) {
     std::memcpy(data() + at % cap_, &h, sizeof h);
 }
 
-bool Ring::send_padding(std::uint64_t bytes, double deadline, const GilHooks& hooks) {
-    if (!wait_space(bytes, deadline, hooks)) return false;
-    put_padding(head_, bytes);
-    head_ += bytes;
-    publish_head(head_);
-    return true;
-}
-
 bool Ring::place_loan(std::size_t hdr_len, std::size_t payload_len, std::uint64_t total, double deadline,
                       const GilHooks& hooks) {
     // data() is page-aligned (the mapping is, and the segment header is one page), so a ring
@@ -319,20 +318,25 @@ bool Ring::place_loan(std::size_t hdr_len, std::size_t payload_len, std::uint64_
         return page_align ? (kPageBytes - (pos + hdr_len) % kPageBytes) % kPageBytes : 0;
     };
     loan_wrap_pad_ = 0;
+    loan_skip_ = false;
     std::uint64_t pos = head_ % cap_;
     // Would wrap, or wraps early to reuse memory: restart at position 0.
     if (pos + gap_to_page(pos) + total > cap_ || wrap_early(pos, gap_to_page(0) + total, page_align)) {
         const std::uint64_t to_end = cap_ - pos;
         // The padding goes out with the message, in one publication: a padding record
         // published on its own would wake the consumer for nothing, and its short wait would
-        // teach the consumer's spin to give up before the message comes. Only a ring too small
-        // for both at once gets the padding first.
-        if (to_end + gap_to_page(0) + total <= cap_) loan_wrap_pad_ = to_end;
-        else if (!send_padding(to_end, deadline, hooks)) return false;
+        // teach the consumer's spin to give up before the message comes. A ring too small for
+        // both at once empties first, and the loan skips to its start (skip_to_lap_start at
+        // publish): a loan that times out meanwhile reserves nothing.
+        loan_wrap_pad_ = to_end;
+        if (to_end + gap_to_page(0) + total > cap_) {
+            if (!wait_space(cap_, deadline, hooks)) return false;
+            loan_skip_ = true;
+        }
         pos = 0;
     }
     loan_gap_pad_ = gap_to_page(pos);  // after a wrap: gap + total <= cap_ (page_align)
-    return wait_space(loan_wrap_pad_ + loan_gap_pad_ + total, deadline, hooks);
+    return wait_space((loan_skip_ ? 0 : loan_wrap_pad_) + loan_gap_pad_ + total, deadline, hooks);
 }
 
 // A large loan goes back to the start of the ring, although it would fit where the ring's
@@ -404,9 +408,12 @@ void Ring::publish_loan(std::uint64_t id) {
         throw ShmClosed("the consumer closed the channel; the loaned message was not sent");
     // The padding records and the header are written now: the slot is shared memory, and
     // nothing written there since loan() is trusted.
+    if (loan_skip_) skip_to_lap_start();
     std::uint64_t at = head_;
-    if (loan_wrap_pad_) put_padding(at, loan_wrap_pad_);
-    at += loan_wrap_pad_;
+    if (loan_wrap_pad_ && !loan_skip_) {
+        put_padding(at, loan_wrap_pad_);
+        at += loan_wrap_pad_;
+    }
     if (loan_gap_pad_) put_padding(at, loan_gap_pad_);
     at += loan_gap_pad_;
     reinterpret_cast<MsgHeader*>(loan_hdr_)->seq = seq_;
@@ -461,6 +468,7 @@ std::uint64_t Ring::pending_bytes() {
         std::lock_guard<std::mutex> lock(ledger_->mu);
         if (ledger_->read_pos - t <= cap_) t = ledger_->read_pos;
     }
+    t = after_skip(t, h);
     std::uint64_t d = h - t;
     return d > cap_ ? 0 : d;
 }

@@ -12,6 +12,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace fastcopy {
@@ -63,19 +64,24 @@ struct MappedSegment {
 // named in the message.
 void check_segment_name(const std::string& name, const char* kind);
 
-// Creates /dev/shm/<name> of `bytes` bytes exclusively (EEXIST -> ShmOsError), with its pages
-// allocated, and maps it; the file is zero-filled. The creator then writes its own header
-// words and calls publish_segment. Registers the name for removal on a fatal signal.
-MappedSegment create_segment(const std::string& name, std::uint64_t bytes);
-// Writes the prefix (version, header_bytes, creator pid and start time), the magic last with
-// release: from then on the segment is the kind's.
-void publish_segment(std::uint8_t* base, const SegmentKind& kind);
+// Creates /dev/shm/<name> of `bytes` bytes, with its pages allocated, and maps it. The
+// segment is made under a temporary name, zero-filled; init(base) writes the kind's own header
+// words, the prefix follows with the magic last (release), and only then is the segment linked
+// to `name`: whoever opens `name` finds it whole. An existing name is never replaced
+// (ShmOsError EEXIST). Registers the name for removal on a fatal signal.
+MappedSegment create_segment(const std::string& name, std::uint64_t bytes, const SegmentKind& kind,
+                             const std::function<void(std::uint8_t*)>& init);
 
-// Opens and maps /dev/shm/<name> when its size is in [min_bytes, max_bytes] (ShmCorrupted
-// otherwise, naming kind.noun), with its pages allocated. The caller checks the header
-// (check_prefix, then its own words) and unmaps on failure.
+// Why the header (the first kHeaderBytes of a segment of `size` bytes, whose prefix is the
+// kind's) does not describe this segment ("" when it does): the kind's own words.
+using HeaderCheck = std::function<std::string(const std::uint8_t* header, std::uint64_t size)>;
+
+// Opens and maps /dev/shm/<name> when its size is in [min_bytes, max_bytes] and its header,
+// read from the file before anything is allocated or mapped, passes check_prefix and `check`
+// (ShmCorrupted otherwise, naming kind.noun); then allocates its pages. The caller checks the
+// mapped header again (it may have changed meanwhile) and unmaps on failure.
 MappedSegment open_segment(const std::string& name, std::uint64_t min_bytes, std::uint64_t max_bytes,
-                           const SegmentKind& kind);
+                           const SegmentKind& kind, const HeaderCheck& check);
 // Why the prefix at base is not the kind's ("" when it is): magic, version, header size.
 std::string check_prefix(const std::uint8_t* base, const SegmentKind& kind);
 

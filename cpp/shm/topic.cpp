@@ -36,6 +36,24 @@ std::string geometry_error(const TopicGeometry& g) {
     return "";
 }
 
+// Reads the geometry in a topic's header into g: why it is not valid for a segment of `size`
+// bytes ("" when it is).
+std::string geometry_error_of(const std::uint8_t* b, std::uint64_t size, TopicGeometry& g) {
+    g.slots = load_acquire_u32(b + kTOffSlots);
+    g.max_subs = load_acquire_u32(b + kTOffMaxSubs);
+    g.slot_bytes = load_acquire_u64(b + kTOffSlotBytes);
+    g.history = load_acquire_u32(b + kTOffHistory);
+    const std::uint32_t ov = load_acquire_u32(b + kTOffOverflow);
+    g.overflow = static_cast<Overflow>(ov);
+    if (ov > 1) return "overflow mode " + std::to_string(ov);
+    std::string why = geometry_error(g);
+    if (!why.empty()) return why;
+    if (g.total_bytes() != size || load_acquire_u64(b + kTOffTotalBytes) != size)
+        return "geometry (" + std::to_string(g.slots) + " slots of " + std::to_string(g.slot_bytes) +
+               " bytes) does not match the segment size " + std::to_string(size);
+    return "";
+}
+
 }  // namespace
 
 std::uint64_t default_topic_slots(std::uint64_t slot_bytes, std::uint64_t history) {
@@ -114,56 +132,47 @@ Topic* Topic::create(const std::string& name, std::uint64_t slot_bytes, std::uin
     std::string why = geometry_error(g);
     if (!why.empty()) throw ShmError("Topic.create: " + why);
     const std::uint64_t total = g.total_bytes();
-    const MappedSegment seg = create_segment(name, total);
-    void* p = seg.base;
+    const std::uint32_t me = static_cast<std::uint32_t>(::getpid());
+    const std::uint64_t my_start = process_start_time(me);
+    const MappedSegment seg = create_segment(name, total, kTopicSegment, [&](std::uint8_t* b) {
+        store_release_u32(b + kTOffSlots, slots);
+        store_release_u32(b + kTOffMaxSubs, max_subscribers);
+        store_release_u64(b + kTOffSlotBytes, slot_bytes);
+        store_release_u32(b + kTOffHistory, history);
+        store_release_u32(b + kTOffOverflow, static_cast<std::uint32_t>(overflow));
+        store_release_u64(b + kTOffTotalBytes, total);
+        store_release_u32(b + kTOffPubPid, me);
+        store_release_u64(b + kTOffPubStart, my_start);
+    });
     Topic* t = new Topic();
     t->name_ = name;
-    t->base_ = static_cast<std::uint8_t*>(p);
+    t->base_ = seg.base;
     t->map_bytes_ = total;
     t->geo_ = g;
     t->publisher_ = true;
     t->generation_ = fork_generation();
-    t->pid_ = static_cast<std::uint32_t>(::getpid());
-    t->start_time_ = process_start_time(t->pid_);
+    t->pid_ = me;
+    t->start_time_ = my_start;
     t->ledger_ = std::make_shared<TopicLedger>();
     t->ledger_->mapping = std::make_shared<Mapping>(t->base_, total);
     t->ledger_->header = t->base_;
     t->ledger_->generation = t->generation_;
-    std::uint8_t* b = t->base_;
-    store_release_u32(b + kTOffSlots, slots);
-    store_release_u32(b + kTOffMaxSubs, max_subscribers);
-    store_release_u64(b + kTOffSlotBytes, slot_bytes);
-    store_release_u32(b + kTOffHistory, history);
-    store_release_u32(b + kTOffOverflow, static_cast<std::uint32_t>(overflow));
-    store_release_u64(b + kTOffTotalBytes, total);
-    store_release_u32(b + kTOffPubPid, t->pid_);
-    store_release_u64(b + kTOffPubStart, t->start_time_);
-    publish_segment(b, kTopicSegment);  // the magic last: the segment is ready
     return t;
 }
 
 Topic* Topic::subscribe(const std::string& name) {
     check_segment_name(name, "topic");
-    const MappedSegment seg =
-        open_segment(name, kHeaderBytes + kTopicSubBytes + 2 * kSlotHdrBytes, kMaxTopicBytes, kTopicSegment);
+    const MappedSegment seg = open_segment(name, kHeaderBytes + kTopicSubBytes + 2 * kSlotHdrBytes, kMaxTopicBytes,
+                                           kTopicSegment, [](const std::uint8_t* header, std::uint64_t size) {
+                                               TopicGeometry g;
+                                               return geometry_error_of(header, size, g);
+                                           });
     const std::uint64_t size = seg.bytes;
     void* p = seg.base;
     auto* b = seg.base;
     TopicGeometry g;
-    g.slots = load_acquire_u32(b + kTOffSlots);
-    g.max_subs = load_acquire_u32(b + kTOffMaxSubs);
-    g.slot_bytes = load_acquire_u64(b + kTOffSlotBytes);
-    g.history = load_acquire_u32(b + kTOffHistory);
-    std::uint32_t ov = load_acquire_u32(b + kTOffOverflow);
-    g.overflow = static_cast<Overflow>(ov);
     std::string why = check_prefix(b, kTopicSegment);
-    if (!why.empty()) {
-    }
-    else if (ov > 1) why = "overflow mode " + std::to_string(ov);
-    else if (!(why = geometry_error(g)).empty()) {
-    } else if (g.total_bytes() != size || load_acquire_u64(b + kTOffTotalBytes) != size)
-        why = "geometry (" + std::to_string(g.slots) + " slots of " + std::to_string(g.slot_bytes) +
-              " bytes) does not match the segment size " + std::to_string(size);
+    if (why.empty()) why = geometry_error_of(b, size, g);
     if (!why.empty()) {
         ::munmap(p, size);
         throw ShmCorrupted("shared memory segment '" + name + "': " + why);
@@ -248,7 +257,8 @@ Topic::~Topic() {
 
 void Topic::close() {
     if (!base_) return;
-    if (busy_.load(std::memory_order_acquire))
+    // A flag set before a fork by a thread the child does not have is stale (see BusyGuard).
+    if (busy_.load(std::memory_order_acquire) && busy_generation_ == fork_generation())
         throw ShmError("cannot close a Topic while another thread is using it");
     const bool mine = generation_ == fork_generation();
     std::lock_guard<std::mutex> lock(ledger_->mu);

@@ -1,6 +1,6 @@
 // Tests for the Channel's ring protocol (cpp/shm/channel.cpp, channel_io.cpp) without Python:
-// a producer and a consumer Ring of one process on one segment. send/recv, a message that wraps
-// around the end of the ring and one that goes to its start behind a padding record, a full
+// a producer and a consumer Ring of one process on one segment. send/recv, a message that goes to the
+// start of the ring behind a padding record or skipping to it, one larger than the ring, a full
 // ring's timeout, loans (publish, discard), corrupted head and tail indices, and two threads
 // streaming messages up to three times the ring's size with every byte checked. Runs natively
 // and under the sanitizers (.ci/cpp_tests.sh). ctest name: ring_tests.
@@ -118,27 +118,51 @@ void padding_keeps_a_message_whole() {
     CHECK(p.cons->pending_bytes() == 0);
 }
 
-void message_wraps_around_the_end() {
-    Pair p("wrap");
+// A sent message that fits the ring but not in one piece where the head is, with no room for a
+// padding record too, waits until the ring is empty and goes to its start: one piece.
+void message_skips_to_the_start_of_an_empty_ring() {
+    Pair p("skip");
     CHECK(p.send(0, 20 * 1024));
-    p.recv_copy(0, 20 * 1024);
-    // 64 + 50 KiB from position 64 + 20 KiB: no room for padding and the message, so it wraps.
     const std::size_t n = 50 * 1024;
+    CHECK(!p.send(1, n, 0.05));  // the ring is not empty: a timeout, nothing reserved
+    CHECK(p.head() == 64 + 20 * 1024);
+    CHECK(p.cons->pending_bytes() == 64 + 20 * 1024);
+    p.recv_copy(0, 20 * 1024);
     CHECK(p.send(1, n));
-    CHECK(p.head() == 64 + 20 * 1024 + 64 + n);
+    CHECK(p.head() == kCap + 64 + n);
+    CHECK(p.cons->pending_bytes() == 64 + n);
     MsgInfo info;
     CHECK(p.cons->peek(info, 1.0, kNoGil));
     std::uint64_t id = 0;
     bool timed_out = true;
-    CHECK(p.cons->take_view(info, 1.0, kNoGil, id, timed_out) == nullptr && !timed_out);  // not one piece
-    std::vector<std::uint8_t> out(n);
-    CHECK(p.cons->consume(info, out.data(), 1.0, kNoGil));
-    CHECK(matches(1, out.data(), n));
+    const std::uint8_t* view = p.cons->take_view(info, 1.0, kNoGil, id, timed_out);
+    CHECK(view == p.cons->ledger()->mapping_ref()->base + kHeaderBytes + 64);  // at the start of the ring
+    if (view) CHECK(matches(1, view, n));
+    p.cons->ledger()->release_view(id);
+    CHECK(p.cons->pending_bytes() == 0);
     for (std::uint64_t seq = 2; seq < 40; ++seq) {  // around the ring many times, sizes varying
-        const std::size_t m = (seq * 7919) % (30 * 1024);
+        const std::size_t m = (seq * 7919) % (60 * 1024);
         CHECK(p.send(seq, m));
         p.recv_copy(seq, m);
     }
+}
+
+// A message larger than the ring streams through it and wraps around its end.
+void message_larger_than_the_ring_wraps() {
+    Pair p("wrap");
+    CHECK(p.send(0, 20 * 1024));
+    p.recv_copy(0, 20 * 1024);
+    const std::size_t n = 3 * kCap + 4096 + 13;
+    std::thread producer([&] { CHECK(p.send(1, n, 10)); });
+    MsgInfo info;
+    CHECK(p.cons->peek(info, 10, kNoGil));
+    std::uint64_t id = 0;
+    bool timed_out = true;
+    CHECK(p.cons->take_view(info, 1.0, kNoGil, id, timed_out) == nullptr && !timed_out);  // not one piece
+    std::vector<std::uint8_t> out(n);
+    CHECK(p.cons->consume(info, out.data(), 10, kNoGil));
+    CHECK(matches(1, out.data(), n));
+    producer.join();
 }
 
 void full_ring_times_out() {
@@ -209,6 +233,35 @@ void loans() {
         if (view) CHECK(matches(seq, view, m));
         p.cons->ledger()->release_view(vid);
     }
+}
+
+// A loan that must go to the start of the ring is granted in an empty ring at once, and one
+// that times out reserves nothing.
+void loan_in_an_empty_ring_skips() {
+    Pair p("loan-skip");
+    CHECK(p.send(0, 10 * 1024));
+    const std::size_t n = 60 * 1024;
+    Header h(n);
+    std::uint64_t id = 0;
+    CHECK(p.prod->loan(h.bytes, h.len, n, 0.05, kNoGil, id) == nullptr);  // message 0 is unread
+    CHECK(p.cons->pending_bytes() == 64 + 10 * 1024);
+    p.recv_copy(0, 10 * 1024);
+    CHECK(p.cons->pending_bytes() == 0);
+    std::uint8_t* slot = p.prod->loan(h.bytes, h.len, n, 0.05, kNoGil, id);
+    CHECK(slot != nullptr);
+    CHECK(p.cons->pending_bytes() == 0);
+    p.prod->ledger()->end_loan(id);  // discarded: nothing sent
+    CHECK(p.cons->pending_bytes() == 0);
+    slot = p.prod->loan(h.bytes, h.len, n, 0.05, kNoGil, id);
+    CHECK(slot != nullptr);
+    if (!slot) return;
+    const std::vector<std::uint8_t> d = payload(1, n);
+    std::memcpy(slot, d.data(), n);
+    p.prod->publish_loan(id);
+    CHECK(p.cons->pending_bytes() == 64 + n);
+    p.recv_copy(1, n);
+    CHECK(p.send(2, 100));
+    p.recv_copy(2, 100);
 }
 
 template <class Fn>
@@ -321,9 +374,11 @@ void two_threads_every_byte() {
 int main() {
     send_and_recv();
     padding_keeps_a_message_whole();
-    message_wraps_around_the_end();
+    message_skips_to_the_start_of_an_empty_ring();
+    message_larger_than_the_ring_wraps();
     full_ring_times_out();
     loans();
+    loan_in_an_empty_ring_skips();
     corrupted_indices_are_detected();
     two_threads_every_byte();
     if (g_failures) {
