@@ -180,7 +180,7 @@ def test_a_segment_whose_header_disagrees_with_its_size_is_refused_unallocated()
 
 
 FORK_CHILD = r"""
-import os, sys, threading
+import os, sys, threading, time
 import numpy as np
 from fastcopy.shm import Channel, Topic
 
@@ -193,15 +193,23 @@ tx.send(np.arange(8)); pub.send(np.arange(8))
 view, tview = rx.recv_view(timeout=1), sub.recv_view(timeout=1)
 held = rx.held_bytes
 
-# Another thread takes and drops views on a second channel (its slot ledger's lock) while
-# this one forks.
+# Other threads are inside calls while this one forks: one blocked in recv on a second
+# channel, one in recv on a second topic, one taking and dropping views on a third channel (its
+# slot ledger's lock).
 tx2 = Channel.create(name + "-c2", capacity=1 << 16)
 rx2 = Channel.attach(tx2.name)
+pub2 = Topic.create(name + "-t2", slot_bytes=64, slots=2)
+sub2 = Topic.subscribe(pub2.name)
+tx3 = Channel.create(name + "-c3", capacity=1 << 16)
+rx3 = Channel.attach(tx3.name)
 stop = threading.Event()
 def churn():
     while not stop.is_set():
-        tx2.send(np.arange(4)); v = rx2.recv_view(timeout=1); del v
-t = threading.Thread(target=churn); t.start()
+        tx3.send(np.arange(4)); v = rx3.recv_view(timeout=1); del v
+threads = [threading.Thread(target=rx2.recv), threading.Thread(target=sub2.recv), threading.Thread(target=churn)]
+for t in threads:
+    t.start()
+time.sleep(0.2)  # the two receivers are asleep in their waits
 pids = []
 for _ in range(20):
     pid = os.fork()
@@ -209,10 +217,13 @@ for _ in range(20):
         # The child's copies of the views and ends: releasing and closing them must neither
         # hang nor release the parent's slots.
         del view, tview
-        rx.close(); sub.close(); tx.close(); pub.close(); rx2.close(); tx2.close()
+        for end in (rx, sub, tx, pub, rx2, tx2, sub2, pub2, rx3, tx3):
+            end.close()
         os._exit(0)
     pids.append(pid)
-stop.set(); t.join()
+stop.set(); tx2.send(np.arange(2)); pub2.send(np.arange(2))
+for t in threads:
+    t.join()
 print("children", sorted(os.waitpid(p, 0)[1] for p in pids)[-1])
 # The parent's views still pin their slots.
 print("channel", rx.held_views, rx.held_bytes == held, bool((view == np.arange(8)).all()))
@@ -225,7 +236,9 @@ for i in range(3):
 print("topic", sub.held_views, sent, bool((tview == np.arange(8)).all()))
 del view, tview
 rx.close(); sub.close(); tx.close(); pub.close(); tx.unlink(); pub.unlink()
-rx2.close(); tx2.close(); tx2.unlink()
+for end in (rx2, tx2, sub2, pub2, rx3, tx3):
+    end.close()
+tx2.unlink(); pub2.unlink(); tx3.unlink()
 """
 
 
