@@ -5,8 +5,8 @@
 #include <pybind11/stl.h>
 
 #include "policy/profile.h"
-#include "shm/shm_sync.h"
-#include "shm/shm_topic.h"
+#include "shm/channel.h"
+#include "shm/topic.h"
 
 namespace py = pybind11;
 

@@ -1,4 +1,4 @@
-// Tests for the shared-memory topic (cpp/shm/shm_topic.cpp) without Python: a publisher thread and
+// Tests for the shared-memory topic (cpp/shm/topic.cpp) without Python: a publisher thread and
 // subscriber threads of one process, each subscriber with its own record. Block mode: every
 // subscriber gets every message in order. Drop mode: copies are never torn, views never change,
 // and received + lost == published. Also: a fork while another thread holds a slot ledger's
@@ -18,7 +18,8 @@
 #include <unistd.h>
 #include <vector>
 
-#include "shm/shm_topic.h"
+#include "shm/channel.h"
+#include "shm/topic.h"
 
 using namespace fastcopy::shm;
 

@@ -26,139 +26,48 @@
 #include <deque>
 #include <memory>
 #include <mutex>
-#include <stdexcept>
 #include <string>
-#include <sys/types.h>
-#include <vector>
 
 #include "core/dispatch.h"
 #include "policy/shared_writes.h"
+#include "shm/errors.h"
+#include "shm/os.h"
+#include "shm/rules.h"
+#include "shm/segment.h"
+#include "shm/spin.h"
+#include "shm/wire.h"
 
 namespace fastcopy {
 namespace shm {
 
-// Errors. The Python binding maps them to fastcopy.shm.ChannelError and its subclasses.
-struct ShmError : std::runtime_error { using std::runtime_error::runtime_error; };
-struct ShmCorrupted : ShmError { using ShmError::ShmError; };
-struct ShmPeerDied : ShmError { using ShmError::ShmError; };
-struct ShmClosed : ShmError { using ShmError::ShmError; };
-struct ShmTimeout : ShmError { using ShmError::ShmError; };
-// An operation on a Channel this process already closed (Python: ValueError, like files).
-struct ShmUseAfterClose : ShmError { using ShmError::ShmError; };
-// A bad name or size given to create/attach (Python: a ChannelError that is also a ValueError).
-struct ShmBadArgument : ShmError { using ShmError::ShmError; };
-// A signal handler raised while we waited (the Python exception is already set).
-struct ShmInterrupted : ShmError { ShmInterrupted() : ShmError("interrupted") {} };
-// An OS call failed; err is the errno (Python: OSError subclass from errno).
-struct ShmOsError : ShmError {
-    int err;
-    ShmOsError(int e, const std::string& what) : ShmError(what), err(e) {}
-};
-
-// ---- primitives on a 4- or 8-byte aligned word in shared memory -------------------------
-std::uint64_t load_acquire_u64(const void* p);
-void store_release_u64(void* p, std::uint64_t v);
-std::uint32_t load_acquire_u32(const void* p);
-void store_release_u32(void* p, std::uint32_t v);
-std::uint32_t fetch_add_u32(void* p, std::uint32_t v);
-// FUTEX_WAIT (shared) while *word == expected, at most timeout_s seconds (< 0: no limit).
-// Returns 0 when woken or the value differed, ETIMEDOUT on timeout, EINTR on a signal.
-int futex_wait(void* word, std::uint32_t expected, double timeout_s);
-// FUTEX_WAKE (shared); returns how many waiters were woken.
-int futex_wake(void* word, int count);
-// True unless the process is known to be gone: kill(pid, 0) says ESRCH, /proc says zombie,
-// or its start time differs from start_time (pid reused). start_time 0 = not checked.
-bool process_alive(std::uint32_t pid, std::uint64_t start_time);
-// Start time (clock ticks after boot, /proc/<pid>/stat field 22) of a process; 0 if unknown.
-std::uint64_t process_start_time(std::uint32_t pid);
-double monotonic_seconds();
-
-// How long a waiter spins before it sleeps on a futex, learnt per waiting end (see the
-// comment at kSpinMin in shm_sync.cpp for the rule and the measurements behind it). Used by
-// the Channel's waits at the start of a message and by the Topic's publisher and subscribers.
-class AdaptiveSpin {
-public:
-    // Seconds to spin in this wait (0: sleep at once).
-    double budget();
-    // Spins until ready() or `seconds` passed (from `start`); true when ready() held. With
-    // `learn` (a wait of budget() seconds), records the outcome. The caller sleeps when it
-    // returns false.
-    template <class Ready>
-    bool spin(Ready&& ready, double start, double seconds, bool learn) {
-        const double until = start + seconds;
-        for (unsigned i = 1;; ++i) {
-            poll_pause(i);
-            if (ready()) {
-                if (learn && seconds > 0) caught(monotonic_seconds() - start);
-                return true;
-            }
-            if ((i & 7) == 0 && monotonic_seconds() >= until) break;
-        }
-        if (learn && seconds > 0) missed();
-        return false;
-    }
-    // The answer came after a sleep, `waited` seconds after the wait started.
-    void slept(double waited);
-    // One polling round: a short burst of pause instructions at first, then sched_yield().
-    static void poll_pause(unsigned round);
-
-private:
-    void caught(double waited);
-    void missed();
-    bool spinning_ = false;
-    unsigned failures_ = 0, probes_ = 0;
-    double last_wait_s_ = 0;  // seconds the last wait took
-};
-
 // ---- segment layout -----------------------------------------------------------------------
+// A segment is a 4096-byte header (segment.h's prefix, then the words below) and `capacity`
+// bytes of ring from the next page.
 constexpr std::uint64_t kMagic = 0x31484353504f4346ull;  // "FCOPSCH1" little-endian
 // 2: padding records may end before the end of the ring (page-aligned loans). A version-1
 // consumer would call them corrupt, so the two refuse each other at attach instead.
 // 3: a streamed send that times out or is interrupted cuts its message (kOffCutAt) instead of
 // breaking the channel; a version-2 consumer would read the next message as the rest of it.
-constexpr std::uint32_t kVersion = 3;
-// One page: the ring starts on a page, so a consumer maps it read-only and the header writable
-// (protect_data).
-constexpr std::size_t kHeaderBytes = 4096;
+// 4: in an empty ring the producer skips to the start of the ring (kOffSkipFrom); a version-3
+// consumer would read the bytes at the skipped position as a message.
+constexpr std::uint32_t kVersion = 4;
+constexpr SegmentKind kChannelSegment{"channel", kMagic, kVersion};
 constexpr std::size_t kMinCapacity = 64 * 1024;
 constexpr std::size_t kMaxCapacity = std::size_t(1) << 40;
-constexpr std::uint32_t kMsgMagic = 0x4d534346u;  // "FCSM"
-// A padding record: header_len 64, ndim 0, dtype_len 0, seq = the next message's number,
-// payload_len = a multiple of 64 such that the record ends at or before the end of the ring;
-// the consumer skips it. A loan writes one when its message would wrap, so that a loaned (and
-// later viewed) payload is one contiguous piece of the ring, and one before a large payload so
-// that it starts on a page boundary (kPageAlignedLoanMin).
-constexpr std::uint32_t kPadMagic = 0x50414446u;  // "FDAP"
-// Loans from this payload size start their payload on a 4096-byte boundary. The copy that
-// fills a loan is fastest when (dst - src) mod 4096 is 0 or at least 512: non-temporal stores
-// need it (at 16 MiB on Zen 3 avx2_nt ran 0.17-0.49x avx2 at distances 16-256), and so does
-// Zen 3's rep movsb (15-20x slower at 1..31). A numpy array of this size starts 0 or 16 bytes
-// past a page (malloc's mmap chunks), so a page-aligned loan gets distance 0 or 4080, where the
-// old 64-byte header put it at 48. Measured on the Zen 3 VM (2 vCPUs, fastcopy.copy from a
-// np.ones array, medians of 21 interleaved rounds): 16 MiB 840 us page-aligned against
-// 1060-1160 us at page offsets 64-256; 1 MiB and 4 MiB alike within noise. The cost is at most
-// 4032 bytes of ring per message, 1.5% of a 256 KiB one.
-constexpr std::size_t kPageBytes = 4096;
-static_assert(kHeaderBytes % kPageBytes == 0, "the ring starts on a page (protect_data)");
-constexpr std::size_t kPageAlignedLoanMin = 256 * 1024;
-constexpr std::uint32_t kMaxNdim = 64;
-constexpr std::uint32_t kMaxDtypeLen = 1024;
-// The dtype text of a message header is 1 to kMaxDtypeLen characters of printable ASCII
-// (0x20-0x7e): fastcopy.shm escapes every other character of field names, titles and metadata
-// when it describes a dtype. Senders check it before anything is written, receivers again.
-inline bool dtype_text_ok(const char* s, std::size_t n) {
-    if (n == 0 || n > kMaxDtypeLen) return false;
-    for (std::size_t i = 0; i < n; ++i)
-        if (static_cast<unsigned char>(s[i]) < 0x20 || static_cast<unsigned char>(s[i]) > 0x7e) return false;
-    return true;
-}
-constexpr std::uint64_t kMaxPayload = std::uint64_t(1) << 46;
-constexpr std::size_t kAlign = 64;
+// Padding records (wire.h's kPadMagic): a loan writes one when its message would wrap, so that
+// a loaned (and later viewed) payload is one contiguous piece of the ring, and one before a
+// payload of kPageAlignedLoanMin bytes or more so that it starts on a page boundary; send()
+// writes one when its message would wrap and the ring has room for both.
+// Page-aligned loans: the copy that fills a loan is fastest when (dst - src) mod 4096 is 0 or
+// at least 512 (non-temporal stores and some CPUs' rep movsb need it). A numpy array of this
+// size starts 0 or 16 bytes past a page (malloc's mmap chunks), so a page-aligned loan gets
+// distance 0 or 4080. The cost is at most 4032 bytes of ring per message, 1.5% of a 256 KiB
+// one. evidence: shm-page-aligned-loans
 
 // Offsets in the header. Hot words written by different processes sit on different
 // 128-byte blocks (adjacent-line prefetch pairs lines).
 enum Off : std::size_t {
-    kOffMagic = 0, kOffVersion = 8, kOffHeaderBytes = 12, kOffCapacity = 16,
+    kOffMagic = kSegMagic, kOffVersion = kSegVersion, kOffHeaderBytes = kSegHeaderBytes, kOffCapacity = 16,
     kOffProdPid = 128, kOffProdClosed = 132, kOffProdStart = 136, kOffProdSeq = 144,
     kOffConsPid = 256, kOffConsClosed = 260, kOffConsStart = 264, kOffConsSeq = 272,
     kOffHead = 512, kOffTail = 640,
@@ -174,64 +83,25 @@ enum Off : std::size_t {
     // change only at a cut, so the line the consumer reads them from stays in its cache (not
     // beside kOffProdSeq, which the producer writes with every message).
     kOffCutAt = 1288, kOffCutAck = 1296,
-    // The process that created the segment (pid, start time): `python -m fastcopy shm --clean`
-    // removes segments whose creator is gone. Zero in segments made before this field.
-    kOffCreatorPid = 1408, kOffCreatorStart = 1416,
+    // The last ring position the producer skipped from to the start of the ring (the next
+    // multiple of the capacity; 0: none yet): see Ring::skip_to_lap_start. Written by the
+    // producer, only while the ring is empty, before it publishes a head past it.
+    kOffSkipFrom = 1304,
+    kOffCreatorPid = kSegCreatorPid, kOffCreatorStart = kSegCreatorStart,
     // Nonzero while the consumer waits for a message (spinning or asleep): it will read the
     // next one as soon as it is published (see Ring::wrap_early). Zero in segments whose
     // consumer predates this field, which only means that large loans never wrap early.
     kOffConsAwaiting = 1536,
 };
 constexpr std::uint32_t kAbandonedByProducer = 1, kAbandonedByConsumer = 2;
-
-struct MsgHeader {          // 32 bytes, at a 64-byte aligned ring position
-    std::uint32_t magic;    // kMsgMagic
-    std::uint32_t header_len;  // pad64(32 + 8*ndim + dtype_len)
-    std::uint64_t payload_len;
-    std::uint32_t dtype_len;
-    std::uint32_t ndim;
-    std::uint64_t seq;      // message number, 0, 1, 2, ... (detects loss/duplication)
-};
-static_assert(sizeof(MsgHeader) == 32, "MsgHeader layout");
-
-inline std::size_t pad64(std::size_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }
-
-// A message as the consumer sees it after validation of its header.
-struct MsgInfo {
-    std::uint64_t payload_len = 0;
-    std::uint32_t header_len = 0;
-    std::string dtype;
-    std::uint32_t ndim = 0;
-    std::uint64_t shape[kMaxNdim] = {};
-};
+static_assert(outside_prefix(kOffCapacity, 8) && outside_prefix(kOffProdPid, 24) && outside_prefix(kOffConsPid, 24) &&
+                  outside_prefix(kOffHead, 8) && outside_prefix(kOffTail, 8) && outside_prefix(kOffDataFutex, 4) &&
+                  outside_prefix(kOffConsWaiting, 4) && outside_prefix(kOffSpaceFutex, 4) &&
+                  outside_prefix(kOffProdWaiting, 4) && outside_prefix(kOffAbandoned, 4) &&
+                  outside_prefix(kOffCutAt, 24) && outside_prefix(kOffConsAwaiting, 4),
+              "the channel's own header words lie outside the segment prefix");
 
 enum class Role { None, Producer, Consumer };
-
-// The mapping of a segment. Shared by the Ring and by every loaned array and received view,
-// so that memory a Python array points into stays mapped until the last such array is gone,
-// even after the Channel was closed.
-struct Mapping {
-    std::uint8_t* base;
-    std::size_t bytes;
-    Mapping(std::uint8_t* b, std::size_t n) : base(b), bytes(n) {}
-    ~Mapping();
-};
-
-// A std::mutex that fork() never leaves locked in the child. The slot ledgers below are
-// locked by whichever thread releases a view (from the array's destructor) or moves the
-// consumer's tail, some of them with the GIL released, so another thread may fork while one
-// holds it; the child, where that thread does not exist, would then hang at its first view
-// release or claim. Every ForkSafeMutex is registered; a pthread_atfork handler locks them all
-// before fork() and unlocks them in both processes after it (shm_sync.cpp). Critical sections
-// under it must not wait for the GIL or for another ForkSafeMutex (the forking thread holds
-// the GIL while it waits for them).
-class ForkSafeMutex : public std::mutex {
-public:
-    ForkSafeMutex();
-    ~ForkSafeMutex();
-    ForkSafeMutex(const ForkSafeMutex&) = delete;
-    ForkSafeMutex& operator=(const ForkSafeMutex&) = delete;
-};
 
 // The slots of the ring that Python arrays hold: received views (consumer) and the loan
 // (producer). Shared between the Ring and the slot objects (the arrays' bases), which
@@ -292,17 +162,8 @@ public:
     // written of it, the channel goes on), any other error breaks the channel (later calls
     // raise ShmError).
     // Returns false on timeout before anything was written (channel still usable).
-    // `release_gil`/`reacquire_gil` callbacks are invoked around blocking waits and large
-    // copies (nullptr: never).
-    // check_signals (optional) runs with the GIL held while a wait sleeps (on EINTR and every
-    // sleep slice); nonzero means a Python exception (e.g. KeyboardInterrupt) is pending and
-    // the wait ends with ShmInterrupted.
-    struct GilHooks {
-        void (*release)(void*);
-        void (*acquire)(void*);
-        void* ctx;
-        int (*check_signals)(void*);
-    };
+    // The GilHooks release the GIL around blocking waits and large copies (spin.h).
+    using GilHooks = shm::GilHooks;
     bool send(void* hdr, std::size_t hdr_len, const void* payload, std::size_t payload_len,
               double timeout_s, const GilHooks& gil);
 
@@ -382,16 +243,27 @@ private:
     // Whether a large loan (`large`) at ring position `pos` goes to the start of the ring
     // instead, where it needs `need_at_start` bytes (see the .cpp).
     bool wrap_early(std::uint64_t pos, std::uint64_t need_at_start, bool large);
+    // Producer, in an empty ring (the consumer's tail at head_): goes to the start of the ring
+    // without a padding record. The stretch to the ring's end holds no message: kOffSkipFrom
+    // says where it starts, and the consumer, at that position with a head past it, jumps to the
+    // start (follow_skip). A message that fits the ring but not in one piece where the head is,
+    // with no room for a padding record as well, goes this way, so it is always one piece, and
+    // it reserves nothing in the ring while it waits for the ring to empty.
+    void skip_to_lap_start();
+    // Consumer: follows the producer's skip from tail_ when it published a head (h) past it.
+    void follow_skip(std::uint64_t h);
+    // The tail index `t` as the producer counts it: the start of the next lap when the consumer
+    // has not followed the skip from t yet.
+    std::uint64_t after_skip(std::uint64_t t, std::uint64_t h) const;
     // Producer: writes a padding record of `bytes` (a multiple of 64, not past the ring end) at
     // ring index `at`.
     void put_padding(std::uint64_t at, std::uint64_t bytes);
-    // Producer: publishes a padding record of `bytes` at head_ once there is room. False on timeout.
-    bool send_padding(std::uint64_t bytes, double deadline, const GilHooks& gil);
     // Waits until pred() or deadline; returns 0 ready, 1 timeout; throws on peer death.
     // kData: `need` bytes published, or (while watch_end_ is set) the producer cut the
     // message being read; kSpace: `need` bytes free; kCutSkipped: the consumer acknowledged
     // the cut at `need`.
     enum WaitFor { kData, kSpace, kCutSkipped };
+    static constexpr double kSpinStart = -1.0;  // wait()'s spin_s: adaptive (AdaptiveSpin)
     // gil_released: the caller released the GIL already (mid-message); the wait may take it
     // briefly to run signal handlers and leaves it released.
     int wait(WaitFor what, std::uint64_t need, double deadline, const GilHooks& gil, double spin_s,
@@ -422,6 +294,8 @@ private:
     std::size_t loan_hdr_len_ = 0;
     std::uint64_t loan_total_ = 0;
     std::uint64_t loan_wrap_pad_ = 0, loan_gap_pad_ = 0;  // padding published before the loan
+    bool loan_skip_ = false;              // the loan skips to the start of the ring instead of loan_wrap_pad_
+    std::uint64_t skip_from_ = 0;         // producer: the last skip (kOffSkipFrom)
     std::size_t map_bytes_ = 0;
     std::size_t cap_ = 0;
     bool creator_ = false;
@@ -451,60 +325,19 @@ private:
     friend struct BusyGuard;
 };
 
-// The GIL around a wait or a copy, through a Ring::GilHooks. `already_released`: the caller
-// released it already (in the middle of a message); the guard may take it briefly to run
-// signal handlers and leaves it released.
-struct GilGuard {
-    const Ring::GilHooks& h;
-    bool released = false;
-    bool borrowed = false;
-    explicit GilGuard(const Ring::GilHooks& hooks, bool already_released = false)
-        : h(hooks), released(already_released && hooks.release), borrowed(already_released && hooks.release) {}
-    void release() {
-        if (!released && h.release) { h.release(h.ctx); released = true; }
+// One call at a time on a Ring (see Ring): the second thread gets ShmError.
+struct BusyGuard {
+    Ring& r;
+    explicit BusyGuard(Ring& ring) : r(ring) {
+        std::uint64_t gen = fork_generation();
+        // A fork while another thread was inside leaves busy_ set in the child, where that
+        // thread does not exist: then the flag is stale and we take it.
+        if (r.busy_.exchange(true, std::memory_order_acquire) && r.busy_generation_ == gen)
+            throw ShmError("Channel used from two threads at once; a Channel end is for one thread at a time");
+        r.busy_generation_ = gen;
     }
-    void acquire() {
-        if (released) { h.acquire(h.ctx); released = false; }
-    }
-    ~GilGuard() {
-        if (borrowed) release();
-        else acquire();
-    }
+    ~BusyGuard() { r.busy_.store(false, std::memory_order_release); }
 };
-
-// ShmError unless `name` can name a segment in /dev/shm; `kind` ("channel", "topic") is
-// named in the message.
-void check_segment_name(const std::string& name, const char* kind);
-// MAP_POPULATE for segments up to 256 MiB (see shm_sync.cpp), 0 above.
-int populate_flag(std::uint64_t bytes);
-// Sets the protection of the message data of a segment mapped at `base` (`map_bytes` long):
-// the bytes from `data_offset` (page-aligned) to the end become read-only (a consumer's or a
-// subscriber's mapping: a write through a view, e.g. with ctypes, faults in the writing process
-// instead of changing what the other processes read) or writable again (a producer's). The
-// control words before data_offset stay writable. On a system whose pages are larger than the
-// 4096 bytes the layouts align to, the data stays writable. ShmOsError when mprotect fails.
-void protect_data(std::uint8_t* base, std::size_t data_offset, std::size_t map_bytes, bool read_only,
-                  const std::string& name);
-
-std::uint64_t fork_generation();
-// Names this process created: removed from /dev/shm if SIGTERM or SIGHUP (default action) ends
-// it; keep_on_fatal_signal() forgets one (it was unlinked).
-void remove_on_fatal_signal(const std::string& name);
-void keep_on_fatal_signal(const std::string& name);
-// How long waits spin before sleeping: the most an adaptive wait at the start of a message
-// spins (0: never; default 5 ms), and the fixed spin in the middle of a streamed message.
-void set_spin(double start_s, double mid_message_s);
-
-// The size and time rules of Channel and Topic, with the values this process runs with, for
-// fastcopy.info(): what each rule does and the measurement behind it.
-struct ShmRule {
-    const char* name;   // "page_aligned_loan_bytes", ...
-    double value;       // bytes or seconds, as `unit` says
-    const char* unit;   // "bytes" or "seconds"
-    const char* rule;   // what happens at and above the value
-    const char* why;    // the measurement behind it
-};
-std::vector<ShmRule> rules();
 
 }  // namespace shm
 }  // namespace fastcopy

@@ -3,8 +3,8 @@
 // ---- protocol ------------------------------------------------------------------------------
 // Segment /dev/shm/<name>:
 //   [0, 4096)            header: magic "FCOPTOP1", version, geometry, publisher pid/start/
-//                        closed, head, futex words (hot words on separate 128-byte blocks),
-//                        creator pid/start at the offsets Channel uses (shm --list/--clean).
+//                        closed, head, futex words (hot words on separate 128-byte blocks);
+//                        it starts with segment.h's prefix (magic, version, creator).
 //   [4096, +128*S)       S subscriber records of 128 bytes (TopicSub offsets below).
 //   then, from the next page (data_offset): N slots of kSlotHdrBytes + pad64(slot_bytes) bytes
 //   each (from slot_bytes = 256 KiB: the slots start at a page plus 4096 - kSlotHdrBytes and
@@ -64,39 +64,38 @@
 #include <string>
 #include <vector>
 
-#include "shm/shm_sync.h"
+#include "policy/shared_writes.h"
+#include "shm/errors.h"
+#include "shm/os.h"
+#include "shm/rules.h"
+#include "shm/segment.h"
+#include "shm/spin.h"
+#include "shm/wire.h"
 
 namespace fastcopy {
 namespace shm {
-
-// A subscriber's copy was overwritten in drop mode: `count` messages were skipped.
-struct ShmMessagesLost : ShmError {
-    std::uint64_t count;
-    ShmMessagesLost(std::uint64_t n, const std::string& what) : ShmError(what), count(n) {}
-};
 
 constexpr std::uint64_t kTopicMagic = 0x31504f544f50434full;  // "FCOPTOP1" little-endian
 // 2: slots of kPageAlignedLoanMin bytes or more are page-aligned (TopicGeometry).
 // 3: the slots start on a page after the subscriber records (data_offset), so that subscribers
 // map them read-only; a version-2 segment has them right after the records.
 constexpr std::uint32_t kTopicVersion = 3;
+constexpr SegmentKind kTopicSegment{"topic", kTopicMagic, kTopicVersion};
 constexpr std::size_t kTopicSubBytes = 128;
-constexpr std::size_t kSlotHdrBytes = 2048;   // state (64) + the largest message header (1600)
+constexpr std::size_t kSlotHdrBytes = 2048;   // state (64) + the largest message header
 constexpr std::size_t kSlotMsgHdrOff = 64;
+static_assert(kSlotMsgHdrOff + kMaxMsgHeaderBytes <= kSlotHdrBytes, "a slot holds the largest message header");
 constexpr std::uint32_t kTopicMaxSlots = 1u << 20;
 constexpr std::uint32_t kTopicMaxSubscribers = 1024;
 constexpr std::uint64_t kNoFloor = ~std::uint64_t(0);
+// The most messages a topic counts: a head beyond it is corrupt.
+constexpr std::uint64_t kMaxHead = std::uint64_t(1) << 62;
 
 // Topic.create() without `slots`: as many slots as hold kTopicDefaultBytes of payload, at
 // least kTopicDefaultMinSlots and at most kTopicDefaultMaxSlots, and at least history + 1.
-// Measured on the 2-vCPU Zen 3 VM (a publisher and 2 subscribers, send + recv(out=), 5-11
-// interleaved repeats per run, per-subscriber throughput): 64 B and 4 KiB messages ran
-// 1.6-2.1x faster with 1024 slots than with 8 (64 slots: 1.5-2.0x; 2 runs per size); 64 KiB
-// ran 0.70-0.85x with 4 or 8 slots against 16-128 (alike); 1 MiB ran 0.93-1.58x as fast with
-// 4 slots as with 8 (median 1.19x, faster in 6 of 8 runs; 2 slots 0.98-1.35x, 6 slots
-// 0.82-1.15x) and 0.52-0.83x with 32; 16 MiB ran alike with 2-4 slots. The former default
-// was 8 slots whatever the size. More slots than this only add memory that falls out of the
-// caches; fewer leave the publisher waiting on wake-ups.
+// Small messages run faster with many slots, large ones with few: more slots than this only
+// add memory that falls out of the caches; fewer leave the publisher waiting on wake-ups.
+// evidence: shm-topic-default-slots
 constexpr std::uint64_t kTopicDefaultBytes = 4u << 20;
 constexpr std::uint32_t kTopicDefaultMinSlots = 4;
 constexpr std::uint32_t kTopicDefaultMaxSlots = 1024;
@@ -105,14 +104,18 @@ std::uint64_t default_topic_slots(std::uint64_t slot_bytes, std::uint64_t histor
 enum class Overflow : std::uint32_t { Block = 0, Drop = 1 };
 
 enum TopicOff : std::size_t {
-    kTOffMagic = 0, kTOffVersion = 8, kTOffHeaderBytes = 12, kTOffSlots = 16, kTOffMaxSubs = 20,
+    kTOffMagic = kSegMagic, kTOffVersion = kSegVersion, kTOffHeaderBytes = kSegHeaderBytes, kTOffSlots = 16, kTOffMaxSubs = 20,
     kTOffSlotBytes = 24, kTOffHistory = 32, kTOffOverflow = 36, kTOffTotalBytes = 40,
     kTOffPubPid = 128, kTOffPubClosed = 132, kTOffPubStart = 136,
     kTOffHead = 512,
     kTOffDataFutex = 768, kTOffSubWaiting = 896,
     kTOffSpaceFutex = 1024, kTOffPubWaiting = 1152,
-    kTOffCreatorPid = 1408, kTOffCreatorStart = 1416,  // = Channel's kOffCreatorPid/Start
+    kTOffCreatorPid = kSegCreatorPid, kTOffCreatorStart = kSegCreatorStart,
 };
+static_assert(outside_prefix(kTOffSlots, 28) && outside_prefix(kTOffTotalBytes, 8) && outside_prefix(kTOffPubPid, 16) &&
+                  outside_prefix(kTOffHead, 8) && outside_prefix(kTOffDataFutex, 4) && outside_prefix(kTOffSubWaiting, 4) &&
+                  outside_prefix(kTOffSpaceFutex, 4) && outside_prefix(kTOffPubWaiting, 4),
+              "the topic's own header words lie outside the segment prefix");
 enum TopicSubOff : std::size_t {
     kSubState = 0, kSubPid = 4, kSubStart = 8, kSubCursor = 16, kSubFloor = 64,
 };
@@ -124,7 +127,7 @@ struct TopicGeometry {
     std::uint64_t slot_bytes = 0;
     Overflow overflow = Overflow::Block;
     // Slots of kPageAlignedLoanMin bytes or more start their payload on a page, like a
-    // Channel's large loans (shm_sync.h has the measurement): the slots start so that the
+    // Channel's large loans (channel.h): the slots start so that the
     // first payload is page-aligned, and the stride is a whole number of pages.
     bool page_slots() const { return slot_bytes >= kPageAlignedLoanMin; }
     std::uint64_t slot_stride() const {
@@ -176,7 +179,7 @@ struct TopicMsg {
 
 class Topic {
 public:
-    using GilHooks = Ring::GilHooks;
+    using GilHooks = shm::GilHooks;
     static Topic* create(const std::string& name, std::uint64_t slot_bytes, std::uint32_t slots,
                          std::uint32_t history, Overflow overflow, std::uint32_t max_subscribers);
     // Opens the segment as a subscriber (claims a record).
@@ -216,7 +219,7 @@ public:
     std::uint64_t lost() const { return lost_; }
     std::uint64_t cursor() const { return cursor_; }
     const std::shared_ptr<TopicLedger>& ledger() const { return ledger_; }
-    // How fills of the publisher's loans by fastcopy.copy store (see Ring::write_mode).
+    // How fills of the publisher's loans by fastcopy.copy store (see Ring::write_mode, channel.h).
     const std::shared_ptr<policy::SharedWriteMode>& write_mode() const { return write_mode_; }
     // Marks the topic unusable (later calls raise ShmCorrupted with this reason).
     void mark_broken(const std::string& why) { broken_ = why; }
@@ -265,6 +268,18 @@ private:
     std::atomic<bool> busy_{false};
     std::uint64_t busy_generation_ = 0;
     friend struct TopicBusy;
+};
+
+// One call at a time on a Topic end: the second thread gets ShmError.
+struct TopicBusy {
+    Topic& t;
+    explicit TopicBusy(Topic& topic) : t(topic) {
+        std::uint64_t gen = fork_generation();
+        if (t.busy_.exchange(true, std::memory_order_acquire) && t.busy_generation_ == gen)
+            throw ShmError("Topic used from two threads at once; a publisher or subscriber is for one thread at a time");
+        t.busy_generation_ = gen;
+    }
+    ~TopicBusy() { t.busy_.store(false, std::memory_order_release); }
 };
 
 }  // namespace shm

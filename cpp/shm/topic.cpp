@@ -1,13 +1,12 @@
-// Shared-memory publish/subscribe: see shm_topic.h for the protocol, docs/shm.md for the user view.
-#include "shm/shm_topic.h"
+// Shared-memory publish/subscribe, the segment and the publisher (topic_sub.cpp: the
+// subscriber's reads). See topic.h for the protocol, docs/shm.md for the user view.
+#include "shm/topic.h"
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fcntl.h>
 #include <limits>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/dispatch.h"
@@ -17,20 +16,8 @@ namespace shm {
 
 namespace {
 
-constexpr double kLivenessSlice = 0.05;           // sleepers check liveness this often (as Channel)
-constexpr std::size_t kReleaseGilBytes = 256 * 1024;  // copies from this size release the GIL
 constexpr std::uint64_t kMaxSlotBytes = std::uint64_t(1) << 40;
 constexpr std::uint64_t kMaxTopicBytes = std::uint64_t(1) << 41;
-constexpr std::uint64_t kMaxHead = std::uint64_t(1) << 62;
-
-std::uint64_t load_seq_cst_u64(const void* p) {
-    return __atomic_load_n(static_cast<const std::uint64_t*>(p), __ATOMIC_SEQ_CST);
-}
-void store_seq_cst_u64(void* p, std::uint64_t v) { __atomic_store_n(static_cast<std::uint64_t*>(p), v, __ATOMIC_SEQ_CST); }
-bool cas_u32(void* p, std::uint32_t expected, std::uint32_t desired) {
-    return __atomic_compare_exchange_n(static_cast<std::uint32_t*>(p), &expected, desired, false, __ATOMIC_SEQ_CST,
-                                       __ATOMIC_SEQ_CST);
-}
 
 std::string geometry_error(const TopicGeometry& g) {
     if (g.slots < 2 || g.slots > kTopicMaxSlots)
@@ -49,6 +36,24 @@ std::string geometry_error(const TopicGeometry& g) {
     return "";
 }
 
+// Reads the geometry in a topic's header into g: why it is not valid for a segment of `size`
+// bytes ("" when it is).
+std::string geometry_error_of(const std::uint8_t* b, std::uint64_t size, TopicGeometry& g) {
+    g.slots = load_acquire_u32(b + kTOffSlots);
+    g.max_subs = load_acquire_u32(b + kTOffMaxSubs);
+    g.slot_bytes = load_acquire_u64(b + kTOffSlotBytes);
+    g.history = load_acquire_u32(b + kTOffHistory);
+    const std::uint32_t ov = load_acquire_u32(b + kTOffOverflow);
+    g.overflow = static_cast<Overflow>(ov);
+    if (ov > 1) return "overflow mode " + std::to_string(ov);
+    std::string why = geometry_error(g);
+    if (!why.empty()) return why;
+    if (g.total_bytes() != size || load_acquire_u64(b + kTOffTotalBytes) != size)
+        return "geometry (" + std::to_string(g.slots) + " slots of " + std::to_string(g.slot_bytes) +
+               " bytes) does not match the segment size " + std::to_string(size);
+    return "";
+}
+
 }  // namespace
 
 std::uint64_t default_topic_slots(std::uint64_t slot_bytes, std::uint64_t history) {
@@ -58,16 +63,6 @@ std::uint64_t default_topic_slots(std::uint64_t slot_bytes, std::uint64_t histor
     return std::max(slots, history + 1);  // history < 2**32 (Topic.create checks it)
 }
 
-struct TopicBusy {
-    Topic& t;
-    explicit TopicBusy(Topic& topic) : t(topic) {
-        std::uint64_t gen = fork_generation();
-        if (t.busy_.exchange(true, std::memory_order_acquire) && t.busy_generation_ == gen)
-            throw ShmError("Topic used from two threads at once; a publisher or subscriber is for one thread at a time");
-        t.busy_generation_ = gen;
-    }
-    ~TopicBusy() { t.busy_.store(false, std::memory_order_release); }
-};
 
 // ---- ledger -----------------------------------------------------------------------------------
 std::uint64_t TopicLedger::floor_locked() const {
@@ -137,104 +132,47 @@ Topic* Topic::create(const std::string& name, std::uint64_t slot_bytes, std::uin
     std::string why = geometry_error(g);
     if (!why.empty()) throw ShmError("Topic.create: " + why);
     const std::uint64_t total = g.total_bytes();
-    std::string path = "/" + name;
-    int fd = ::shm_open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        int e = errno;
-        throw ShmOsError(e, "cannot create shared memory segment '" + name + "': " + std::strerror(e));
-    }
-    auto fail = [&](int e, const std::string& what) {
-        ::close(fd);
-        ::shm_unlink(path.c_str());
-        throw ShmOsError(e, what + " (is /dev/shm full or too small?): " + std::strerror(e));
-    };
-    if (::ftruncate(fd, static_cast<off_t>(total)) != 0) fail(errno, "cannot size topic segment '" + name + "'");
-    int fe = ::posix_fallocate(fd, 0, static_cast<off_t>(total));
-    if (fe != 0 && fe != EOPNOTSUPP && fe != EINVAL)
-        fail(fe, "cannot allocate " + std::to_string(total) + " bytes for topic segment '" + name + "'");
-    void* p = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED | populate_flag(total), fd, 0);
-    if (p == MAP_FAILED) fail(errno, "cannot map topic segment '" + name + "'");
-    ::close(fd);
+    const std::uint32_t me = static_cast<std::uint32_t>(::getpid());
+    const std::uint64_t my_start = process_start_time(me);
+    const MappedSegment seg = create_segment(name, total, kTopicSegment, [&](std::uint8_t* b) {
+        store_release_u32(b + kTOffSlots, slots);
+        store_release_u32(b + kTOffMaxSubs, max_subscribers);
+        store_release_u64(b + kTOffSlotBytes, slot_bytes);
+        store_release_u32(b + kTOffHistory, history);
+        store_release_u32(b + kTOffOverflow, static_cast<std::uint32_t>(overflow));
+        store_release_u64(b + kTOffTotalBytes, total);
+        store_release_u32(b + kTOffPubPid, me);
+        store_release_u64(b + kTOffPubStart, my_start);
+    });
     Topic* t = new Topic();
     t->name_ = name;
-    t->base_ = static_cast<std::uint8_t*>(p);
+    t->base_ = seg.base;
     t->map_bytes_ = total;
     t->geo_ = g;
     t->publisher_ = true;
     t->generation_ = fork_generation();
-    t->pid_ = static_cast<std::uint32_t>(::getpid());
-    t->start_time_ = process_start_time(t->pid_);
+    t->pid_ = me;
+    t->start_time_ = my_start;
     t->ledger_ = std::make_shared<TopicLedger>();
     t->ledger_->mapping = std::make_shared<Mapping>(t->base_, total);
     t->ledger_->header = t->base_;
     t->ledger_->generation = t->generation_;
-    remove_on_fatal_signal(name);
-    std::uint8_t* b = t->base_;
-    store_release_u32(b + kTOffVersion, kTopicVersion);
-    store_release_u32(b + kTOffHeaderBytes, static_cast<std::uint32_t>(kHeaderBytes));
-    store_release_u32(b + kTOffSlots, slots);
-    store_release_u32(b + kTOffMaxSubs, max_subscribers);
-    store_release_u64(b + kTOffSlotBytes, slot_bytes);
-    store_release_u32(b + kTOffHistory, history);
-    store_release_u32(b + kTOffOverflow, static_cast<std::uint32_t>(overflow));
-    store_release_u64(b + kTOffTotalBytes, total);
-    store_release_u32(b + kTOffPubPid, t->pid_);
-    store_release_u64(b + kTOffPubStart, t->start_time_);
-    store_release_u32(b + kTOffCreatorPid, t->pid_);
-    store_release_u64(b + kTOffCreatorStart, t->start_time_);
-    store_release_u64(b + kTOffMagic, kTopicMagic);  // last: the segment is ready
     return t;
 }
 
 Topic* Topic::subscribe(const std::string& name) {
     check_segment_name(name, "topic");
-    std::string path = "/" + name;
-    int fd = ::shm_open(path.c_str(), O_RDWR | O_CLOEXEC, 0);
-    if (fd < 0) {
-        int e = errno;
-        throw ShmOsError(e, "cannot open shared memory segment '" + name + "': " + std::strerror(e));
-    }
-    struct stat st;
-    if (::fstat(fd, &st) != 0) {
-        int e = errno;
-        ::close(fd);
-        throw ShmOsError(e, "cannot stat shared memory segment '" + name + "': " + std::strerror(e));
-    }
-    const std::uint64_t size = static_cast<std::uint64_t>(st.st_size);
-    if (size < kHeaderBytes + kTopicSubBytes + 2 * kSlotHdrBytes || size > kMaxTopicBytes) {
-        ::close(fd);
-        throw ShmCorrupted("shared memory segment '" + name + "' has " + std::to_string(size) +
-                           " bytes, which is not the size of a fastcopy topic");
-    }
-    int fe = ::posix_fallocate(fd, 0, static_cast<off_t>(size));  // as Ring::attach: no SIGBUS later
-    if (fe != 0 && fe != EOPNOTSUPP && fe != EINVAL) {
-        ::close(fd);
-        throw ShmOsError(fe, "cannot allocate the " + std::to_string(size) + " bytes of shared memory segment '" +
-                                 name + "' (is /dev/shm full or too small?): " + std::strerror(fe));
-    }
-    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | populate_flag(size), fd, 0);
-    int e = errno;
-    ::close(fd);
-    if (p == MAP_FAILED) throw ShmOsError(e, "cannot map shared memory segment '" + name + "': " + std::strerror(e));
-    auto* b = static_cast<std::uint8_t*>(p);
+    const MappedSegment seg = open_segment(name, kHeaderBytes + kTopicSubBytes + 2 * kSlotHdrBytes, kMaxTopicBytes,
+                                           kTopicSegment, [](const std::uint8_t* header, std::uint64_t size) {
+                                               TopicGeometry g;
+                                               return geometry_error_of(header, size, g);
+                                           });
+    const std::uint64_t size = seg.bytes;
+    void* p = seg.base;
+    auto* b = seg.base;
     TopicGeometry g;
-    g.slots = load_acquire_u32(b + kTOffSlots);
-    g.max_subs = load_acquire_u32(b + kTOffMaxSubs);
-    g.slot_bytes = load_acquire_u64(b + kTOffSlotBytes);
-    g.history = load_acquire_u32(b + kTOffHistory);
-    std::uint32_t ov = load_acquire_u32(b + kTOffOverflow);
-    g.overflow = static_cast<Overflow>(ov);
-    std::string why;
-    if (load_acquire_u64(b + kTOffMagic) != kTopicMagic) why = "bad magic (not a fastcopy topic, or not initialised yet)";
-    else if (load_acquire_u32(b + kTOffVersion) != kTopicVersion)
-        why = "protocol version " + std::to_string(load_acquire_u32(b + kTOffVersion)) + ", this build speaks " +
-              std::to_string(kTopicVersion);
-    else if (load_acquire_u32(b + kTOffHeaderBytes) != kHeaderBytes) why = "header size";
-    else if (ov > 1) why = "overflow mode " + std::to_string(ov);
-    else if (!(why = geometry_error(g)).empty()) {
-    } else if (g.total_bytes() != size || load_acquire_u64(b + kTOffTotalBytes) != size)
-        why = "geometry (" + std::to_string(g.slots) + " slots of " + std::to_string(g.slot_bytes) +
-              " bytes) does not match the segment size " + std::to_string(size);
+    std::string why = check_prefix(b, kTopicSegment);
+    if (why.empty()) why = geometry_error_of(b, size, g);
     if (!why.empty()) {
         ::munmap(p, size);
         throw ShmCorrupted("shared memory segment '" + name + "': " + why);
@@ -319,7 +257,8 @@ Topic::~Topic() {
 
 void Topic::close() {
     if (!base_) return;
-    if (busy_.load(std::memory_order_acquire))
+    // A flag set before a fork by a thread the child does not have is stale (see BusyGuard).
+    if (busy_.load(std::memory_order_acquire) && busy_generation_ == fork_generation())
         throw ShmError("cannot close a Topic while another thread is using it");
     const bool mine = generation_ == fork_generation();
     std::lock_guard<std::mutex> lock(ledger_->mu);
@@ -350,13 +289,7 @@ void Topic::close() {
 bool Topic::unlink() {
     if (unlinked_) return false;
     unlinked_ = true;
-    keep_on_fatal_signal(name_);
-    if (::shm_unlink(("/" + name_).c_str()) != 0) {
-        int e = errno;
-        if (e == ENOENT) return false;
-        throw ShmOsError(e, "cannot unlink shared memory segment '" + name_ + "': " + std::strerror(e));
-    }
-    return true;
+    return unlink_segment(name_);
 }
 
 void Topic::corrupt(const std::string& why) {
@@ -441,13 +374,7 @@ bool Topic::acquire_slot(double deadline, const GilHooks& hooks) {
                 return true;
             }
             if (now >= deadline) return false;
-            int fr = futex_wait(fut, v, std::min(deadline - now, kLivenessSlice));
-            if ((fr == EINTR || fr == ETIMEDOUT) && hooks.check_signals && gil.released) {
-                gil.acquire();
-                int pending = hooks.check_signals(hooks.ctx);
-                gil.release();
-                if (pending) throw ShmInterrupted();
-            }
+            gil.check_signals_after(futex_wait(fut, v, std::min(deadline - now, kLivenessSlice)));
         }
     };
     if (!loan_marked_) {
@@ -507,7 +434,7 @@ bool Topic::send(const void* hdr, std::size_t hdr_len, const void* payload, std:
     if (!acquire_slot(deadline, hooks)) return false;
     {
         GilGuard gil(hooks);
-        if (payload_len >= kReleaseGilBytes) gil.release();
+        if (payload_len >= kShmReleaseGilBytes) gil.release();
         if (payload_len) copy_bytes(slot(head_) + kSlotHdrBytes, payload, payload_len, Region::ToShared);
     }
     finish_slot(hdr, hdr_len);
@@ -566,191 +493,6 @@ std::uint32_t Topic::subscriber_count() {
         else cas_u32(r + kSubState, st, kSubFree);
     }
     return n;
-}
-
-// ---- subscriber ----------------------------------------------------------------------------------
-std::uint64_t Topic::read_head_checked() {
-    std::uint64_t h = load_acquire_u64(word(kTOffHead));
-    if (h < head_ || h > kMaxHead)
-        corrupt("topic header is corrupt: head " + std::to_string(h) + " went back from " + std::to_string(head_));
-    if (geo_.overflow == Overflow::Block && h > cursor_ + geo_.slots)
-        corrupt("topic header is corrupt: head " + std::to_string(h) + " is more than " + std::to_string(geo_.slots) +
-                " slots ahead of this subscriber (" + std::to_string(cursor_) + ") in block mode");
-    head_ = h;
-    return h;
-}
-
-void Topic::lose(std::uint64_t c, const char* how) {
-    peeked_seq_ = ~std::uint64_t(0);
-    if (geo_.overflow != Overflow::Drop)
-        corrupt(std::string("topic is corrupt: message ") + std::to_string(c) + " was " + how +
-                " although the topic blocks for its subscribers");
-    const std::uint64_t h = read_head_checked();
-    // The slot of c was rewritten for c + N or later, which the publisher starts at head c + N.
-    if (h < c + geo_.slots)
-        corrupt("topic is corrupt: message " + std::to_string(c) + " was " + how + " but head is only " +
-                std::to_string(h));
-    const std::uint64_t next = std::max(c + 1, h - geo_.slots);  // the oldest one that may be intact
-    const std::uint64_t n = next - c;
-    cursor_ = next;
-    lost_ += n;
-    store_release_u64(ledger_->record + kSubCursor, cursor_);
-    throw ShmMessagesLost(n, std::to_string(n) + (n == 1 ? " message was" : " messages were") +
-                                 " overwritten before this subscriber read " + (n == 1 ? "it" : "them") +
-                                 " (overflow='drop'); the next recv continues with message " + std::to_string(next));
-}
-
-bool Topic::next(TopicMsg& msg, double timeout_s, const GilHooks& hooks) {
-    TopicBusy busy(*this);
-    check_usable(false);
-    check_header();
-    peeked_seq_ = ~std::uint64_t(0);
-    const double deadline = timeout_s < 0 ? std::numeric_limits<double>::infinity() : monotonic_seconds() + timeout_s;
-    if (read_head_checked() <= cursor_) {  // read every time: validates head (cheap, one line)
-        auto ready = [&] { return read_head_checked() > cursor_; };
-        const double start = monotonic_seconds();
-        if (!spin_.spin(ready, start, std::min(deadline - start, spin_.budget()), true)) {
-            GilGuard gil(hooks);
-            gil.release();
-            void* fut = word(kTOffDataFutex);
-            fetch_add_u32(word(kTOffSubWaiting), 1);
-            struct Leave {
-                void* w;
-                ~Leave() { __atomic_fetch_sub(static_cast<std::uint32_t*>(w), 1u, __ATOMIC_SEQ_CST); }
-            } leave{word(kTOffSubWaiting)};
-            double last_check = monotonic_seconds();
-            for (;;) {
-                std::uint32_t v = load_acquire_u32(fut);
-                __atomic_thread_fence(__ATOMIC_SEQ_CST);
-                check_header();
-                if (ready()) break;
-                if (load_acquire_u32(word(kTOffPubClosed)) != 0) {
-                    if (ready()) break;
-                    throw ShmClosed("the publisher closed the topic (every message was received)");
-                }
-                double now = monotonic_seconds();
-                if (now >= deadline) return false;
-                if (now - last_check >= kLivenessSlice) {
-                    last_check = now;
-                    std::uint32_t pid = load_acquire_u32(word(kTOffPubPid));
-                    if (!process_alive(pid, load_acquire_u64(word(kTOffPubStart)))) {
-                        if (ready()) break;
-                        throw ShmPeerDied("the publisher (pid " + std::to_string(pid) +
-                                          ") died before sending the next message");
-                    }
-                }
-                int fr = futex_wait(fut, v, std::min(deadline - now, kLivenessSlice));
-                if ((fr == EINTR || fr == ETIMEDOUT) && hooks.check_signals && gil.released) {
-                    gil.acquire();
-                    int pending = hooks.check_signals(hooks.ctx);
-                    gil.release();
-                    if (pending) throw ShmInterrupted();
-                }
-            }
-            spin_.slept(monotonic_seconds() - start);
-        }
-    }
-    const std::uint64_t c = cursor_;
-    const std::uint8_t* s = slot(c);
-    const std::uint64_t s1 = load_acquire_u64(s);
-    if (s1 != 2 * c + 2) {
-        if (s1 > 2 * c + 2) lose(c, "overwritten");
-        corrupt("topic is corrupt: slot state " + std::to_string(s1) + " for published message " + std::to_string(c));
-    }
-    // Copy the header out (bounded whatever it says), confirm the snapshot, then validate it.
-    MsgHeader h;
-    std::memcpy(&h, s + kSlotMsgHdrOff, sizeof h);
-    std::uint8_t extra[8 * kMaxNdim + kMaxDtypeLen];
-    const std::size_t extra_len = std::min<std::size_t>(sizeof extra, 8ull * std::min(h.ndim, kMaxNdim) +
-                                                                          std::min(h.dtype_len, kMaxDtypeLen));
-    std::memcpy(extra, s + kSlotMsgHdrOff + sizeof h, extra_len);
-    __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    if (__atomic_load_n(reinterpret_cast<const std::uint64_t*>(s), __ATOMIC_RELAXED) != s1) lose(c, "overwritten");
-    std::string why;
-    const std::uint64_t expect_len = pad64(sizeof(MsgHeader) + 8ull * h.ndim + h.dtype_len);
-    if (h.magic != kMsgMagic) why = "bad message magic";
-    else if (h.seq != c) why = "message number " + std::to_string(h.seq) + " in the slot of " + std::to_string(c);
-    else if (h.ndim > kMaxNdim) why = "ndim " + std::to_string(h.ndim) + " > " + std::to_string(kMaxNdim);
-    else if (h.dtype_len == 0 || h.dtype_len > kMaxDtypeLen) why = "dtype length " + std::to_string(h.dtype_len);
-    else if (h.header_len != expect_len) why = "header length " + std::to_string(h.header_len);
-    else if (h.payload_len > geo_.slot_bytes)
-        why = "payload length " + std::to_string(h.payload_len) + " > slot_bytes " + std::to_string(geo_.slot_bytes);
-    if (!why.empty()) corrupt("message header is corrupt: " + why);
-    MsgInfo& info = msg.info;
-    info.header_len = h.header_len;
-    info.payload_len = h.payload_len;
-    info.ndim = h.ndim;
-    std::uint64_t count = 1;
-    for (std::uint32_t i = 0; i < h.ndim; ++i) {
-        std::memcpy(&info.shape[i], extra + 8 * i, 8);
-        if (info.shape[i] > (std::uint64_t(1) << 62) || __builtin_mul_overflow(count, info.shape[i], &count))
-            corrupt("message header is corrupt: shape overflows");
-    }
-    info.dtype.assign(reinterpret_cast<const char*>(extra + 8 * h.ndim), h.dtype_len);
-    if (!dtype_text_ok(info.dtype.data(), info.dtype.size()))
-        corrupt("message header is corrupt: dtype string is not printable ASCII");
-    msg.seq = c;
-    msg.state = s1;
-    msg.payload = s + kSlotHdrBytes;
-    peeked_seq_ = c;
-    return true;
-}
-
-void Topic::consume(const TopicMsg& msg, void* dst, const GilHooks& hooks) {
-    TopicBusy busy(*this);
-    check_usable(false);
-    if (peeked_seq_ != msg.seq || msg.seq != cursor_) throw ShmError("internal error: consume() without next()");
-    peeked_seq_ = ~std::uint64_t(0);
-    const std::uint64_t c = cursor_;
-    const std::uint8_t* s = slot(c);
-    {
-        GilGuard gil(hooks);
-        if (msg.info.payload_len >= kReleaseGilBytes) gil.release();
-        if (msg.info.payload_len) copy_bytes(dst, msg.payload, msg.info.payload_len, Region::FromShared);
-    }
-    __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    if (__atomic_load_n(reinterpret_cast<const std::uint64_t*>(s), __ATOMIC_RELAXED) != msg.state)
-        lose(c, "overwritten while it was copied");
-    cursor_ = c + 1;
-    store_release_u64(ledger_->record + kSubCursor, cursor_);
-    if (geo_.overflow == Overflow::Block) {
-        __atomic_thread_fence(__ATOMIC_SEQ_CST);
-        wake_publisher();
-    }
-}
-
-std::uint64_t Topic::take_view(const TopicMsg& msg) {
-    TopicBusy busy(*this);
-    check_usable(false);
-    if (peeked_seq_ != msg.seq || msg.seq != cursor_) throw ShmError("internal error: take_view() without next()");
-    peeked_seq_ = ~std::uint64_t(0);
-    const std::uint64_t c = cursor_;
-    std::uint64_t id;
-    bool pinned;
-    {
-        std::lock_guard<std::mutex> lock(ledger_->mu);
-        id = ledger_->next_id++;
-        ledger_->held[id] = c;
-        // The subscriber's half of the handshake: pin (seq_cst), then look at the slot again.
-        store_seq_cst_u64(ledger_->record + kSubFloor, ledger_->floor_locked());
-        __atomic_thread_fence(__ATOMIC_SEQ_CST);
-        pinned = load_seq_cst_u64(slot(c)) == msg.state;
-        if (pinned) {
-            ledger_->held_bytes[id] = msg.info.payload_len;
-            ledger_->held_bytes_total += msg.info.payload_len;
-        } else {
-            ledger_->held.erase(id);
-            ledger_->settle_locked();
-        }
-    }
-    if (!pinned) lose(c, "overwritten before the view was pinned");
-    cursor_ = c + 1;
-    store_release_u64(ledger_->record + kSubCursor, cursor_);
-    if (geo_.overflow == Overflow::Block) {
-        __atomic_thread_fence(__ATOMIC_SEQ_CST);
-        wake_publisher();
-    }
-    return id;
 }
 
 }  // namespace shm

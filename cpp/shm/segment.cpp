@@ -1,0 +1,195 @@
+// Named shared-memory segments: see segment.h.
+#include "shm/segment.h"
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "shm/errors.h"
+#include "shm/os.h"
+
+namespace fastcopy {
+namespace shm {
+
+namespace {
+std::string shm_path(const std::string& name) { return "/" + name; }
+// Where shm_open's names live (glibc and musl on Linux).
+const std::string kShmDir = "/dev/shm/";
+
+// Makes sure every page of the file exists. Creating, this fails with ENOSPC on a full
+// /dev/shm (Docker's default is 64 MiB) instead of a SIGBUS at the first write into a page
+// tmpfs cannot supply. Attaching, a file that was truncated to its size but never allocated
+// (a creator that skipped this, or a crafted file) would otherwise map fine and kill this
+// process with SIGBUS at its first write. Pages that exist are left as they are. 0 or errno.
+int allocate_pages(int fd, std::uint64_t bytes) {
+    int fe = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+    return fe == EOPNOTSUPP || fe == EINVAL ? 0 : fe;
+}
+}  // namespace
+
+Mapping::~Mapping() {
+    if (base) ::munmap(base, bytes);
+}
+
+void check_segment_name(const std::string& name, const char* kind) {
+    if (name.empty() || name.size() > 200 || name.find('/') != std::string::npos || name == "." || name == "..")
+        throw ShmBadArgument(std::string("invalid ") + kind + " name '" + name +
+                             "': use 1 to 200 characters without '/'");
+    for (char c : name)
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+            throw ShmBadArgument(std::string("invalid ") + kind + " name: control characters are not allowed");
+}
+
+MappedSegment create_segment(const std::string& name, std::uint64_t bytes, const SegmentKind& kind,
+                             const std::function<void(std::uint8_t*)>& init) {
+    // A name that exists fails before anything is allocated; link() below decides for certain.
+    if (::access((kShmDir + name).c_str(), F_OK) == 0)
+        throw ShmOsError(EEXIST, "cannot create shared memory segment '" + name + "': " + std::strerror(EEXIST));
+    // The segment is made and initialised under a name of its own, then linked to `name`, so that
+    // an attach never finds `name` half made.
+    static std::atomic<std::uint64_t> counter{0};
+    const std::string temp = ".fastcopy-new-" + std::to_string(::getpid()) + "-" +
+                             std::to_string(counter.fetch_add(1, std::memory_order_relaxed));
+    const std::string temp_path = shm_path(temp);
+    int fd = ::shm_open(temp_path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        int e = errno;
+        throw ShmOsError(e, "cannot create shared memory segment '" + name + "': " + std::strerror(e));
+    }
+    remove_on_fatal_signal(temp);
+    void* p = MAP_FAILED;
+    auto fail = [&](int e, const std::string& what, bool full) {
+        if (p != MAP_FAILED) ::munmap(p, bytes);
+        if (fd >= 0) ::close(fd);
+        ::shm_unlink(temp_path.c_str());
+        keep_on_fatal_signal(temp);
+        throw ShmOsError(e, what + (full ? " (is /dev/shm full or too small?): " : ": ") + std::strerror(e));
+    };
+    MappedSegment seg;
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) fail(errno, "cannot stat shared memory segment '" + name + "'", false);
+    seg.dev = static_cast<std::uint64_t>(st.st_dev);
+    seg.ino = static_cast<std::uint64_t>(st.st_ino);
+    if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0)
+        fail(errno, "cannot size shared memory segment '" + name + "' to " + std::to_string(bytes) + " bytes", true);
+    if (int fe = allocate_pages(fd, bytes))
+        fail(fe, "cannot allocate " + std::to_string(bytes) + " bytes for shared memory segment '" + name + "'", true);
+    p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | populate_flag(bytes), fd, 0);
+    if (p == MAP_FAILED) fail(errno, "cannot map shared memory segment '" + name + "'", true);
+    ::close(fd);
+    fd = -1;
+    seg.base = static_cast<std::uint8_t*>(p);
+    seg.bytes = bytes;
+    // The file is zero-filled: the kind's words, then the prefix with the magic last.
+    init(seg.base);
+    store_release_u32(seg.base + kSegVersion, kind.version);
+    store_release_u32(seg.base + kSegHeaderBytes, static_cast<std::uint32_t>(kHeaderBytes));
+    const std::uint32_t me = static_cast<std::uint32_t>(::getpid());
+    store_release_u32(seg.base + kSegCreatorPid, me);
+    store_release_u64(seg.base + kSegCreatorStart, process_start_time(me));
+    store_release_u64(seg.base + kSegMagic, kind.magic);
+    // link() never replaces an existing name (EEXIST), as O_EXCL would not.
+    if (::link((kShmDir + temp).c_str(), (kShmDir + name).c_str()) != 0)
+        fail(errno, "cannot create shared memory segment '" + name + "'", false);
+    remove_on_fatal_signal(name);
+    ::shm_unlink(temp_path.c_str());
+    keep_on_fatal_signal(temp);
+    return seg;
+}
+
+MappedSegment open_segment(const std::string& name, std::uint64_t min_bytes, std::uint64_t max_bytes,
+                           const SegmentKind& kind, const HeaderCheck& check) {
+    const std::string path = shm_path(name);
+    int fd = ::shm_open(path.c_str(), O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) {
+        int e = errno;
+        throw ShmOsError(e, "cannot open shared memory segment '" + name + "': " + std::strerror(e));
+    }
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+        int e = errno;
+        ::close(fd);
+        throw ShmOsError(e, "cannot stat shared memory segment '" + name + "': " + std::strerror(e));
+    }
+    const std::uint64_t size = static_cast<std::uint64_t>(st.st_size);
+    if (size < min_bytes || size > max_bytes) {
+        ::close(fd);
+        throw ShmCorrupted("shared memory segment '" + name + "' has " + std::to_string(size) +
+                           " bytes, which is not the size of a fastcopy " + kind.noun);
+    }
+    // The header first, read from the file: a file that is not a segment of this kind is refused
+    // before its pages are allocated (a large sparse file would fill /dev/shm, and a small
+    // /dev/shm would say ENOSPC instead of what is wrong).
+    {
+        alignas(8) std::uint8_t header[kHeaderBytes];
+        const ssize_t got = ::pread(fd, header, sizeof header, 0);
+        std::string why;
+        if (got != static_cast<ssize_t>(sizeof header)) {
+            why = got < 0 ? std::string("cannot read its header: ") + std::strerror(errno) : "cannot read its header";
+        } else if ((why = check_prefix(header, kind)).empty()) {
+            why = check(header, size);
+        }
+        if (!why.empty()) {
+            ::close(fd);
+            throw ShmCorrupted("shared memory segment '" + name + "': " + why);
+        }
+    }
+    if (int fe = allocate_pages(fd, size)) {
+        ::close(fd);
+        throw ShmOsError(fe, "cannot allocate the " + std::to_string(size) + " bytes of shared memory segment '" +
+                                 name + "' (is /dev/shm full or too small?): " + std::strerror(fe));
+    }
+    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | populate_flag(size), fd, 0);
+    int e = errno;
+    ::close(fd);
+    if (p == MAP_FAILED)
+        throw ShmOsError(e, "cannot map shared memory segment '" + name + "': " + std::strerror(e));
+    MappedSegment seg;
+    seg.base = static_cast<std::uint8_t*>(p);
+    seg.bytes = size;
+    seg.dev = static_cast<std::uint64_t>(st.st_dev);
+    seg.ino = static_cast<std::uint64_t>(st.st_ino);
+    return seg;
+}
+
+std::string check_prefix(const std::uint8_t* base, const SegmentKind& kind) {
+    const std::uint64_t magic = load_acquire_u64(base + kSegMagic);
+    const std::uint32_t version = load_acquire_u32(base + kSegVersion);
+    const std::uint32_t hb = load_acquire_u32(base + kSegHeaderBytes);
+    if (magic != kind.magic) return std::string("bad magic (not a fastcopy ") + kind.noun + ", or not initialised yet)";
+    if (version != kind.version)
+        return "protocol version " + std::to_string(version) + ", this build speaks " + std::to_string(kind.version);
+    if (hb != kHeaderBytes) return "header size " + std::to_string(hb);
+    return "";
+}
+
+bool unlink_segment(const std::string& name) {
+    keep_on_fatal_signal(name);
+    if (::shm_unlink(shm_path(name).c_str()) != 0) {
+        int e = errno;
+        if (e == ENOENT) return false;
+        throw ShmOsError(e, "cannot unlink shared memory segment '" + name + "': " + std::strerror(e));
+    }
+    return true;
+}
+
+int populate_flag(std::uint64_t bytes) { return bytes <= (std::uint64_t(256) << 20) ? MAP_POPULATE : 0; }
+
+void protect_data(std::uint8_t* base, std::size_t data_offset, std::size_t map_bytes, bool read_only,
+                  const std::string& name) {
+    static const long page = ::sysconf(_SC_PAGESIZE);
+    if (page <= 0 || data_offset % static_cast<std::size_t>(page) != 0 || data_offset >= map_bytes) return;
+    const int prot = read_only ? PROT_READ : PROT_READ | PROT_WRITE;
+    if (::mprotect(base + data_offset, map_bytes - data_offset, prot) != 0) {
+        int e = errno;
+        throw ShmOsError(e, "cannot map the data of shared memory segment '" + name + "' " +
+                                (read_only ? "read-only" : "writable") + ": " + std::strerror(e));
+    }
+}
+
+}  // namespace shm
+}  // namespace fastcopy
