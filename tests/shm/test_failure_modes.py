@@ -349,3 +349,21 @@ def test_failure_modes_table_matches_behaviour(tmp_path, doc, scenarios):
             continue
         check_failure_cell(outcome, cell)
     assert shm_names(PREFIX) == set()
+
+
+def test_limits_section_names_limits_the_core_has():
+    """The "Limits" section of docs/shm.md names its limits by the keys of
+    _core.shm_limits() (where the generated reference reads them): each one exists."""
+    import re
+
+    from _child import ROOT
+
+    from fastcopy import _core
+
+    text = (ROOT / "docs" / "shm.md").read_text()
+    section = text.split("## Limits", 1)[1].split("\n## ", 1)[0]
+    limits = _core.shm_limits()
+    named = set(re.findall(r"`((?:channel|message|max|topic)_[a-z_*]+)`", section))
+    assert len(named) >= 8, named
+    for name in named:
+        assert (any(k.startswith(name[:-1]) for k in limits) if name.endswith("*") else name in limits), name
