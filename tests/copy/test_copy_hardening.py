@@ -36,7 +36,7 @@ _remove_this_runs_segments = leftovers_fixture(PREFIX, fail=False)
 # ---- 1. a buffer resized while a copy runs without the GIL -------------------------------------
 # Another thread takes the last other reference to one operand and resizes it while the copy
 # runs. The copy must hold both operands so that numpy refuses (ValueError), as it does for
-# np.copyto; before the fix the resize freed the memory and the copy wrote into it (SIGSEGV).
+# np.copyto; otherwise the resize frees the memory and the copy writes into it (SIGSEGV).
 RESIZE = r"""
 import sys, threading, time
 import numpy as np
@@ -109,7 +109,7 @@ print(outcome[0])
 @pytest.mark.parametrize("path", ["fast", "general", "kernel", "region"])
 def test_operand_resized_during_copy_is_refused(tmp_path, which, path):
     proc = run_script(tmp_path, RESIZE, which, path)
-    assert proc.returncode == 0, explain(proc)  # -11 (SIGSEGV) before the fix
+    assert proc.returncode == 0, explain(proc)  # not -11 (SIGSEGV)
     # "resized": the main thread was switched out after loading L[0] and before the call, so
     # the resize came first and the copy saw the new size (a clean ValueError, or a copy).
     assert proc.stdout.split()[-1] in ("refused", "late", "resized"), explain(proc)
@@ -164,7 +164,7 @@ print("main done", flush=True)
 
 @subprocess_only
 def test_copies_in_del_during_finalization_complete(tmp_path):
-    proc = run_script(tmp_path, DEL_AT_EXIT, f"{PREFIX}del", timeout=30)  # hung before
+    proc = run_script(tmp_path, DEL_AT_EXIT, f"{PREFIX}del", timeout=30)  # bounded: a parked finalizing thread would hang
     assert proc.returncode == 0, explain(proc)
     assert proc.stdout.split() == ["main", "done", "del", "1", str(1 << 20)], explain(proc)
     assert shm_names(PREFIX) == set()

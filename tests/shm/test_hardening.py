@@ -48,7 +48,7 @@ outcome = []
 done = False
 
 def resizer():
-    while sys.getrefcount(L[0]) <= 2:  # until a transfer holds it (see test_hardening RESIZE)
+    while sys.getrefcount(L[0]) <= 2:  # until a transfer holds it (see RESIZE in tests/copy/test_copy_hardening.py)
         if done:
             outcome.append("late"); return
         time.sleep(0.0001)
@@ -152,7 +152,7 @@ def test_attach_to_unallocatable_segment_raises_instead_of_sigbus(tmp_path):
     cmd = f"mount -t tmpfs -o size=32m tmpfs /dev/shm && exec {sys.executable} {script}"
     proc = subprocess.run(["unshare", "-m", "sh", "-c", cmd], capture_output=True, text=True, timeout=60,
                           env=child_env(), cwd=str(tmp_path))
-    assert proc.returncode == 0, explain(proc)  # -7 (SIGBUS) before the fix
+    assert proc.returncode == 0, explain(proc)  # not -7 (SIGBUS)
     assert proc.stdout.split()[0] == "OSError" and proc.stdout.split()[1] == "28", explain(proc)  # ENOSPC
 
 
