@@ -955,4 +955,5 @@ PYBIND11_MODULE(_core, m) {
     bind_shm(m);
     bind_batch(m);  // after copy: the batched calls use it
     bind_reference(m);
+    void bind_shm_layout(py::module_&); bind_shm_layout(m);  // bindings_shm_layout.cpp
 }

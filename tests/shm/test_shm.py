@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import mmap
 import os
+import sys
 import threading
 import time
 
 import numpy as np
 import pytest
+
+from _child import leftovers_fixture, name_maker
+from _shm_layout import CHANNEL, MESSAGE, at, channel_header, off, poke
 
 from fastcopy import _core
 from fastcopy.shm import Channel, ChannelClosed, ChannelCorrupted, ChannelError, PeerDied
@@ -20,23 +24,8 @@ pytestmark = pytest.mark.sanitize
 PREFIX = f"fctest-{os.getpid()}-"
 
 
-def shm_names():
-    return {n for n in os.listdir("/dev/shm") if n.startswith(PREFIX)}
-
-
-@pytest.fixture(autouse=True)
-def no_leftover_segments():
-    before = shm_names()
-    yield
-    assert shm_names() - before == set(), "test left segments in /dev/shm"
-
-
-_counter = [0]
-
-
-def new_name():
-    _counter[0] += 1
-    return f"{PREFIX}{_counter[0]}"
+no_leftover_segments = leftovers_fixture(PREFIX, fail=True)
+new_name = name_maker(PREFIX)
 
 
 @pytest.fixture
@@ -316,7 +305,7 @@ def test_attach_validates_segment():
         with pytest.raises(ChannelCorrupted, match="size"):
             Channel.attach(name)
         with open(path, "wb") as f:  # right size, zero header
-            f.truncate(4096 + (1 << 16))
+            f.truncate(CHANNEL["header_bytes"] + (1 << 16))
         with pytest.raises(ChannelCorrupted, match="magic"):
             Channel.attach(name)
     finally:
@@ -331,7 +320,7 @@ def test_corrupt_header_in_process():
         m = mmap.mmap(fd, 0)
         os.close(fd)
         try:
-            _core.shm_store_release_u64(m, 512, 1 << 60)  # head far beyond the capacity
+            _core.shm_store_release_u64(m, off(CHANNEL, "head"), 1 << 60)  # head far beyond the capacity
             with pytest.raises(ChannelCorrupted, match="head"):
                 rx.recv(timeout=1)
             with pytest.raises(ChannelError, match="broken"):  # stays unusable
@@ -398,7 +387,7 @@ def test_signal_interrupts_blocking_recv(pair):
 
 # ---- header corruption after both ends have sent and received (cached indices in use) -------
 
-HEAD, TAIL = 512, 640
+HEAD, TAIL = off(CHANNEL, "head"), off(CHANNEL, "tail")
 
 
 def open_segment(name):
@@ -410,7 +399,7 @@ def open_segment(name):
 
 
 def u64(m, off):
-    return int.from_bytes(m[off:off + 8], "little")
+    return int.from_bytes(m[off:off + 8], sys.byteorder)
 
 
 def set_u64(m, off, value):
@@ -475,13 +464,14 @@ def test_tail_corrupted_after_first_send(used_pair, how):
     expect_corrupt(lambda: tx.send(a, timeout=0), "tail index")
 
 
-@pytest.mark.parametrize("field,off,width,value", [
-    ("magic", 0, 8, 0x1234), ("version", 8, 4, 99), ("header_bytes", 12, 4, 8192), ("capacity", 16, 8, 1 << 17),
+@pytest.mark.parametrize("field,value", [
+    ("magic", 0x1234), ("version", 99), ("header_bytes", 8192), ("capacity", 1 << 17),
 ])
-def test_shared_header_changed_after_first_use(used_pair, field, off, width, value):
+def test_shared_header_changed_after_first_use(used_pair, field, value):
     tx, rx, m = used_pair
     tx.send(np.arange(3))
-    (set_u64 if width == 8 else set_u32)(m, off, value)
+    offset, size = CHANNEL["fields"][field]
+    (set_u64 if size == 8 else set_u32)(m, offset, value)
     expect_corrupt(lambda: rx.recv(timeout=0), "magic, version or capacity")
     expect_corrupt(lambda: tx.send(b"x", timeout=0), "magic, version or capacity")
 
@@ -500,25 +490,21 @@ def test_tail_not_at_message_boundary(used_pair):
 
 
 @pytest.mark.parametrize("field,value,cap_delta", [
-    ("magic", ("<Q", 0, 0x1234), 0),
-    ("version", ("<I", 8, 99), 0),
-    ("header_bytes", ("<I", 12, 8192), 0),
-    ("capacity", ("<Q", 16, (1 << 16) + 64), 0),
-    ("capacity_unaligned", ("<Q", 16, (1 << 16) + 8), 8),
+    ("magic", ("magic", 0x1234), 0),
+    ("version", ("version", 99), 0),
+    ("header_bytes", ("header_bytes", 8192), 0),
+    ("capacity", ("capacity", (1 << 16) + 64), 0),
+    ("capacity_unaligned", ("capacity", (1 << 16) + 8), 8),
 ])
 def test_attach_checks_each_field(field, value, cap_delta):
-    import struct
-
     name = new_name()
     path = "/dev/shm/" + name
     try:
         with open(path, "wb") as f:
-            f.truncate(4096 + (1 << 16) + cap_delta)
+            f.truncate(CHANNEL["header_bytes"] + (1 << 16) + cap_delta)
         with open(path, "r+b") as f:
-            header = bytearray(4096)
-            struct.pack_into("<QIIQ", header, 0, 0x31484353504F4346, _core.SHM_CHANNEL_VERSION, 4096, (1 << 16) + cap_delta)
-            fmt, off, v = value
-            struct.pack_into(fmt, header, off, v)
+            header = channel_header((1 << 16) + cap_delta)
+            poke(header, CHANNEL, *value)
             f.write(header)
         with pytest.raises(ChannelCorrupted, match=field.split("_")[0].replace("header", "header size")):
             Channel.attach(name)
@@ -529,15 +515,13 @@ def test_attach_checks_each_field(field, value, cap_delta):
 def test_attach_accepts_a_valid_handmade_segment():
     """The handmade header of test_attach_checks_each_field is otherwise valid (so each case
     fails on its own field)."""
-    import struct
-
     name = new_name()
     path = "/dev/shm/" + name
     try:
         with open(path, "wb") as f:
-            f.truncate(4096 + (1 << 16))
+            f.truncate(CHANNEL["header_bytes"] + (1 << 16))
         with open(path, "r+b") as f:
-            f.write(struct.pack("<QIIQ", 0x31484353504F4346, _core.SHM_CHANNEL_VERSION, 4096, 1 << 16))
+            f.write(channel_header(1 << 16))
         ch = Channel.attach(name)
         assert ch.capacity == 1 << 16
         ch.close()
@@ -545,32 +529,40 @@ def test_attach_accepts_a_valid_handmade_segment():
         os.unlink(path)
 
 
-# ---- each check of a message header, in process (the first message sits at file offset 4096) ----
+# ---- each check of a message header, in process (the first message starts the ring) ----------
 
-MSG = 4096
+MSG = CHANNEL["header_bytes"]
+SHAPE = MESSAGE["bytes"]      # the shape (ndim 1 here), then the dtype text
+DTYPE = SHAPE + 8
+
+
+def _header_len(ndim: int, dtype_len: int) -> int:
+    align = MESSAGE["align"]
+    return (MESSAGE["bytes"] + 8 * ndim + dtype_len + align - 1) // align * align
 
 
 @pytest.mark.parametrize("what,patch,match", [
-    ("magic", [("<I", 0, 0x12345678)], "bad message magic"),
-    ("sequence", [("<Q", 24, 5)], "message number 5 where 0"),
-    ("ndim", [("<I", 20, 65), ("<I", 4, (32 + 8 * 65 + 3 + 63) // 64 * 64)], "ndim 65"),
-    ("dtype_len_zero", [("<I", 16, 0)], "dtype length 0"),
-    ("dtype_len_huge", [("<I", 16, 1025), ("<I", 4, (32 + 8 + 1025 + 63) // 64 * 64)], "dtype length 1025"),
-    ("header_len", [("<I", 4, 128)], "header length 128"),
-    ("payload_len", [("<Q", 8, 1 << 47)], "corrupt: payload length"),
-    ("header_beyond_published", [("<I", 16, 200), ("<I", 4, 256)], "more than the bytes published"),
-    ("shape_overflow", [("<Q", 32, 1 << 63)], "shape overflows"),
-    ("dtype_not_printable", [("<B", 40, 0x01)], "printable"),
+    ("magic", [("magic", 0x12345678)], "bad message magic"),
+    ("sequence", [("seq", 5)], "message number 5 where 0"),
+    ("ndim", [("ndim", 65), ("header_len", _header_len(65, 3))], "ndim 65"),
+    ("dtype_len_zero", [("dtype_len", 0)], "dtype length 0"),
+    ("dtype_len_huge", [("dtype_len", 1025), ("header_len", _header_len(1, 1025))], "dtype length 1025"),
+    ("header_len", [("header_len", 128)], "header length 128"),
+    ("payload_len", [("payload_len", 1 << 47)], "corrupt: payload length"),
+    ("header_beyond_published", [("dtype_len", 200), ("header_len", 256)], "more than the bytes published"),
+    ("shape_overflow", [(SHAPE, "=Q", 1 << 63)], "shape overflows"),
+    ("dtype_not_printable", [(DTYPE, "=B", 0x01)], "printable"),
 ])
 def test_message_header_checks(pair, what, patch, match):
     import struct
 
     tx, rx = pair
-    tx.send(np.arange(10, dtype="<f8"))  # header: 32 B + shape 8 B + dtype '<f8': 64 B; payload 80 B
+    tx.send(np.arange(10, dtype="<f8"))  # header, shape (8 B) and dtype '<f8': one 64 B block; payload 80 B
     m = open_segment(tx.name)
     try:
-        for fmt, off, value in patch:
-            struct.pack_into(fmt, m, MSG + off, value)
+        for change in patch:  # (a message header field, value) or (offset, format, value) after it
+            offset, fmt, value = (*at(MESSAGE, change[0]), change[1]) if len(change) == 2 else change
+            struct.pack_into(fmt, m, MSG + offset, value)
         expect_corrupt(lambda: rx.recv(timeout=0), match)
     finally:
         m.close()
@@ -602,7 +594,7 @@ def test_names_with_a_leading_slash():
 
 
 STREAMED = 1 << 20  # 16 capacities of the 64 KiB test ring: streamed in chunks
-CUT_AT, CUT_ACK = 1288, 1296  # header words: the producer's last cut, the consumer's acknowledgement
+CUT_AT, CUT_ACK = off(CHANNEL, "cut_at"), off(CHANNEL, "cut_ack")  # the producer's last cut, the consumer's acknowledgement
 
 
 @pytest.mark.parametrize("capacity", [1 << 16, (1 << 16) + 64])

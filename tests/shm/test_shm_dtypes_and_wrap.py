@@ -14,6 +14,8 @@ import threading
 import numpy as np
 import pytest
 
+from _shm_layout import CHANNEL, peek
+
 from fastcopy.shm import Channel, ChannelError, Topic
 
 ENDS = ["channel", "topic"]
@@ -215,8 +217,7 @@ def _segment_ranges(name: str):
 
 def _head(name: str) -> int:
     with open(f"/dev/shm/{name}", "rb") as f:
-        f.seek(512)  # the producer's head index (bytes ever written)
-        return int.from_bytes(f.read(8), "little")
+        return peek(f.read(CHANNEL["header_bytes"]), CHANNEL, "head")  # bytes ever written
 
 
 def test_a_sent_message_that_would_wrap_is_received_as_a_view_into_the_segment():

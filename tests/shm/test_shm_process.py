@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 
 import _child
+from _child import shm_names
+import numpy as np
 import pytest
 
 pytestmark = pytest.mark.skipif(
@@ -29,21 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PREFIX = f"fctp-{os.getpid()}-"
 
 
-def shm_names(prefix: str):
-    return {n for n in os.listdir("/dev/shm") if n.startswith(prefix)}
-
-
-@pytest.fixture(autouse=True)
-def _remove_this_runs_segments():
-    # A scenario that fails half-way (for example under a planted bug of the mutation check)
-    # leaves its segments behind; each test has already asserted that a passing run leaves
-    # none, so whatever is left carries this run's prefix and is removed here.
-    yield
-    for name in shm_names(PREFIX):
-        try:
-            os.unlink("/dev/shm/" + name)
-        except FileNotFoundError:
-            pass
+_remove_this_runs_segments = _child.leftovers_fixture(PREFIX, fail=False)
 
 
 def run_script(tmp_path: Path, code: str, *args: str, timeout: float = 120.0):
@@ -438,7 +426,15 @@ from fastcopy.shm import Channel, ChannelCorrupted, ChannelError
 
 PREFIX = sys.argv[1]
 counter = [0]
-H = 4096          # header bytes; the ring starts here
+LAYOUT = _core.shm_layout()
+CH, MSG = LAYOUT["channel"], LAYOUT["message"]
+H = CH["header_bytes"]      # the ring starts here: the first message's header
+SHAPE = H + MSG["bytes"]    # its shape (ndim 1), then its dtype text
+DTYPE = SHAPE + 8
+
+def put(m, part, name, value, base=0):  # a header word of _core.shm_layout(), machine byte order
+    offset, size = part["fields"][name]
+    struct.pack_into({4: "=I", 8: "=Q"}[size], m, base + offset, value)
 
 def fresh(cap=1 << 16):
     counter[0] += 1
@@ -470,17 +466,17 @@ def expect(exc, fn, what):
 cases = 0
 
 # 1. Shared header fields.
-for what, off, fmt, value, side in [
-    ("wrong magic", 0, "<Q", 0xDEADBEEF, "both"),
-    ("wrong version", 8, "<I", 99, "both"),
-    ("wrong capacity", 16, "<Q", 1 << 40, "both"),
-    ("huge head", 512, "<Q", 1 << 62, "rx"),
-    ("head beyond tail + capacity", 512, "<Q", (1 << 16) + 4096, "rx"),
-    ("tail beyond head", 640, "<Q", 1 << 50, "tx"),
+for what, field, value, side in [
+    ("wrong magic", "magic", 0xDEADBEEF, "both"),
+    ("wrong version", "version", 99, "both"),
+    ("wrong capacity", "capacity", 1 << 40, "both"),
+    ("huge head", "head", 1 << 62, "rx"),
+    ("head beyond tail + capacity", "head", (1 << 16) + 4096, "rx"),
+    ("tail beyond head", "tail", 1 << 50, "tx"),
 ]:
     tx, rx, m = fresh()
     tx.send(np.arange(100))
-    struct.pack_into(fmt, m, off, value)
+    put(m, CH, field, value)
     if side in ("both", "rx"):
         expect(ChannelCorrupted, lambda: rx.recv(timeout=0), what + " (recv)")
         expect(ChannelCorrupted, lambda: rx.recv(timeout=0), what + " (recv again)")
@@ -506,27 +502,28 @@ def msg_case(what, patch, exc=ChannelCorrupted, payload=None):
     done(tx, rx, m)
     cases += 1
 
-msg_case("message magic", lambda m: struct.pack_into("<I", m, H, 0x12345678))
-msg_case("header_len", lambda m: struct.pack_into("<I", m, H + 4, 1 << 30))
-msg_case("payload_len huge", lambda m: struct.pack_into("<Q", m, H + 8, 1 << 62))
-msg_case("payload_len mismatch", lambda m: struct.pack_into("<Q", m, H + 8, 88))
-msg_case("dtype_len huge", lambda m: struct.pack_into("<I", m, H + 16, 1 << 31))
-msg_case("dtype_len zero", lambda m: struct.pack_into("<I", m, H + 16, 0))
-msg_case("ndim huge", lambda m: struct.pack_into("<I", m, H + 20, 1 << 20))
-msg_case("sequence number", lambda m: struct.pack_into("<Q", m, H + 24, 5))
-msg_case("shape product overflow", lambda m: struct.pack_into("<Q", m, H + 32, 1 << 63))
-msg_case("shape product mismatch", lambda m: struct.pack_into("<Q", m, H + 32, 11))
-msg_case("dtype not printable", lambda m: m.__setitem__(slice(H + 40, H + 43), b"\x00\xff\x01"))
-msg_case("dtype unknown", lambda m: m.__setitem__(slice(H + 40, H + 43), b"zz9"))
-msg_case("dtype object", lambda m: m.__setitem__(slice(H + 40, H + 43), b"|O8"))
+msg_case("message magic", lambda m: put(m, MSG, "magic", 0x12345678, H))
+msg_case("header_len", lambda m: put(m, MSG, "header_len", 1 << 30, H))
+msg_case("payload_len huge", lambda m: put(m, MSG, "payload_len", 1 << 62, H))
+msg_case("payload_len mismatch", lambda m: put(m, MSG, "payload_len", 88, H))
+msg_case("dtype_len huge", lambda m: put(m, MSG, "dtype_len", 1 << 31, H))
+msg_case("dtype_len zero", lambda m: put(m, MSG, "dtype_len", 0, H))
+msg_case("ndim huge", lambda m: put(m, MSG, "ndim", 1 << 20, H))
+msg_case("sequence number", lambda m: put(m, MSG, "seq", 5, H))
+msg_case("shape product overflow", lambda m: struct.pack_into("=Q", m, SHAPE, 1 << 63))
+msg_case("shape product mismatch", lambda m: struct.pack_into("=Q", m, SHAPE, 11))
+msg_case("dtype not printable", lambda m: m.__setitem__(slice(DTYPE, DTYPE + 3), b"\x00\xff\x01"))
+msg_case("dtype unknown", lambda m: m.__setitem__(slice(DTYPE, DTYPE + 3), b"zz9"))
+msg_case("dtype object", lambda m: m.__setitem__(slice(DTYPE, DTYPE + 3), b"|O8"))
 # A structured dtype travels as a literal: replace it by code, by deep nesting, by junk.
 st = np.zeros(3, dtype=[("a", "<i4"), ("b", "<f8")])
 def set_dtype(text):
     def patch(m):
-        struct.pack_into("<I", m, H + 16, len(text))
-        # ndim 1: shape at H+32, dtype at H+40; header_len must cover it
-        struct.pack_into("<I", m, H + 4, (32 + 8 + len(text) + 63) // 64 * 64)
-        m[H + 40:H + 40 + len(text)] = text
+        put(m, MSG, "dtype_len", len(text), H)
+        # ndim 1: the shape, then the dtype text; header_len must cover it
+        align = MSG["align"]
+        put(m, MSG, "header_len", (DTYPE - H + len(text) + align - 1) // align * align, H)
+        m[DTYPE:DTYPE + len(text)] = text
     return patch
 for text in (b"lit:__import__('os').system('echo pwned')", b"lit:" + b"[" * 900, b"lit:['struct', 1, 2, 3, 4, 5]",
              b"lit:['sub', '<f8', [-1]]", b"lit:['struct', ['a'], ['<O'], [0], 8, False]"):
@@ -549,7 +546,7 @@ for k in range(50):
 # full), ChannelClosed (a closed flag was hit), PeerDied or ChannelError "already has a"
 # (a pid field now names a dead or another live process: the role cannot be claimed),
 # ChannelError "gave up a message" (only when the random bytes hit the abandoned-message word
-# at header offset 1280) or ChannelCorrupted; recv the same, or returns an array. Once an end
+# of the header) or ChannelCorrupted; recv the same, or returns an array. Once an end
 # raised ChannelCorrupted, every later call on it raises ChannelCorrupted. A recv that returns gives the next message
 # sent, byte for byte, unless the random bytes landed in that message's record (there is no
 # payload checksum: a changed payload or an equally sized dtype is delivered as written).
@@ -565,8 +562,9 @@ for k in range(400):
     records = []  # [start, end) of each message record in the file
     pos = H
     for a in sent:
-        hdr = (32 + 8 * a.ndim + len(a.dtype.str) + 63) // 64 * 64
-        end = pos + hdr + (a.nbytes + 63) // 64 * 64
+        align = MSG["align"]
+        hdr = (MSG["bytes"] + 8 * a.ndim + len(a.dtype.str) + align - 1) // align * align
+        end = pos + hdr + (a.nbytes + align - 1) // align * align
         records.append((pos, end))
         pos = end
     touched = set()
@@ -578,9 +576,10 @@ for k in range(400):
             touched.update(i for i in range(off, off + n) if m[i] != new[i - off])
         m[off:off + n] = new
     header_touched = any(i < H for i in touched)
-    # The abandoned-message word (header offset 1280, 4 bytes): a nonzero value there reads as
-    # "the peer gave up a message", a documented ChannelError.
-    abandoned_touched = any(1280 <= i < 1284 for i in touched)
+    # The abandoned-message word: a nonzero value there reads as "the peer gave up a message",
+    # a documented ChannelError.
+    abandoned_at, abandoned_size = CH["fields"]["abandoned"]
+    abandoned_touched = any(abandoned_at <= i < abandoned_at + abandoned_size for i in touched)
     corrupt = {"tx": False, "rx": False}
     received = 0
     for op in range(4):
@@ -650,7 +649,6 @@ def test_docs_example_runs_as_written(tmp_path):
     script = tmp_path / "example.py"
     script.write_text(example[0])
     env = _child.child_env(PYTHONWARNINGS="always")
-    before = {n for n in os.listdir("/dev/shm") if n.startswith("fastcopy-")}
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env, cwd=str(tmp_path))
     out, err = proc.communicate(timeout=120)

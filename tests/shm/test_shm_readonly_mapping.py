@@ -11,34 +11,21 @@ from __future__ import annotations
 import mmap
 import os
 import signal
-import struct
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
-from _child import run_script
+from _child import leftovers_fixture, name_maker, run_script
+from _shm_layout import TOPIC, poke
 from conftest import no_subprocess
 
 from fastcopy import _core
 from fastcopy.shm import Channel, ChannelCorrupted, Topic
 
 PREFIX = f"fastcopy-test-ro-{os.getpid()}-"
-_counter = [0]
-
-
-def fresh_name(tag: str) -> str:
-    _counter[0] += 1
-    return f"{PREFIX}{tag}-{_counter[0]}"
-
-
-@pytest.fixture(autouse=True)
-def no_leftovers():
-    yield
-    left = [n for n in os.listdir("/dev/shm") if n.startswith(PREFIX)]
-    for n in left:
-        os.unlink("/dev/shm/" + n)
-    assert not left, left
+fresh_name = name_maker(PREFIX)
+no_leftovers = leftovers_fixture(PREFIX, fail=True)
 
 
 def run_child(tmp_path: Path, code: str, *args: str) -> subprocess.CompletedProcess:
@@ -161,6 +148,6 @@ def test_topic_of_the_previous_layout_is_refused_by_version():
     with Topic.create(fresh_name("old"), slot_bytes=64, slots=2) as t:
         assert _core.SHM_TOPIC_VERSION == 3
         with open("/dev/shm/" + t.name, "r+b") as f, mmap.mmap(f.fileno(), 0) as m:
-            struct.pack_into("<I", m, 8, 2)
+            poke(m, TOPIC, "version", 2)
         with pytest.raises(ChannelCorrupted, match=r"protocol version 2, this build speaks 3"):
             Topic.subscribe(t.name)

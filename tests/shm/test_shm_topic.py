@@ -22,7 +22,8 @@ import fastcopy
 from fastcopy import shm
 from fastcopy.shm import ChannelClosed, ChannelCorrupted, ChannelError, MessagesLost, PeerDied, Subscriber, Topic
 
-from _child import child_env, spawn
+from _child import child_env, leftovers_fixture, name_maker, spawn
+from _shm_layout import MESSAGE, PAGE, TOPIC, at, poke, topic_data_offset
 from conftest import no_subprocess
 
 pytestmark = pytest.mark.sanitize
@@ -30,39 +31,18 @@ pytestmark = pytest.mark.sanitize
 # Children import the same fastcopy as this process: the installed package in CI, src/ with a
 # developer build (a plain checkout's src/ has no compiled _core).
 PREFIX = f"fctopic-{os.getpid()}-"
-_counter = [0]
+fresh_name = name_maker(PREFIX)
+no_leftovers = leftovers_fixture(PREFIX, fail=True)
 
-# Segment layout (cpp/shm/shm_topic.h).
-OFF_MAGIC, OFF_VERSION, OFF_SLOTS, OFF_MAXSUBS, OFF_SLOTBYTES, OFF_HISTORY, OFF_OVERFLOW, OFF_TOTAL = \
-    0, 8, 16, 20, 24, 32, 36, 40
-OFF_HEAD = 512
-SLOT_HDR = 2048
-
-
-def fresh_name(tag: str) -> str:
-    _counter[0] += 1
-    return f"{PREFIX}{tag}-{_counter[0]}"
-
-
-
-
-@pytest.fixture(autouse=True)
-def no_leftovers():
-    yield
-    left = [n for n in os.listdir("/dev/shm") if n.startswith(PREFIX)]
-    for n in left:
-        os.unlink("/dev/shm/" + n)
-    assert not left, left
-
-
-def data_offset(max_subscribers: int) -> int:
-    """Where the slots' pages begin: the page after the subscriber records."""
-    return (4096 + max_subscribers * 128 + 4095) // 4096 * 4096
+SLOT_HDR = TOPIC["slot_header_bytes"]
 
 
 def slot_state_offset(t: Topic, seq: int) -> int:
-    stride = SLOT_HDR + (t.slot_bytes + 63) // 64 * 64
-    return data_offset(t.max_subscribers) + (seq % t.slots) * stride
+    """Where the slot of message ``seq`` begins (its state word) in a topic whose slots are
+    below 256 KiB (packed: a slot header, then the payload padded to the alignment)."""
+    align = MESSAGE["align"]
+    stride = SLOT_HDR + (t.slot_bytes + align - 1) // align * align
+    return topic_data_offset(t.max_subscribers) + (seq % t.slots) * stride
 
 
 def patch(name: str, offset: int, fmt: str, value) -> None:
@@ -181,17 +161,17 @@ def test_large_slots_start_on_a_page(max_subscribers):
             data = rng.integers(0, 256, n, dtype=np.uint8)
             if i % 2:
                 with t.loan(n, np.uint8) as a:
-                    assert a.__array_interface__["data"][0] % 4096 == 0, i
+                    assert a.__array_interface__["data"][0] % PAGE == 0, i
                     a[...] = data
             else:
                 t.send(data)
             v = s.recv_view(timeout=5)
-            assert v.__array_interface__["data"][0] % 4096 == 0, i
+            assert v.__array_interface__["data"][0] % PAGE == 0, i
             assert np.array_equal(v, data)
             del v
     with Topic.create(fresh_name("small"), slot_bytes=(256 << 10) - 64, slots=3, max_subscribers=3) as t:
         with t.loan(64, np.uint8) as a:  # below 256 KiB the layout is the packed one
-            assert a.__array_interface__["data"][0] % 4096 == SLOT_HDR % 4096 != 0
+            assert a.__array_interface__["data"][0] % PAGE == SLOT_HDR % PAGE != 0
 
 
 def test_too_large_message_names_the_limit_and_sends_nothing():
@@ -400,13 +380,12 @@ def test_topic_listed_as_segment():
 
 
 def test_mutable_header_fields_are_checked_at_subscribe():
-    cases = [(OFF_MAGIC, "<Q", 1), (OFF_VERSION, "<I", 99), (OFF_SLOTS, "<I", 1), (OFF_SLOTS, "<I", 3),
-             (OFF_SLOTS, "<I", 1 << 30), (OFF_MAXSUBS, "<I", 0), (OFF_MAXSUBS, "<I", 5000),
-             (OFF_SLOTBYTES, "<Q", 0), (OFF_SLOTBYTES, "<Q", 1 << 60), (OFF_HISTORY, "<I", 4),
-             (OFF_OVERFLOW, "<I", 7), (OFF_TOTAL, "<Q", 12345), (OFF_HEAD, "<Q", 1 << 63)]
-    for off, fmt, value in cases:
+    cases = [("magic", 1), ("version", 99), ("slots", 1), ("slots", 3), ("slots", 1 << 30),
+             ("max_subscribers", 0), ("max_subscribers", 5000), ("slot_bytes", 0), ("slot_bytes", 1 << 60),
+             ("history", 4), ("overflow", 7), ("total_bytes", 12345), ("head", 1 << 63)]
+    for field, value in cases:
         with Topic.create(fresh_name("hdr"), slot_bytes=64, slots=4) as t:
-            patch(t.name, off, fmt, value)
+            patch(t.name, *at(TOPIC, field), value)
             with pytest.raises(ChannelCorrupted):
                 Topic.subscribe(t.name)
 
@@ -417,29 +396,34 @@ def test_mutable_header_fields_are_checked_at_subscribe():
 def test_hostile_segment_gives_channel_corrupted(mode, field):
     def corrupt(t):
         st = slot_state_offset(t, 1)
-        msg = st + 64
+        msg = st + TOPIC["slot_message_offset"]  # the message header; its shape (ndim 1), then the dtype text
+        shape = msg + MESSAGE["bytes"]
+
+        def message_word(name, value):
+            offset, fmt = at(MESSAGE, name)
+            patch(t.name, msg + offset, fmt, value)
         if field == "state_low":
-            patch(t.name, st, "<Q", 1)
+            patch(t.name, st, "=Q", 1)
         elif field == "state_odd_high":  # "being overwritten" but head does not say so
-            patch(t.name, st, "<Q", 2 * 9 + 1)
+            patch(t.name, st, "=Q", 2 * 9 + 1)
         elif field == "head_back":
-            patch(t.name, OFF_HEAD, "<Q", 0)
+            patch(t.name, *at(TOPIC, "head"), 0)
         elif field == "head_far":
-            patch(t.name, OFF_HEAD, "<Q", 1 << 63)
+            patch(t.name, *at(TOPIC, "head"), 1 << 63)
         elif field == "payload_len":
-            patch(t.name, msg + 8, "<Q", 1 << 40)
+            message_word("payload_len", 1 << 40)
         elif field == "ndim":
-            patch(t.name, msg + 20, "<I", 65)
+            message_word("ndim", 65)
         elif field == "dtype_len":
-            patch(t.name, msg + 16, "<I", 0)
+            message_word("dtype_len", 0)
         elif field == "seq":
-            patch(t.name, msg + 24, "<Q", 5)
+            message_word("seq", 5)
         elif field == "dtype":
-            patch(t.name, msg + 40, "3s", b"zzz")
+            patch(t.name, shape + 8, "3s", b"zzz")
         elif field == "shape":
-            patch(t.name, msg + 32, "<Q", 1000)
+            patch(t.name, shape, "=Q", 1000)
         elif field == "slots_after_attach":
-            patch(t.name, OFF_SLOTS, "<I", 2)
+            patch(t.name, *at(TOPIC, "slots"), 2)
 
     with Topic.create(fresh_name("msg"), slot_bytes=64, slots=4, overflow=mode) as t:
         s = Topic.subscribe(t.name)
@@ -645,7 +629,10 @@ def test_publisher_death_gives_peer_died_after_its_messages():
 FUZZ = r"""
 import mmap, os, random, sys
 import numpy as np
+from fastcopy import _core
 from fastcopy.shm import ChannelError, Topic
+TOPIC, PAGE = _core.shm_layout()["topic"], _core.shm_layout()["page_bytes"]
+HEADER, RECORDS = TOPIC["header_bytes"], 16 * TOPIC["record_bytes"]  # 16: the default max_subscribers
 rng = np.random.default_rng(int(sys.argv[2]))
 pick = random.Random(int(sys.argv[2]))
 outcomes = {}
@@ -657,14 +644,16 @@ for round_ in range(150):
             t.send(np.arange(k + 1, dtype=np.float64))
         subs = [Topic.subscribe(name)]
         with open("/dev/shm/" + name, "r+b") as f, mmap.mmap(f.fileno(), 0) as m:
-            slots0 = 8192  # the page after 16 subscriber records (data_offset)
-            regions = [(0, 64), (512, 8), (4096, 16 * 128), (slots0, 4 * (2048 + 256))]
+            slots0 = (HEADER + RECORDS + PAGE - 1) // PAGE * PAGE  # the page after the records
+            # The geometry words, the head, the subscriber records, the 4 slots.
+            regions = [(0, 64), (TOPIC["fields"]["head"][0], 8), (HEADER, RECORDS),
+                       (slots0, 4 * (TOPIC["slot_header_bytes"] + 256))]
             for _ in range(int(rng.integers(1, 6))):
                 start, length = regions[int(rng.integers(len(regions)))]
                 off = start + int(rng.integers(0, length - 7)) // 8 * 8
                 value = pick.choice([0, 1, 2, 3, 5, 7, 64, 255, 2**31, 2**32 - 1, 2**62, 2**64 - 1,
                                      pick.getrandbits(64)])
-                m[off:off + 8] = value.to_bytes(8, "little")
+                m[off:off + 8] = value.to_bytes(8, sys.byteorder)
             try:
                 subs.append(Topic.subscribe(name))
             except ChannelError as e:
@@ -703,18 +692,23 @@ def test_records_of_dead_processes_are_reused_even_half_claimed():
     dead = subprocess.Popen(["true"])
     dead.wait()
     with Topic.create(fresh_name("reuse"), slot_bytes=64, max_subscribers=1) as t:
-        record = 4096
-        for state in (1, 2, 3):  # active, closed with pins, being claimed
+        record = TOPIC["header_bytes"]  # the first (and only) subscriber record
+        states = TOPIC["record_states"]
+        state_at, pid_at = at(TOPIC, "state", "record_fields"), at(TOPIC, "pid", "record_fields")
+        # Active, closed with pins, being claimed (3: kClaiming, which the topic's C++ keeps to itself).
+        for state in (states["active"], states["pins_only"], 3):
             with open("/dev/shm/" + t.name, "r+b") as f, mmap.mmap(f.fileno(), 0) as m:
-                struct.pack_into("<II", m, record, state, os.getpid())  # a live process holds it
+                poke(m, TOPIC, "state", state, record, "record_fields")
+                poke(m, TOPIC, "pid", os.getpid(), record, "record_fields")  # a live process holds it
             with pytest.raises(ChannelError, match="max_subscribers"):
                 Topic.subscribe(t.name)
             with open("/dev/shm/" + t.name, "r+b") as f, mmap.mmap(f.fileno(), 0) as m:
-                struct.pack_into("<IIQ", m, record, state, dead.pid, 0)  # a process that is gone
+                poke(m, TOPIC, "pid", dead.pid, record, "record_fields")  # a process that is gone
+                poke(m, TOPIC, "start", 0, record, "record_fields")
             s = Topic.subscribe(t.name)
-            assert peek(t.name, record + 4, "<I") == os.getpid() and t.subscribers == 1
+            assert peek(t.name, record + pid_at[0], pid_at[1]) == os.getpid() and t.subscribers == 1
             s.close()
-            assert peek(t.name, record, "<I") == 0
+            assert peek(t.name, record + state_at[0], state_at[1]) == states["free"]
 
 
 def test_the_publishers_writes_learn_the_store_mode(loan_fills_can_stream):

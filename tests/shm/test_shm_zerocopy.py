@@ -17,11 +17,12 @@ import time
 import numpy as np
 import pytest
 from _child import SIGINT_HANDLER, SIGINT_IGNORED, SRC, run_script
+from _shm_layout import CHANNEL, PAGE, peek, poke
 from conftest import no_subprocess
 
 import fastcopy
 from fastcopy import _core
-from fastcopy.shm import Channel, ChannelClosed, ChannelError, LoanedArray, PeerDied
+from fastcopy.shm import Channel, ChannelClosed, ChannelError, LoanedArray
 
 pytestmark = pytest.mark.sanitize
 
@@ -73,22 +74,20 @@ def test_loan_is_in_the_ring_and_view_points_into_it(pair):
     assert addr % 64 == 0 and v.__array_interface__["data"][0] % 64 == 0
 
 
-def _header_word(name: str, offset: int, fmt: str = "<I", value: int | None = None) -> int:
-    """A word (struct format `fmt`) of a channel's segment header; written first when `value`
-    is given."""
+def _header_word(name: str, field: str, value: int | None = None) -> int:
+    """The word ``field`` (of _core.shm_layout()) of a channel's segment header; written first
+    when ``value`` is given."""
     import mmap
-    import struct
 
-    size = struct.calcsize(fmt)
-    with open("/dev/shm/" + name, "r+b") as f, mmap.mmap(f.fileno(), 4096) as m:
+    with open("/dev/shm/" + name, "r+b") as f, mmap.mmap(f.fileno(), CHANNEL["header_bytes"]) as m:
         if value is not None:
-            m[offset:offset + size] = struct.pack(fmt, value)
-        return int(struct.unpack(fmt, m[offset:offset + size])[0])
+            poke(m, CHANNEL, field, value)
+        return peek(m, CHANNEL, field)
 
 
 def _ring_head(name: str) -> int:
     """The producer's head index (bytes ever written) from the segment header."""
-    return _header_word(name, 512, "<Q")
+    return _header_word(name, "head")
 
 
 # The size rules as fastcopy.info()["shm"] reports them: the tests below check that the
@@ -99,7 +98,7 @@ EARLY_WRAP_MIN = SHM_RULES["early_wrap_bytes"]
 
 
 def test_large_loans_start_on_a_page_and_small_loans_are_packed():
-    """From 256 KiB a loan's payload starts on a 4096-byte boundary at both ends (the producer
+    """From 256 KiB a loan's payload starts on a page boundary at both ends (the producer
     writes a padding record the consumer skips); smaller loans follow the previous message
     directly. Random sizes and shapes over many laps of a ring whose capacity is not a page
     multiple, so padding before the header and padding to the ring's end meet."""
@@ -113,7 +112,7 @@ def test_large_loans_start_on_a_page_and_small_loans_are_packed():
             head = _ring_head(tx.name)
             with tx.loan(small, np.uint8) as a:
                 a[...] = i
-                small_offsets.add(a.__array_interface__["data"][0] % 4096)
+                small_offsets.add(a.__array_interface__["data"][0] % PAGE)
             used = _ring_head(tx.name) - head
             # header (64 B) + payload rounded to 64, or a padding record to the ring's end first
             assert used == 64 + (small + 63) // 64 * 64 or (head + used) % tx.capacity < used, (i, small, used)
@@ -126,12 +125,12 @@ def test_large_loans_start_on_a_page_and_small_loans_are_packed():
             expected = rng.random(shape)
             head = _ring_head(tx.name)
             with tx.loan(shape, "<f8") as a:
-                assert a.__array_interface__["data"][0] % 4096 == 0, (i, head % 4096)
+                assert a.__array_interface__["data"][0] % PAGE == 0, (i, head % PAGE)
                 a[...] = expected
-            assert _ring_head(tx.name) - head < 64 * 2 + expected.nbytes + 2 * 4096 + tx.capacity
+            assert _ring_head(tx.name) - head < 64 * 2 + expected.nbytes + 2 * PAGE + tx.capacity
             got = rx.recv_view(timeout=5) if i % 3 else rx.recv(timeout=5)
             if i % 3:
-                assert got.__array_interface__["data"][0] % 4096 == 0
+                assert got.__array_interface__["data"][0] % PAGE == 0
             assert got.shape == shape and np.array_equal(got, expected)
             del got
         assert len(small_offsets) > 1  # small loans were not page-aligned
@@ -146,7 +145,7 @@ def test_an_outstanding_loan_publishes_nothing_not_even_its_padding():
     """The padding before a large loan (to the ring's end, and up to a page) goes out with the
     message: until publish the consumer sees nothing, and a discarded loan leaves no trace."""
     payload = PAGE_ALIGNED_LOAN_MIN
-    tx = Channel.create(capacity=3 * (payload + 4096) + 64 * 5)
+    tx = Channel.create(capacity=3 * (payload + PAGE) + 64 * 5)
     rx = Channel.attach(tx.name)
     try:
         wrapped = 0
@@ -164,9 +163,9 @@ def test_an_outstanding_loan_publishes_nothing_not_even_its_padding():
                 continue
             a[...] = i
             tx.publish(a)
-            wrapped += _ring_head(tx.name) - head > 64 + payload + 4096  # padding to the ring's end too
+            wrapped += _ring_head(tx.name) - head > 64 + payload + PAGE  # padding to the ring's end too
             v = rx.recv_view(timeout=0)
-            assert v.nbytes == payload and (v == i).all() and v.__array_interface__["data"][0] % 4096 == 0
+            assert v.nbytes == payload and (v == i).all() and v.__array_interface__["data"][0] % PAGE == 0
             del v
         assert wrapped >= 2  # these sizes wrap at i = 4, 7 and 10
     finally:
@@ -195,7 +194,7 @@ def test_large_loan_in_a_ring_without_room_to_align_it():
         tx.unlink()
 
 
-CONSUMER_AWAITING = 1536  # kOffConsAwaiting in cpp/shm/shm_sync.h
+CONSUMER_AWAITING = "consumer_awaiting"  # the header word a waiting consumer sets
 
 
 def test_a_waiting_consumer_says_so_in_the_header(pair):
@@ -221,7 +220,7 @@ def test_large_loans_reuse_the_start_of_the_ring_only_for_a_waiting_consumer():
     room is free; otherwise loans walk through the ring and the producer keeps all of it as
     room. The consumer's word is forged here, so that each case is certain."""
     payload = EARLY_WRAP_MIN
-    slot = payload + 4096                               # what one page-aligned loan occupies
+    slot = payload + PAGE                               # what one page-aligned loan occupies
     tx = Channel.create(capacity=4 * slot)
     rx = Channel.attach(tx.name)
 
@@ -280,7 +279,7 @@ def test_loans_just_below_the_reported_size_are_packed_and_walk_the_ring(rule):
     to the start of the ring early, even for a waiting consumer: the rules start where info()
     says (the tests above show them at and above it)."""
     payload = SHM_RULES[rule] - 64
-    tx = Channel.create(capacity=4 * (payload + 4096))
+    tx = Channel.create(capacity=4 * (payload + PAGE))
     rx = Channel.attach(tx.name)
     try:
         _header_word(tx.name, CONSUMER_AWAITING, value=1)      # a consumer that waits
@@ -292,7 +291,7 @@ def test_loans_just_below_the_reported_size_are_packed_and_walk_the_ring(rule):
             v = rx.recv_view(timeout=5)
             assert (v == i).all()
             del v
-        assert all(address % 4096 != 0 for address in addresses)
+        assert all(address % PAGE != 0 for address in addresses)
         assert len(set(addresses)) > 2                          # walked, did not alternate
     finally:
         rx.close()
@@ -341,10 +340,10 @@ def test_sent_messages_that_would_wrap_go_to_the_ring_start_and_come_back_in_pla
     assert wrapped >= 20
 
 
-def test_a_sent_message_too_large_to_pad_still_wraps_and_comes_back_as_a_copy(pair):
-    """When the padding and the message do not both fit in the ring, send() wraps the message
-    around the end as before (it never waits for room that cannot exist); recv_view returns a
-    read-only copy then, which holds no slot."""
+def test_a_sent_message_that_would_wrap_starts_over_at_the_ring_start_and_comes_back_in_place(pair):
+    """When the padding and the message do not both fit in the ring, send() waits for the ring
+    to empty and starts the message at the ring's start: it is always one piece, so recv_view
+    returns a view in place that holds its slot."""
     tx, rx = pair                                       # a 64 KiB ring
     tx.send(np.zeros(30000, np.uint8), timeout=5)       # the head moves to 30080
     assert rx.recv(timeout=5).nbytes == 30000
@@ -352,6 +351,8 @@ def test_a_sent_message_too_large_to_pad_still_wraps_and_comes_back_as_a_copy(pa
     tx.send(m, timeout=5)
     v = rx.recv_view(timeout=5)
     assert np.array_equal(v, m) and not v.flags.writeable
+    assert rx.held_views == 1
+    del v
     assert rx.held_views == 0
 
 
@@ -704,11 +705,24 @@ def test_consumer_role_and_producer_role_stay_separate(pair):
 HOSTILE = r"""
 import mmap, os, struct, sys
 import numpy as np
+from fastcopy import _core
 from fastcopy.shm import Channel, ChannelCorrupted, ChannelError
 
 PREFIX = sys.argv[1]
-H = 4096
+LAYOUT = _core.shm_layout()
+CH, MSG = LAYOUT["channel"], LAYOUT["message"]
+H = CH["header_bytes"]          # the ring starts here: the first message's header
+SHAPE = H + MSG["bytes"]        # its shape
 CAP = 1 << 16
+
+def put(m, part, name, value, base=0):  # a header word of _core.shm_layout(), machine byte order
+    offset, size = part["fields"][name]
+    struct.pack_into({4: "=I", 8: "=Q"}[size], m, base + offset, value)
+
+def pad(m, header_len, payload_len, seq=0):  # a padding record in place of the first message
+    for name, value in (("magic", MSG["pad_magic"]), ("header_len", header_len), ("payload_len", payload_len),
+                        ("dtype_len", 0), ("ndim", 0), ("seq", seq)):
+        put(m, MSG, name, value, H)
 n = [0]
 
 def fresh():
@@ -743,8 +757,8 @@ cases = 0
 for plen in (CAP, CAP - 64, 1 << 40, (1 << 46)):
     tx, rx, m = fresh()
     tx.send(np.zeros(100, np.uint8))
-    struct.pack_into("<Q", m, H + 8, plen)          # payload_len
-    struct.pack_into("<Q", m, H + 32, plen)         # shape[0] (uint8: product == payload)
+    put(m, MSG, "payload_len", plen, H)
+    struct.pack_into("=Q", m, SHAPE, plen)          # shape[0] (uint8: product == payload)
     # (recv() alike: a huge claimed message cannot be allocated for the copy path)
     expect((ChannelError, TimeoutError, MemoryError), lambda: rx.recv_view(timeout=0.2), f"payload_len {plen}")
     done(tx, rx, m); cases += 1
@@ -752,18 +766,18 @@ for plen in (CAP, CAP - 64, 1 << 40, (1 << 46)):
 # A message claiming bytes that are not published yet: the view waits, then times out.
 tx, rx, m = fresh()
 tx.send(np.zeros(100, np.uint8))
-struct.pack_into("<Q", m, H + 8, 20000); struct.pack_into("<Q", m, H + 32, 20000)
+put(m, MSG, "payload_len", 20000, H); struct.pack_into("=Q", m, SHAPE, 20000)
 expect(TimeoutError, lambda: rx.recv_view(timeout=0.2), "unpublished payload")
 done(tx, rx, m); cases += 1
 
 # Forged padding records.
 for what, patch in [
-    ("pad too short", lambda m: struct.pack_into("<IIQIIQ", m, H, 0x50414446, 64, 100, 0, 0, 0)),
-    ("pad to a page not published", lambda m: struct.pack_into("<IIQIIQ", m, H, 0x50414446, 64, 4032, 0, 0, 0)),
-    ("pad beyond ring", lambda m: struct.pack_into("<IIQIIQ", m, H, 0x50414446, 64, CAP, 0, 0, 0)),
-    ("pad bad header_len", lambda m: struct.pack_into("<IIQIIQ", m, H, 0x50414446, 128, CAP - 64, 0, 0, 0)),
-    ("pad not published", lambda m: struct.pack_into("<IIQIIQ", m, H, 0x50414446, 64, CAP - 64, 0, 0, 0)),
-    ("pad wrong seq", lambda m: struct.pack_into("<IIQIIQ", m, H, 0x50414446, 64, CAP - 64, 0, 0, 7)),
+    ("pad too short", lambda m: pad(m, 64, 100)),
+    ("pad to a page not published", lambda m: pad(m, 64, 4032)),
+    ("pad beyond ring", lambda m: pad(m, 64, CAP)),
+    ("pad bad header_len", lambda m: pad(m, 128, CAP - 64)),
+    ("pad not published", lambda m: pad(m, 64, CAP - 64)),
+    ("pad wrong seq", lambda m: pad(m, 64, CAP - 64, seq=7)),
 ]:
     tx, rx, m = fresh()
     tx.send(np.zeros(100, np.uint8))
@@ -775,7 +789,7 @@ for what, patch in [
 # leave the tail off a message boundary, 8 bytes before the ring's end.
 tx, rx, m = fresh()
 tx.send(np.zeros(CAP - 64, np.uint8))
-struct.pack_into("<IIQIIQ", m, H, 0x50414446, 64, CAP - 72, 0, 0, 0)
+pad(m, 64, CAP - 72)
 expect(ChannelCorrupted, lambda: rx.recv_view(timeout=0), "pad not a multiple of 64")
 done(tx, rx, m); cases += 1
 
@@ -783,7 +797,7 @@ done(tx, rx, m); cases += 1
 tx, rx, m = fresh()
 tx.send(np.zeros(100, np.uint8)); tx.send(np.zeros(100, np.uint8))
 v = rx.recv_view(timeout=1)
-struct.pack_into("<Q", m, 640, 12345 * 64)
+put(m, CH, "tail", 12345 * 64)
 expect(ChannelCorrupted, lambda: rx.recv_view(timeout=0), "tail moved")
 del v
 done(tx, rx, m); cases += 1
@@ -963,12 +977,12 @@ def test_fills_of_loans_by_fastcopy_learn_the_store_mode_and_stay_correct(loan_f
         n = 1 << 20
         rng = np.random.default_rng(7)
         messages = 40
-        # One page-aligned source buffer: every fill has (dst - src) mod 4096 = 0 (large loans
+        # One page-aligned source buffer: every fill has (dst - src) mod the page size = 0 (large loans
         # start on a page), so the policy gives each the same kernel as the probe, and the NT
         # rule's page-distance guard never applies (where numpy put a plain np.empty depended
         # on the tests that ran before: at a small page offset the fills are not timed).
-        buf = np.empty(n + 4096, np.uint8)
-        start = (-buf.ctypes.data) % 4096
+        buf = np.empty(n + PAGE, np.uint8)
+        start = (-buf.ctypes.data) % PAGE
         src = buf[start:start + n]
         with tx.loan(n, np.uint8) as probe:
             assert _ring_write_kernel(probe, src) == loan_fills_can_stream
@@ -1053,12 +1067,12 @@ def test_fills_at_a_page_distance_the_nt_rule_forbids_are_not_timed(loan_fills_c
     try:
         n = 1 << 20
         buf = np.empty(n + 8192, np.uint8)
-        start = (4032 - buf.ctypes.data) % 4096  # src at page offset 4032: a page-aligned loan is 64 ahead
+        start = (4032 - buf.ctypes.data) % PAGE  # src at page offset 4032: a page-aligned loan is 64 ahead
         src = buf[start:start + n]
         src[...] = np.arange(n, dtype=np.uint64).astype(np.uint8)
         for _ in range(20):
             with tx.loan(n, np.uint8) as a:
-                assert (a.ctypes.data - src.ctypes.data) % 4096 == 64
+                assert (a.ctypes.data - src.ctypes.data) % PAGE == 64
                 fastcopy.copy(a, src)
             assert np.array_equal(rx.recv_view(), src)
         assert tx.store_modes == [], tx.store_modes
