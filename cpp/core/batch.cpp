@@ -124,6 +124,7 @@ bool run_batch(Batch& batch, const StepCheck* check) noexcept {
             target = batch.total / (std::size_t(threads) * kItemsPerThread);
             target = std::min(std::max(target, kMinItemBytes), kMaxItemBytes);
         }
+        if (stepped) target = std::min(target, check->step);  // items no larger than a step
         try {
             make_items(batch, target);
             itemized = true;
