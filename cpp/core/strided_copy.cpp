@@ -94,20 +94,29 @@ void copy_joint(const Layout& d, const Layout& s, const CopyCtx& cp, Progress& p
         });
         return;
     }
-    std::ptrdiff_t count = d.shape[nd - 2], dstep = d.strides[nd - 2], sstep = s.strides[nd - 2];
-    const std::size_t row = static_cast<std::size_t>(count * run);
+    const std::ptrdiff_t count = d.shape[nd - 2], dstep = d.strides[nd - 2], sstep = s.strides[nd - 2];
+    // Rows of `count` elements, cut into chunks of one step each when checked.
+    const std::size_t per_step = pr.items_per_step(static_cast<std::size_t>(run));
+    const std::ptrdiff_t chunk =
+        per_step >= static_cast<std::size_t>(count) ? count : static_cast<std::ptrdiff_t>(per_step);
     for_each_outer(d, s, nd - 2, [&](char* dp, char* sp) {
-        switch (run) {
-            case 1: small_loop<1>(dp, sp, count, dstep, sstep); break;
-            case 2: small_loop<2>(dp, sp, count, dstep, sstep); break;
-            case 4: small_loop<4>(dp, sp, count, dstep, sstep); break;
-            case 8: small_loop<8>(dp, sp, count, dstep, sstep); break;
-            case 16: small_loop<16>(dp, sp, count, dstep, sstep); break;
-            default:
-                for (std::ptrdiff_t i = 0; i < count; ++i, dp += dstep, sp += sstep)
-                    std::memcpy(dp, sp, static_cast<std::size_t>(run));
+        for (std::ptrdiff_t done = 0; done < count; done += chunk) {
+            const std::ptrdiff_t k = std::min(chunk, count - done);
+            char* dk = dp + done * dstep;
+            const char* sk = sp + done * sstep;
+            switch (run) {
+                case 1: small_loop<1>(dk, sk, k, dstep, sstep); break;
+                case 2: small_loop<2>(dk, sk, k, dstep, sstep); break;
+                case 4: small_loop<4>(dk, sk, k, dstep, sstep); break;
+                case 8: small_loop<8>(dk, sk, k, dstep, sstep); break;
+                case 16: small_loop<16>(dk, sk, k, dstep, sstep); break;
+                default:
+                    for (std::ptrdiff_t i = 0; i < k; ++i, dk += dstep, sk += sstep)
+                        std::memcpy(dk, sk, static_cast<std::size_t>(run));
+            }
+            if (pr.add(static_cast<std::size_t>(k * run))) return true;
         }
-        return pr.add(row);
+        return false;
     });
 }
 

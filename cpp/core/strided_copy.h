@@ -3,6 +3,7 @@
 // every `step` bytes (Ctrl-C between steps of a long copy). No Python.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 
 #include "core/dispatch.h"
 #include "core/layout.h"
@@ -42,6 +43,12 @@ public:
         return stopped_ = check_->stop(check_->ctx);
     }
     bool stopped() const { return stopped_; }
+    // How many items of `item` bytes one step holds (at least 1; no check: all of them).
+    std::size_t items_per_step(std::size_t item) const {
+        if (!check_) return SIZE_MAX;
+        const std::size_t k = check_->step / (item ? item : 1);
+        return k ? k : 1;
+    }
 
 private:
     const StepCheck* check_;

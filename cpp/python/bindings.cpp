@@ -275,8 +275,9 @@ PyMethodDef g_copy_def = {
     "Two numpy arrays must have equal shapes (ValueError) and dtypes (TypeError); there is no\n"
     "broadcasting or casting (use np.copyto for those). Otherwise the byte counts must be equal.\n"
     "Any strides and any overlap give the bytes np.copyto gives. The GIL is released for\n"
-    "copies of 64 KiB and more. On the main thread a contiguous copy of more than 128 MiB runs\n"
-    "the signal handlers every 128 MiB: Ctrl-C raises KeyboardInterrupt with dst partly written."};
+    "copies of 64 KiB and more. On the main thread a copy of more than 128 MiB (SIGNAL_CHECK_BYTES),\n"
+    "contiguous or strided, runs the signal handlers every 128 MiB: Ctrl-C raises KeyboardInterrupt\n"
+    "with dst partly written."};
 
 PyMethodDef g_copy_region_def = {
     "copy_region", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_copy_region)),
@@ -317,6 +318,7 @@ PYBIND11_MODULE(_core, m) {
     };
     add(&g_copy_def, nullptr);
     add(&g_copy_region_def, nullptr);
+    m.attr("SIGNAL_CHECK_BYTES") = kSignalCheckBytes;
 
     m.def(
         "kernel_callable",

@@ -662,7 +662,9 @@ PyMethodDef g_copy_many_def = {
     "nothing is copied. Contiguous pairs are copied as one batch (one GIL release, spread over\n"
     "the thread pool when large); strided pairs go through copy(). When a destination shares\n"
     "memory with another pair (or its own source), the pairs are copied one after another, in\n"
-    "order, so the result is always that of the loop."};
+    "order, so the result is always that of the loop. On the main thread a call moving more than\n"
+    "128 MiB (SIGNAL_CHECK_BYTES) runs the signal handlers every 128 MiB: Ctrl-C raises\n"
+    "KeyboardInterrupt with the destinations partly written."};
 
 PyObject* attr_path(const char* module, const char* name) {
     PyObject* m = PyImport_ImportModule(module);

@@ -181,6 +181,11 @@ void test_step_checks() {
     CHECK(copy_layouts(dl, sl, dd.nbytes, CopyCtx{}, joint, &halt) == CopyStatus::Interrupted);
     CHECK(std::memcmp(buf.data() + 63 * 128, before.data() + 63 * 128, 64) == 0);
     CHECK(std::memcmp(buf.data(), before.data() + 8192, 64) == 0);
+    // One long row of 1-byte elements (the inline loop) is cut into steps as well.
+    Counter rc;
+    StepCheck rows{1000, count_stop, &rc};
+    CHECK(copies_like_numpy({{10000}, {2}, 0, 1}, {{10000}, {1}, 20000, 1}, 30000, &rows));
+    CHECK(rc.calls == 9);
     // Contiguous copies step too.
     std::vector<unsigned char> a = pattern(10000), b(10000, 0);
     Counter cc;
