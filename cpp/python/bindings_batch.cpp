@@ -1,13 +1,11 @@
-// The numpy drop-ins and the batched copies of the extension module `_core`:
+// The numpy drop-ins of the extension module `_core` (copy_many: bindings_copy_many.cpp):
 //   copyto(dst, src, casting='same_kind', where=True)      np.copyto's contract
 //   stack(arrays, axis=0, out=None, *, dtype=None, casting='same_kind')
 //   concatenate(arrays, axis=0, out=None, *, dtype=None, casting='same_kind')
-//   copy_many(dsts, srcs)                                   many copy()s, all checked first
 //
 // No policy here: the argument checks decide whether a call is one this file serves (the
-// "fast path"); the bytes then go to copy_bytes()/copy_bytes_piece() (dispatch picks the
-// kernel) and pool::parallel_for. Every call the fast path does not serve is forwarded,
-// arguments untouched, to numpy's own function, captured when the module is initialised
+// "fast path"); the bytes then go to copy_bytes() or the batch engine (core/batch.h). Every
+// call the fast path does not serve is forwarded, arguments untouched, to numpy's own function, captured when the module is initialised
 // (numpy._core.multiarray.copyto etc., not the attributes of the numpy module), so numpy
 // gives its results and its exceptions, and `np.copyto = fastcopy.copyto` cannot recurse.
 //
@@ -23,7 +21,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <memory>
 #include <new>
 #include <string>
 #include <vector>
@@ -34,12 +31,12 @@
 #include "pool/pool.h"
 #include "python/copy_gil.h"
 #include "python/gil.h"
-#include "python/operand.h"
 
 namespace py = pybind11;
 
 namespace fastcopy {
 void bind_batch(py::module_& m);
+void bind_copy_many(py::module_& m);
 
 namespace {
 
@@ -92,17 +89,6 @@ bool builtin_descr(PyArray_Descr* d) {
     return t >= 0 && t <= NPY_HALF && g_builtin[t] == d;
 }
 
-// References held while the GIL is released, dropped (with the GIL) by the destructor.
-struct Held {
-    std::vector<PyObject*> refs;
-    ~Held() {
-        for (PyObject* o : refs) Py_DECREF(o);
-    }
-    void hold(PyObject* o) {
-        Py_INCREF(o);
-        refs.push_back(o);
-    }
-};
 
 // ---- batches and overlap ------------------------------------------------------------------
 
@@ -127,27 +113,6 @@ bool arrays_overlap(PyArrayObject* a, PyArrayObject* b) {
     return alo < bhi && blo < ahi;
 }
 
-// core::run_batch() under the GIL rules of copy(): released from kCopyReleaseGilBytes, and
-// on the main thread a batch of more than kSignalCheckBytes runs the signal handlers between
-// steps (copy_gil.h). False with the handler's exception set when one raised.
-bool run_batch_gil(Batch& batch) {
-    if (batch.total < kCopyReleaseGilBytes) {
-        core::run_batch(batch);
-        return true;
-    }
-    if (batch.total > kSignalCheckBytes && on_main_thread()) {
-        SignalCheck check{PyEval_SaveThread()};
-        const core::StepCheck step{kSignalCheckBytes, check_signals_between_steps, &check};
-        core::run_batch(batch, &step);
-        if (check.interrupted) return false;  // the GIL is held, the exception set
-        restore_thread_or_park(check.ts);
-        return true;
-    }
-    PyThreadState* ts = PyEval_SaveThread();
-    core::run_batch(batch);
-    restore_thread_or_park(ts);
-    return true;
-}
 
 // ---- copyto ---------------------------------------------------------------------------------
 
@@ -488,144 +453,6 @@ PyObject* py_concatenate(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyO
     return PyObject_Vectorcall(g_np_concatenate, args, static_cast<size_t>(nargs), kwnames);
 }
 
-// ---- copy_many ------------------------------------------------------------------------------
-
-PyObject* call_copy(PyObject* dst, PyObject* src) {
-    PyObject* args[2] = {dst, src};
-    return PyObject_Vectorcall(g_copy, args, 2, nullptr);
-}
-
-PyObject* py_copy_many(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-    PyObject* dsts_arg = nargs >= 1 ? args[0] : nullptr;
-    PyObject* srcs_arg = nargs >= 2 ? args[1] : nullptr;
-    if (nargs > 2) {
-        PyErr_Format(PyExc_TypeError, "fastcopy.copy_many() takes 2 positional arguments but %zd were given", nargs);
-        return nullptr;
-    }
-    if (kwnames) {
-        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(kwnames); ++k) {
-            PyObject* key = PyTuple_GET_ITEM(kwnames, k);
-            PyObject** slot = PyUnicode_CompareWithASCIIString(key, "dsts") == 0   ? &dsts_arg
-                              : PyUnicode_CompareWithASCIIString(key, "srcs") == 0 ? &srcs_arg
-                                                                                   : nullptr;
-            if (!slot) {
-                PyErr_Format(PyExc_TypeError, "fastcopy.copy_many() got an unexpected keyword argument '%U'", key);
-                return nullptr;
-            }
-            if (*slot) {
-                PyErr_Format(PyExc_TypeError, "fastcopy.copy_many() got multiple values for argument '%U'", key);
-                return nullptr;
-            }
-            *slot = args[nargs + k];
-        }
-    }
-    if (!dsts_arg || !srcs_arg) {
-        PyErr_Format(PyExc_TypeError, "fastcopy.copy_many() missing required argument '%s'",
-                     dsts_arg ? "srcs" : "dsts");
-        return nullptr;
-    }
-    // Tuples of our own: another thread cannot change them under us.
-    py::object dsts = py::reinterpret_steal<py::object>(PySequence_Tuple(dsts_arg));
-    if (!dsts) {
-        if (PyErr_ExceptionMatches(PyExc_TypeError)) {  // not iterable; other errors pass through
-            PyErr_Clear();
-            PyErr_Format(PyExc_TypeError, "fastcopy.copy_many: dsts must be a sequence of buffers, got %s",
-                         Py_TYPE(dsts_arg)->tp_name);
-        }
-        return nullptr;
-    }
-    py::object srcs = py::reinterpret_steal<py::object>(PySequence_Tuple(srcs_arg));
-    if (!srcs) {
-        if (PyErr_ExceptionMatches(PyExc_TypeError)) {  // not iterable; other errors pass through
-            PyErr_Clear();
-            PyErr_Format(PyExc_TypeError, "fastcopy.copy_many: srcs must be a sequence of buffers, got %s",
-                         Py_TYPE(srcs_arg)->tp_name);
-        }
-        return nullptr;
-    }
-    const Py_ssize_t n = PyTuple_GET_SIZE(dsts.ptr());
-    if (PyTuple_GET_SIZE(srcs.ptr()) != n) {
-        PyErr_Format(PyExc_ValueError,
-                     "fastcopy.copy_many: dsts has %zd buffers but srcs has %zd; nothing was copied", n,
-                     PyTuple_GET_SIZE(srcs.ptr()));
-        return nullptr;
-    }
-    const core::ErrorSite site{"copy_many"};
-    std::vector<std::unique_ptr<PyOperand>> d, s;
-    std::vector<core::Span> spans;
-    Held held;
-    Batch batch;
-    try {
-        d.reserve(static_cast<std::size_t>(n));
-        s.reserve(static_cast<std::size_t>(n));
-        spans.reserve(static_cast<std::size_t>(2 * n));
-        held.refs.reserve(static_cast<std::size_t>(2 * n));
-        // Every pair is checked (and its buffers held) before any byte moves.
-        for (Py_ssize_t i = 0; i < n; ++i) {
-            PyObject* dst = PyTuple_GET_ITEM(dsts.ptr(), i);
-            PyObject* src = PyTuple_GET_ITEM(srcs.ptr(), i);
-            d.emplace_back(new PyOperand);
-            s.emplace_back(new PyOperand);
-            const core::ErrorSite pair{site.fn, i};
-            if (!resolve_operand(pair, dst, true, *d.back()) || !resolve_operand(pair, src, false, *s.back()) ||
-                !check_operands(pair, dst, src, *d.back(), *s.back()))
-                return nullptr;
-            if (d.back()->array) held.hold(dst);
-            if (s.back()->array) held.hold(src);
-            if (d.back()->desc.nbytes == 0) continue;
-            core::Span ds{0, 0, true}, ss{0, 0, false};
-            core::operand_extent(d.back()->desc, ds.lo, ds.hi);
-            core::operand_extent(s.back()->desc, ss.lo, ss.hi);
-            spans.push_back(ds);
-            spans.push_back(ss);
-        }
-    } catch (const std::bad_alloc&) {
-        return PyErr_NoMemory();
-    }
-    // Pairs that go through copy() one by one: on the main thread the signal handlers run
-    // whenever kSignalCheckBytes more bytes are done (copy() checks within each pair).
-    const bool main_thread = on_main_thread();
-    std::size_t since_check = 0;
-    auto copy_pair = [&](Py_ssize_t i) {
-        PyObject* r = call_copy(PyTuple_GET_ITEM(dsts.ptr(), i), PyTuple_GET_ITEM(srcs.ptr(), i));
-        if (!r) return false;
-        Py_DECREF(r);
-        since_check += d[static_cast<std::size_t>(i)]->desc.nbytes;
-        if (main_thread && since_check >= kSignalCheckBytes && i + 1 < n) {
-            since_check = 0;
-            if (PyErr_CheckSignals() != 0) return false;
-        }
-        return true;
-    };
-    if (core::pairs_interfere(spans)) {
-        // Some pairs share bytes: copy pair after pair, in order, as a loop of copy() would.
-        for (Py_ssize_t i = 0; i < n; ++i)
-            if (!copy_pair(i)) return nullptr;
-        Py_RETURN_NONE;
-    }
-    // Independent pairs: the contiguous ones in one batch (one GIL release), then the
-    // strided ones through copy().
-    std::vector<bool> batched(static_cast<std::size_t>(n), false);
-    try {
-        for (Py_ssize_t i = 0; i < n; ++i) {
-            const core::OperandDesc& ds = d[static_cast<std::size_t>(i)]->desc;
-            const core::OperandDesc& ss = s[static_cast<std::size_t>(i)]->desc;
-            if (ds.nbytes == 0 || !core::is_c_contiguous(ds) || !core::is_c_contiguous(ss)) continue;
-            batch.blocks.push_back({ds.ptr, ss.ptr, ds.nbytes, 1, 0, 0});
-            batch.total += ds.nbytes;
-            batched[static_cast<std::size_t>(i)] = true;
-        }
-    } catch (const std::bad_alloc&) {
-        return PyErr_NoMemory();
-    }
-    if (!run_batch_gil(batch)) return nullptr;
-    for (Py_ssize_t i = 0; i < n; ++i) {
-        if (d[static_cast<std::size_t>(i)]->desc.nbytes == 0 || batched[static_cast<std::size_t>(i)]) continue;
-        if (!copy_pair(i)) return nullptr;
-    }
-    Py_RETURN_NONE;
-}
-
 // ---- registration ---------------------------------------------------------------------------
 
 PyMethodDef g_copyto_def = {
@@ -653,19 +480,6 @@ PyMethodDef g_concatenate_def = {
     "Drop-in for np.concatenate: numpy's results and exceptions.\n\n"
     "Same fast path as stack() (axis=None flattens); numpy's np.concatenate serves every other call."};
 
-PyMethodDef g_copy_many_def = {
-    "copy_many", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_copy_many)),
-    METH_FASTCALL | METH_KEYWORDS,
-    "copy_many(dsts, srcs)\n--\n\n"
-    "copy(dsts[i], srcs[i]) for every i, in one call (returns None).\n\n"
-    "Every pair is checked with copy()'s rules before any byte moves: a bad pair raises and\n"
-    "nothing is copied. Contiguous pairs are copied as one batch (one GIL release, spread over\n"
-    "the thread pool when large); strided pairs go through copy(). When a destination shares\n"
-    "memory with another pair (or its own source), the pairs are copied one after another, in\n"
-    "order, so the result is always that of the loop. On the main thread a call moving more than\n"
-    "128 MiB (SIGNAL_CHECK_BYTES) runs the signal handlers every 128 MiB: Ctrl-C raises\n"
-    "KeyboardInterrupt with the destinations partly written."};
-
 PyObject* attr_path(const char* module, const char* name) {
     PyObject* m = PyImport_ImportModule(module);
     if (!m) {
@@ -689,6 +503,25 @@ PyObject* numpy_function(const char* const* modules, const char* name) {
 }
 
 }  // namespace
+
+bool run_batch_gil(core::Batch& batch) {
+    if (batch.total < kCopyReleaseGilBytes) {
+        core::run_batch(batch);
+        return true;
+    }
+    if (batch.total > kSignalCheckBytes && on_main_thread()) {
+        SignalCheck check{PyEval_SaveThread()};
+        const core::StepCheck step{kSignalCheckBytes, check_signals_between_steps, &check};
+        core::run_batch(batch, &step);
+        if (check.interrupted) return false;  // the GIL is held, the exception set
+        restore_thread_or_park(check.ts);
+        return true;
+    }
+    PyThreadState* ts = PyEval_SaveThread();
+    core::run_batch(batch);
+    restore_thread_or_park(ts);
+    return true;
+}
 
 void bind_batch(py::module_& m) {
     if (_import_array() < 0) throw py::error_already_set();
@@ -726,11 +559,12 @@ void bind_batch(py::module_& m) {
         },
         "Calls of copyto/stack/concatenate served by the fast path and handed to numpy (for tests).");
     py::object modname = m.attr("__name__");
-    for (PyMethodDef* def : {&g_copyto_def, &g_stack_def, &g_concatenate_def, &g_copy_many_def}) {
+    for (PyMethodDef* def : {&g_copyto_def, &g_stack_def, &g_concatenate_def}) {
         PyObject* f = PyCFunction_NewEx(def, nullptr, modname.ptr());
         if (!f) throw py::error_already_set();
         m.add_object(def->ml_name, py::reinterpret_steal<py::object>(f));
     }
+    bind_copy_many(m);  // bindings_copy_many.cpp
 }
 
 }  // namespace fastcopy

@@ -4,6 +4,9 @@
 #include <Python.h>
 
 #include <cstddef>
+#include <vector>
+
+#include "core/batch.h"
 
 namespace fastcopy {
 
@@ -35,5 +38,23 @@ struct SignalCheck {
 // again unless a handler raised (then it returns true, the exception stays set and the GIL
 // stays held: interrupted is set). `ctx` is a SignalCheck.
 bool check_signals_between_steps(void* ctx);
+
+// References held while the GIL is released, dropped (with the GIL) by the destructor: numpy
+// refuses to resize an array whose reference count says someone else holds it.
+struct Held {
+    std::vector<PyObject*> refs;
+    ~Held() {
+        for (PyObject* o : refs) Py_DECREF(o);
+    }
+    void hold(PyObject* o) {
+        Py_INCREF(o);
+        refs.push_back(o);
+    }
+};
+
+// core::run_batch() under copy()'s GIL rules: released from kCopyReleaseGilBytes, and on the
+// main thread a batch of more than kSignalCheckBytes runs the signal handlers between steps.
+// False with the handler's exception set when one raised (bindings_batch.cpp).
+bool run_batch_gil(core::Batch& batch);
 
 }  // namespace fastcopy
