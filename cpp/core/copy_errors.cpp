@@ -89,17 +89,6 @@ std::string error_message(const ErrorSite& site, CopyError e, const ErrorFacts& 
     return m;
 }
 
-CopyError check_pair(const OperandDesc& d, const OperandDesc& s, bool both_arrays, bool same_dtype) {
-    if (both_arrays) {
-        bool same = d.ndim == s.ndim;
-        for (int i = 0; same && i < d.ndim; ++i) same = d.shape[i] == s.shape[i];
-        if (!same) return CopyError::ShapeMismatch;
-        if (!same_dtype) return CopyError::DtypeMismatch;
-        return CopyError::None;
-    }
-    return d.nbytes == s.nbytes ? CopyError::None : CopyError::SizeMismatch;
-}
-
 ErrorFacts pair_facts(CopyError e, const OperandDesc& d, const OperandDesc& s, std::string dst_name,
                       std::string src_name) {
     ErrorFacts f;

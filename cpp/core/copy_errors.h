@@ -53,7 +53,15 @@ std::string shape_text(int nd, const std::ptrdiff_t* shape);
 
 // copy()'s pair rules: two arrays need equal shapes, then equal dtypes (`same_dtype`, which
 // the caller knows), anything else equal byte counts. None when the pair may be copied.
-CopyError check_pair(const OperandDesc& d, const OperandDesc& s, bool both_arrays, bool same_dtype);
+inline CopyError check_pair(const OperandDesc& d, const OperandDesc& s, bool both_arrays, bool same_dtype) {
+    if (both_arrays) {
+        bool same = d.ndim == s.ndim;
+        for (int i = 0; same && i < d.ndim; ++i) same = d.shape[i] == s.shape[i];
+        if (!same) return CopyError::ShapeMismatch;
+        return same_dtype ? CopyError::None : CopyError::DtypeMismatch;
+    }
+    return d.nbytes == s.nbytes ? CopyError::None : CopyError::SizeMismatch;
+}
 
 // The facts for check_pair's ShapeMismatch and SizeMismatch (dtype and type names from the caller).
 ErrorFacts pair_facts(CopyError e, const OperandDesc& d, const OperandDesc& s, std::string dst_name,

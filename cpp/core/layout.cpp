@@ -164,24 +164,6 @@ void reshape_contiguous_like(Layout& c, const Layout& o) {
     }
 }
 
-void extent(const Layout& l, std::uintptr_t& lo, std::uintptr_t& hi) {
-    std::intptr_t a = 0, b = 0;
-    for (int i = 0; i < l.nd; ++i) {
-        std::intptr_t span = static_cast<std::intptr_t>(l.shape[i] - 1) * l.strides[i];
-        if (span < 0) a += span;
-        else b += span;
-    }
-    lo = reinterpret_cast<std::uintptr_t>(l.ptr) + a;
-    hi = reinterpret_cast<std::uintptr_t>(l.ptr) + b + 1;
-}
-
-bool extents_overlap(const Layout& a, const Layout& b) {
-    std::uintptr_t alo, ahi, blo, bhi;
-    extent(a, alo, ahi);
-    extent(b, blo, bhi);
-    return alo < bhi && blo < ahi;
-}
-
 bool plan_pair(const OperandDesc& d, const OperandDesc& s, Layout& dl, Layout& sl) {
     element_layout(d, dl);
     element_layout(s, sl);

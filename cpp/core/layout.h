@@ -62,10 +62,24 @@ void to_byte_runs(Layout& l, std::ptrdiff_t itemsize);
 void reshape_contiguous_like(Layout& c, const Layout& o);
 
 // Lowest and one-past-highest byte a byte layout touches (nonempty layouts only).
-void extent(const Layout& l, std::uintptr_t& lo, std::uintptr_t& hi);
+inline void extent(const Layout& l, std::uintptr_t& lo, std::uintptr_t& hi) {
+    std::intptr_t a = 0, b = 0;
+    for (int i = 0; i < l.nd; ++i) {
+        std::intptr_t span = static_cast<std::intptr_t>(l.shape[i] - 1) * l.strides[i];
+        if (span < 0) a += span;
+        else b += span;
+    }
+    lo = reinterpret_cast<std::uintptr_t>(l.ptr) + a;
+    hi = reinterpret_cast<std::uintptr_t>(l.ptr) + b + 1;
+}
 
 // True when the extents of two nonempty byte layouts share a byte.
-bool extents_overlap(const Layout& a, const Layout& b);
+inline bool extents_overlap(const Layout& a, const Layout& b) {
+    std::uintptr_t alo, ahi, blo, bhi;
+    extent(a, alo, ahi);
+    extent(b, blo, bhi);
+    return alo < bhi && blo < ahi;
+}
 
 // True when [d, d+n) and [s, s+n) share a byte.
 inline bool runs_overlap(const void* d, const void* s, std::size_t n) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "pool/pool.h"
 
@@ -20,7 +21,16 @@ void CopyCtx::operator()(void* d, const void* s, std::size_t n) const {
 namespace {
 
 // Copies the byte sequence of s into the byte sequence of d (equal lengths `total`).
-void copy_runs(const Layout& d, const Layout& s, std::size_t total, const CopyCtx& cp, Progress& pr) {
+// A Progress that never checks: the unchecked copies compile to plain loops.
+struct NoProgress {
+    NoProgress(const StepCheck*, std::size_t) {}
+    static constexpr bool add(std::size_t) { return false; }
+    static constexpr bool stopped() { return false; }
+    static constexpr std::size_t items_per_step(std::size_t) { return SIZE_MAX; }
+};
+
+template <class P>
+void copy_runs(const Layout& d, const Layout& s, std::size_t total, const CopyCtx& cp, P& pr) {
     RunIter di(d), si(s);
     std::size_t done = 0;
     if (di.run_len == si.run_len) {  // common case: runs pair up one to one
@@ -79,7 +89,8 @@ void small_loop(char* dp, const char* sp, std::ptrdiff_t count, std::ptrdiff_t d
 
 // Copies between two same-shaped byte layouts whose innermost dimension is a contiguous
 // run (stride 1) in both. Precondition: no overlap unless both are one contiguous run.
-void copy_joint(const Layout& d, const Layout& s, const CopyCtx& cp, Progress& pr) {
+template <class P>
+void copy_joint(const Layout& d, const Layout& s, const CopyCtx& cp, P& pr) {
     int nd = d.nd;
     std::ptrdiff_t run = d.shape[nd - 1];
     if (nd == 1) {
@@ -95,29 +106,69 @@ void copy_joint(const Layout& d, const Layout& s, const CopyCtx& cp, Progress& p
         return;
     }
     const std::ptrdiff_t count = d.shape[nd - 2], dstep = d.strides[nd - 2], sstep = s.strides[nd - 2];
-    // Rows of `count` elements, cut into chunks of one step each when checked.
-    const std::size_t per_step = pr.items_per_step(static_cast<std::size_t>(run));
-    const std::ptrdiff_t chunk =
-        per_step >= static_cast<std::size_t>(count) ? count : static_cast<std::ptrdiff_t>(per_step);
-    for_each_outer(d, s, nd - 2, [&](char* dp, char* sp) {
-        for (std::ptrdiff_t done = 0; done < count; done += chunk) {
-            const std::ptrdiff_t k = std::min(chunk, count - done);
-            char* dk = dp + done * dstep;
-            const char* sk = sp + done * sstep;
-            switch (run) {
-                case 1: small_loop<1>(dk, sk, k, dstep, sstep); break;
-                case 2: small_loop<2>(dk, sk, k, dstep, sstep); break;
-                case 4: small_loop<4>(dk, sk, k, dstep, sstep); break;
-                case 8: small_loop<8>(dk, sk, k, dstep, sstep); break;
-                case 16: small_loop<16>(dk, sk, k, dstep, sstep); break;
-                default:
-                    for (std::ptrdiff_t i = 0; i < k; ++i, dk += dstep, sk += sstep)
-                        std::memcpy(dk, sk, static_cast<std::size_t>(run));
-            }
-            if (pr.add(static_cast<std::size_t>(k * run))) return true;
+    // Rows of `count` elements of `run` bytes, cut into chunks of one step each when checked.
+    auto rows = [run, dstep, sstep](char* dp, const char* sp, std::ptrdiff_t k) {
+        switch (run) {
+            case 1: small_loop<1>(dp, sp, k, dstep, sstep); break;
+            case 2: small_loop<2>(dp, sp, k, dstep, sstep); break;
+            case 4: small_loop<4>(dp, sp, k, dstep, sstep); break;
+            case 8: small_loop<8>(dp, sp, k, dstep, sstep); break;
+            case 16: small_loop<16>(dp, sp, k, dstep, sstep); break;
+            default:
+                for (std::ptrdiff_t i = 0; i < k; ++i, dp += dstep, sp += sstep)
+                    std::memcpy(dp, sp, static_cast<std::size_t>(run));
         }
-        return false;
-    });
+    };
+    if constexpr (std::is_same_v<P, NoProgress>) {
+        for_each_outer(d, s, nd - 2, [&](char* dp, char* sp) {
+            rows(dp, sp, count);
+            return false;
+        });
+    } else {
+        const std::size_t per_step = pr.items_per_step(static_cast<std::size_t>(run));
+        const std::ptrdiff_t chunk =
+            per_step >= static_cast<std::size_t>(count) ? count : static_cast<std::ptrdiff_t>(per_step);
+        for_each_outer(d, s, nd - 2, [&](char* dp, char* sp) {
+            for (std::ptrdiff_t done = 0; done < count; done += chunk) {
+                const std::ptrdiff_t k = std::min(chunk, count - done);
+                rows(dp + done * dstep, sp + done * sstep, k);
+                if (pr.add(static_cast<std::size_t>(k * run))) return true;
+            }
+            return false;
+        });
+    }
+}
+
+// copy_layouts() past the one-run case, with progress type P (Progress or NoProgress).
+template <class P>
+CopyStatus copy_strided(const Layout& d, const Layout& s, std::size_t total, const CopyCtx& cp, bool joint,
+                        const StepCheck* check) {
+    if (extents_overlap(d, s)) {
+        // At least one side is strided: copy src out to a temporary first, which gives
+        // np.copyto's result for any overlap.
+        char* tmp = static_cast<char*>(std::malloc(total));
+        if (!tmp) return CopyStatus::NoMemory;
+        P pr(check, 2 * total);
+        Layout t;
+        t.ptr = tmp;
+        if (joint) {
+            reshape_contiguous_like(t, s);
+            copy_joint(t, s, cp, pr);
+            if (!pr.stopped()) copy_joint(d, t, cp, pr);
+        } else {
+            t.nd = 1;
+            t.shape[0] = static_cast<std::ptrdiff_t>(total);
+            t.strides[0] = 1;
+            copy_runs(t, s, total, cp, pr);
+            if (!pr.stopped()) copy_runs(d, t, total, cp, pr);
+        }
+        std::free(tmp);
+        return pr.stopped() ? CopyStatus::Interrupted : CopyStatus::Ok;
+    }
+    P pr(check, total);
+    if (joint) copy_joint(d, s, cp, pr);
+    else copy_runs(d, s, total, cp, pr);
+    return pr.stopped() ? CopyStatus::Interrupted : CopyStatus::Ok;
 }
 
 }  // namespace
@@ -130,32 +181,8 @@ CopyStatus copy_layouts(const Layout& d, const Layout& s, std::size_t total, con
             cp(d.ptr, s.ptr, total);
             return CopyStatus::Ok;
         }
-        if (extents_overlap(d, s)) {
-            // At least one side is strided: copy src out to a temporary first, which gives
-            // np.copyto's result for any overlap.
-            char* tmp = static_cast<char*>(std::malloc(total));
-            if (!tmp) return CopyStatus::NoMemory;
-            Progress pr(check, 2 * total);
-            Layout t;
-            t.ptr = tmp;
-            if (joint) {
-                reshape_contiguous_like(t, s);
-                copy_joint(t, s, cp, pr);
-                if (!pr.stopped()) copy_joint(d, t, cp, pr);
-            } else {
-                t.nd = 1;
-                t.shape[0] = static_cast<std::ptrdiff_t>(total);
-                t.strides[0] = 1;
-                copy_runs(t, s, total, cp, pr);
-                if (!pr.stopped()) copy_runs(d, t, total, cp, pr);
-            }
-            std::free(tmp);
-            return pr.stopped() ? CopyStatus::Interrupted : CopyStatus::Ok;
-        }
-        Progress pr(check, total);
-        if (joint) copy_joint(d, s, cp, pr);
-        else copy_runs(d, s, total, cp, pr);
-        return pr.stopped() ? CopyStatus::Interrupted : CopyStatus::Ok;
+        if (check && check->stop) return copy_strided<Progress>(d, s, total, cp, joint, check);
+        return copy_strided<NoProgress>(d, s, total, cp, joint, check);
     } catch (...) {
         return CopyStatus::Failed;
     }

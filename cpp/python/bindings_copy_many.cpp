@@ -86,31 +86,35 @@ PyObject* py_copy_many(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObj
         return nullptr;
     }
     const core::ErrorSite site{"copy_many"};
-    std::vector<std::unique_ptr<PyOperand>> d, s;
+    // One allocation per pair: its two operands (which must not move: they hold buffer exports).
+    struct Pair {
+        PyOperand d, s;
+        bool batched = false;
+    };
+    std::vector<std::unique_ptr<Pair>> pairs;
     std::vector<core::Span> spans;
     Held held;
     Batch batch;
     try {
-        d.reserve(static_cast<std::size_t>(n));
-        s.reserve(static_cast<std::size_t>(n));
+        pairs.reserve(static_cast<std::size_t>(n));
         spans.reserve(static_cast<std::size_t>(2 * n));
         held.refs.reserve(static_cast<std::size_t>(2 * n));
         // Every pair is checked (and its buffers held) before any byte moves.
         for (Py_ssize_t i = 0; i < n; ++i) {
             PyObject* dst = PyTuple_GET_ITEM(dsts.ptr(), i);
             PyObject* src = PyTuple_GET_ITEM(srcs.ptr(), i);
-            d.emplace_back(new PyOperand);
-            s.emplace_back(new PyOperand);
-            const core::ErrorSite pair{site.fn, i};
-            if (!resolve_operand(pair, dst, true, *d.back()) || !resolve_operand(pair, src, false, *s.back()) ||
-                !check_operands(pair, dst, src, *d.back(), *s.back()))
+            pairs.emplace_back(new Pair);
+            Pair& p = *pairs.back();
+            const core::ErrorSite where{site.fn, i};
+            if (!resolve_operand(where, dst, true, p.d) || !resolve_operand(where, src, false, p.s) ||
+                !check_operands(where, dst, src, p.d, p.s))
                 return nullptr;
-            if (d.back()->array) held.hold(dst);
-            if (s.back()->array) held.hold(src);
-            if (d.back()->desc.nbytes == 0) continue;
+            if (p.d.array) held.hold(dst);
+            if (p.s.array) held.hold(src);
+            if (p.d.desc.nbytes == 0) continue;
             core::Span ds{0, 0, true}, ss{0, 0, false};
-            core::operand_extent(d.back()->desc, ds.lo, ds.hi);
-            core::operand_extent(s.back()->desc, ss.lo, ss.hi);
+            core::operand_extent(p.d.desc, ds.lo, ds.hi);
+            core::operand_extent(p.s.desc, ss.lo, ss.hi);
             spans.push_back(ds);
             spans.push_back(ss);
         }
@@ -119,16 +123,17 @@ PyObject* py_copy_many(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObj
     }
     // Pairs that go through copy() one by one: on the main thread the signal handlers run
     // whenever kSignalCheckBytes more bytes are done (copy() checks within each pair).
-    const bool main_thread = on_main_thread();
+    int main_thread = -1;  // asked once, when the first step is done
     std::size_t since_check = 0;
     auto copy_pair = [&](Py_ssize_t i) {
         PyObject* r = call_copy(PyTuple_GET_ITEM(dsts.ptr(), i), PyTuple_GET_ITEM(srcs.ptr(), i));
         if (!r) return false;
         Py_DECREF(r);
-        since_check += d[static_cast<std::size_t>(i)]->desc.nbytes;
-        if (main_thread && since_check >= kSignalCheckBytes && i + 1 < n) {
+        since_check += pairs[static_cast<std::size_t>(i)]->d.desc.nbytes;
+        if (since_check >= kSignalCheckBytes && i + 1 < n) {
             since_check = 0;
-            if (PyErr_CheckSignals() != 0) return false;
+            if (main_thread < 0) main_thread = on_main_thread();
+            if (main_thread && PyErr_CheckSignals() != 0) return false;
         }
         return true;
     };
@@ -140,22 +145,22 @@ PyObject* py_copy_many(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObj
     }
     // Independent pairs: the contiguous ones in one batch (one GIL release), then the
     // strided ones through copy().
-    std::vector<bool> batched(static_cast<std::size_t>(n), false);
     try {
-        for (Py_ssize_t i = 0; i < n; ++i) {
-            const core::OperandDesc& ds = d[static_cast<std::size_t>(i)]->desc;
-            const core::OperandDesc& ss = s[static_cast<std::size_t>(i)]->desc;
+        for (const auto& p : pairs) {
+            const core::OperandDesc& ds = p->d.desc;
+            const core::OperandDesc& ss = p->s.desc;
             if (ds.nbytes == 0 || !core::is_c_contiguous(ds) || !core::is_c_contiguous(ss)) continue;
             batch.blocks.push_back({ds.ptr, ss.ptr, ds.nbytes, 1, 0, 0});
             batch.total += ds.nbytes;
-            batched[static_cast<std::size_t>(i)] = true;
+            p->batched = true;
         }
     } catch (const std::bad_alloc&) {
         return PyErr_NoMemory();
     }
     if (!run_batch_gil(batch)) return nullptr;
     for (Py_ssize_t i = 0; i < n; ++i) {
-        if (d[static_cast<std::size_t>(i)]->desc.nbytes == 0 || batched[static_cast<std::size_t>(i)]) continue;
+        const Pair& p = *pairs[static_cast<std::size_t>(i)];
+        if (p.d.desc.nbytes == 0 || p.batched) continue;
         if (!copy_pair(i)) return nullptr;
     }
     Py_RETURN_NONE;

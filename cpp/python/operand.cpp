@@ -75,17 +75,22 @@ PyObject* raise_copy_error(const ErrorSite& site, CopyError e, const ErrorFacts&
 
 bool resolve_operand(const ErrorSite& site, PyObject* obj, bool writable, PyOperand& op) {
     const char* which = writable ? "dst" : "src";
-    ErrorFacts f;
-    f.which = which;
-    f.writable = writable;
     core::OperandDesc& d = op.desc;
+    // The facts of an error, built only when one is raised.
+    auto fail = [&](CopyError e, std::string text = std::string(), std::string detail = std::string(), int ndim = 0) {
+        ErrorFacts f;
+        f.which = which;
+        f.writable = writable;
+        f.dst_text = std::move(text);
+        f.detail = std::move(detail);
+        f.ndim = ndim;
+        raise_copy_error(site, e, f);
+        return false;
+    };
     if (PyArray_Check(obj)) {
         PyArrayObject* a = reinterpret_cast<PyArrayObject*>(obj);
-        if (writable && !PyArray_ISWRITEABLE(a)) return raise_copy_error(site, CopyError::ReadOnlyArray, f);
-        if (PyDataType_REFCHK(PyArray_DESCR(a))) {
-            f.dst_text = descr_str(obj);
-            return raise_copy_error(site, CopyError::ObjectDtype, f);
-        }
+        if (writable && !PyArray_ISWRITEABLE(a)) return fail(CopyError::ReadOnlyArray);
+        if (PyDataType_REFCHK(PyArray_DESCR(a))) return fail(CopyError::ObjectDtype, descr_str(obj));
         op.array = obj;
         d.ptr = static_cast<char*>(PyArray_DATA(a));
         d.ndim = PyArray_NDIM(a);
@@ -99,8 +104,7 @@ bool resolve_operand(const ErrorSite& site, PyObject* obj, bool writable, PyOper
         return true;
     }
     if (obj == Py_None || PyUnicode_Check(obj) || !PyObject_CheckBuffer(obj)) {
-        f.dst_text = Py_TYPE(obj)->tp_name;
-        return raise_copy_error(site, CopyError::NotBuffer, f);
+        return fail(CopyError::NotBuffer, Py_TYPE(obj)->tp_name);
     }
     if (PyObject_GetBuffer(obj, &op.view, writable ? PyBUF_RECORDS : PyBUF_RECORDS_RO) != 0) {
         if (writable) {
@@ -113,8 +117,7 @@ bool resolve_operand(const ErrorSite& site, PyObject* obj, bool writable, PyOper
                 Py_XDECREF(t);
                 Py_XDECREF(v);
                 Py_XDECREF(tb);
-                f.dst_text = Py_TYPE(obj)->tp_name;
-                return raise_copy_error(site, CopyError::ReadOnlyBuffer, f);
+                return fail(CopyError::ReadOnlyBuffer, Py_TYPE(obj)->tp_name);
             }
             PyErr_Clear();
             PyErr_Restore(t, v, tb);
@@ -122,14 +125,8 @@ bool resolve_operand(const ErrorSite& site, PyObject* obj, bool writable, PyOper
         return reraise_export_error(site, which);
     }
     op.has_view = true;
-    if (core::format_has_objects(op.view.format)) {
-        f.detail = op.view.format;
-        return raise_copy_error(site, CopyError::ObjectFormat, f);
-    }
-    if (op.view.ndim > core::kMaxOperandDims) {
-        f.ndim = op.view.ndim;
-        return raise_copy_error(site, CopyError::TooManyDims, f);
-    }
+    if (core::format_has_objects(op.view.format)) return fail(CopyError::ObjectFormat, "", op.view.format);
+    if (op.view.ndim > core::kMaxOperandDims) return fail(CopyError::TooManyDims, "", "", op.view.ndim);
     d.ptr = static_cast<char*>(op.view.buf);
     d.itemsize = op.view.itemsize > 0 ? op.view.itemsize : 1;
     d.nbytes = static_cast<std::size_t>(op.view.len);
