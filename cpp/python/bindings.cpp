@@ -83,8 +83,7 @@ struct ForcedKernel {
 // between steps (copy_gil.h); a loan's copy (cp.shared) runs in one piece.
 CopyStatus copy_without_gil(PyObject* dst, PyObject* src, const Layout& d, const Layout& s, std::size_t total,
                             const CopyCtx& cp, bool joint) {
-    Py_INCREF(dst);
-    Py_INCREF(src);
+    const HeldRef hold_dst(dst), hold_src(src);
     CopyStatus st;
     if (total > kSignalCheckBytes && !cp.shared && on_main_thread()) {
         SignalCheck check{PyEval_SaveThread()};
@@ -97,8 +96,6 @@ CopyStatus copy_without_gil(PyObject* dst, PyObject* src, const Layout& d, const
         st = core::copy_layouts(d, s, total, cp, joint);
         restore_thread_or_park(ts);  // parks at interpreter exit instead of unwinding (gil.h)
     }
-    Py_DECREF(src);
-    Py_DECREF(dst);
     return st;
 }
 

@@ -39,6 +39,15 @@ struct SignalCheck {
 // stays held: interrupted is set). `ctx` is a SignalCheck.
 bool check_signals_between_steps(void* ctx);
 
+// One reference held for a scope (a copy with the GIL released), dropped with the GIL held.
+struct HeldRef {
+    PyObject* o;
+    explicit HeldRef(PyObject* obj) : o(obj) { Py_INCREF(o); }
+    HeldRef(const HeldRef&) = delete;
+    HeldRef& operator=(const HeldRef&) = delete;
+    ~HeldRef() { Py_DECREF(o); }
+};
+
 // References held while the GIL is released, dropped (with the GIL) by the destructor: numpy
 // refuses to resize an array whose reference count says someone else holds it.
 struct Held {

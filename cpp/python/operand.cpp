@@ -5,6 +5,8 @@
 
 #include <numpy/arrayobject.h>
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 
 namespace fastcopy {
