@@ -12,6 +12,7 @@
 #include "core/copy_errors.h"
 #include "core/layout.h"
 #include "core/strided_copy.h"
+#include "policy/profile.h"
 
 using namespace fastcopy;
 using namespace fastcopy::core;
@@ -274,9 +275,27 @@ void test_errors() {
     CHECK(format_has_objects("O") && format_has_objects("T{<i:a:O:b:}") && !format_has_objects("T{<i:Other:}"));
 }
 
+// policy::address_class (the rule's one definition) agrees with the classifier the dispatcher
+// runs, at every distance mod 4096 around the class edges and for backward overlaps.
+void test_address_class() {
+    using policy::AddressClass;
+    static char buf[3 * 4096];
+    char* src = buf + 4096;
+    for (std::ptrdiff_t dist : {-4096, -4095, -64, -63, -1, 0, 1, 63, 64, 65, 4095, 4096, 4097, 4096 + 63, 4096 + 64})
+        for (std::size_t n : {std::size_t(1), std::size_t(64), std::size_t(5000)}) {
+            char* dst = src + dist;
+            CHECK(policy::address_class(dst, src, n) == policy::classify(dst, src, n));
+        }
+    CHECK(policy::address_class(src + 1, src, 100) == AddressClass::Backward);
+    CHECK(policy::address_class(src + 63, src + 4096, 1) == AddressClass::Near);
+    CHECK(policy::address_class(src + 64, src, 1) == AddressClass::Far);
+    CHECK(policy::address_class(src, src, 1) == AddressClass::PageAligned);
+}
+
 }  // namespace
 
 int main() {
+    test_address_class();
     test_layout_algebra();
     test_copy_layouts();
     test_step_checks();
