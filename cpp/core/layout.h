@@ -110,3 +110,5 @@ struct RunIter {
 
 }  // namespace core
 }  // namespace fastcopy
+
+#include "core/layout_inl.h"

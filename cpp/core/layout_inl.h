@@ -1,13 +1,13 @@
-// The layout algebra of copy() (layout.h).
-#include "core/layout.h"
-
+// The definitions of layout.h, inline: copy()'s general path runs them on every call, and
+// inlined into the bindings they cost what one function did.
+#pragma once
 #include <algorithm>
 #include <cstring>
 
 namespace fastcopy {
 namespace core {
 
-bool is_c_contiguous(const OperandDesc& op) {
+inline bool is_c_contiguous(const OperandDesc& op) {
     if (!op.strides || op.nbytes == 0) return true;
     std::ptrdiff_t expect = op.itemsize;
     for (int i = op.ndim - 1; i >= 0; --i) {
@@ -18,7 +18,7 @@ bool is_c_contiguous(const OperandDesc& op) {
     return true;
 }
 
-void operand_extent(const OperandDesc& op, std::uintptr_t& lo, std::uintptr_t& hi) {
+inline void operand_extent(const OperandDesc& op, std::uintptr_t& lo, std::uintptr_t& hi) {
     std::intptr_t below = 0, above = 0;
     if (op.strides) {
         for (int i = 0; i < op.ndim; ++i) {
@@ -35,7 +35,7 @@ void operand_extent(const OperandDesc& op, std::uintptr_t& lo, std::uintptr_t& h
     hi = base + above;
 }
 
-void element_layout(const OperandDesc& op, Layout& l) {
+inline void element_layout(const OperandDesc& op, Layout& l) {
     l.ptr = op.ptr;
     l.nd = op.ndim;
     std::ptrdiff_t stride = op.itemsize;
@@ -46,7 +46,7 @@ void element_layout(const OperandDesc& op, Layout& l) {
     }
 }
 
-void normalize_joint(Layout& d, Layout& s) {
+inline void normalize_joint(Layout& d, Layout& s) {
     int nd = 0;
     for (int i = 0; i < d.nd; ++i) {
         if (d.shape[i] == 1) continue;
@@ -106,7 +106,7 @@ void normalize_joint(Layout& d, Layout& s) {
     d.nd = s.nd = nd ? out + 1 : 0;
 }
 
-void append_byte_dim_joint(Layout& d, Layout& s, std::ptrdiff_t itemsize) {
+inline void append_byte_dim_joint(Layout& d, Layout& s, std::ptrdiff_t itemsize) {
     int nd = d.nd;
     if (nd > 0 && d.strides[nd - 1] == itemsize && s.strides[nd - 1] == itemsize) {
         d.shape[nd - 1] *= itemsize;
@@ -119,7 +119,7 @@ void append_byte_dim_joint(Layout& d, Layout& s, std::ptrdiff_t itemsize) {
     d.nd = s.nd = nd + 1;
 }
 
-void to_byte_runs(Layout& l, std::ptrdiff_t itemsize) {
+inline void to_byte_runs(Layout& l, std::ptrdiff_t itemsize) {
     Layout t;
     t.ptr = l.ptr;
     int nd = 0;
@@ -154,7 +154,7 @@ void to_byte_runs(Layout& l, std::ptrdiff_t itemsize) {
     }
 }
 
-void reshape_contiguous_like(Layout& c, const Layout& o) {
+inline void reshape_contiguous_like(Layout& c, const Layout& o) {
     c.nd = o.nd;
     std::ptrdiff_t stride = 1;
     for (int i = o.nd - 1; i >= 0; --i) {
@@ -164,7 +164,7 @@ void reshape_contiguous_like(Layout& c, const Layout& o) {
     }
 }
 
-bool plan_pair(const OperandDesc& d, const OperandDesc& s, Layout& dl, Layout& sl) {
+inline bool plan_pair(const OperandDesc& d, const OperandDesc& s, Layout& dl, Layout& sl) {
     element_layout(d, dl);
     element_layout(s, sl);
     const bool same_shape =
@@ -183,14 +183,14 @@ bool plan_pair(const OperandDesc& d, const OperandDesc& s, Layout& dl, Layout& s
     return true;
 }
 
-RunIter::RunIter(const Layout& layout) : l(&layout) {
+inline RunIter::RunIter(const Layout& layout) : l(&layout) {
     std::fill(idx, idx + l->nd, 0);
     run = l->ptr;
     run_len = l->shape[l->nd - 1];
     left = run_len;
 }
 
-void RunIter::next() {
+inline void RunIter::next() {
     for (int i = l->nd - 2; i >= 0; --i) {
         run += l->strides[i];
         if (++idx[i] < l->shape[i]) break;
