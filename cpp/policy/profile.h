@@ -44,6 +44,22 @@ constexpr unsigned kProfileVersion = 1;
 // (dst - src) mod 4096: 0 PageAligned, 1..63 Near, >= 64 Far.
 enum class AddressClass : int { PageAligned = 0, Near = 1, Far = 2, Backward = 3 };
 
+// The address-class rule in one place (the comment above): the page distance, the near
+// bound, and the class of one contiguous copy of n bytes.
+constexpr std::uintptr_t kAddressPageBytes = 4096;
+constexpr std::uintptr_t kNearDistanceBelow = 64;  // distances 1..63 are Near
+// (dst - src) mod 4096; unsigned wrap-around gives the distance either way.
+inline std::uintptr_t page_distance(const void* dst, const void* src) {
+    return (reinterpret_cast<std::uintptr_t>(dst) - reinterpret_cast<std::uintptr_t>(src)) & (kAddressPageBytes - 1);
+}
+inline AddressClass address_class(const void* dst, const void* src, std::size_t n) {
+    const std::uintptr_t d = reinterpret_cast<std::uintptr_t>(dst), s = reinterpret_cast<std::uintptr_t>(src);
+    if (d > s && d - s < n) return AddressClass::Backward;
+    const std::uintptr_t off = page_distance(dst, src);
+    if (off == 0) return AddressClass::PageAligned;
+    return off < kNearDistanceBelow ? AddressClass::Near : AddressClass::Far;
+}
+
 const char* region_key(int region);  // "private", "to_shared", "from_shared"
 const char* class_key(int cls);      // "page_aligned", "near", "far", "backward"
 

@@ -1,13 +1,11 @@
-// The numpy drop-ins and the batched copies of the extension module `_core`:
+// The numpy drop-ins of the extension module `_core` (copy_many: bindings_copy_many.cpp):
 //   copyto(dst, src, casting='same_kind', where=True)      np.copyto's contract
 //   stack(arrays, axis=0, out=None, *, dtype=None, casting='same_kind')
 //   concatenate(arrays, axis=0, out=None, *, dtype=None, casting='same_kind')
-//   copy_many(dsts, srcs)                                   many copy()s, all checked first
 //
 // No policy here: the argument checks decide whether a call is one this file serves (the
-// "fast path"); the bytes then go to copy_bytes()/copy_bytes_piece() (dispatch picks the
-// kernel) and pool::parallel_for. Every call the fast path does not serve is forwarded,
-// arguments untouched, to numpy's own function, captured when the module is initialised
+// "fast path"); the bytes then go to copy_bytes() or the batch engine (core/batch.h). Every
+// call the fast path does not serve is forwarded, arguments untouched, to numpy's own function, captured when the module is initialised
 // (numpy._core.multiarray.copyto etc., not the attributes of the numpy module), so numpy
 // gives its results and its exceptions, and `np.copyto = fastcopy.copyto` cannot recurse.
 //
@@ -23,33 +21,24 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <memory>
 #include <new>
 #include <string>
 #include <vector>
 
-#include "python/copy_gil.h"
+#include "core/batch.h"
 #include "core/dispatch.h"
+#include "core/layout.h"
 #include "pool/pool.h"
+#include "python/copy_gil.h"
+#include "python/gil.h"
 
 namespace py = pybind11;
 
 namespace fastcopy {
 void bind_batch(py::module_& m);
+void bind_copy_many(py::module_& m);
 
 namespace {
-
-// Rows shorter than this are copied with inline fixed-size moves instead of one
-// copy_bytes_piece() call each (the same cut as kInlineRunBytes in bindings.cpp).
-constexpr std::size_t kInlineRowBytes = 64;
-// Work items for the pool: a batch is cut into items of about total / (threads * 8) bytes
-// (the chunking of pool::parallel_copy: 8 per thread for load balance, at most 4 MiB, its
-// kMaxChunkBytes), at least 64 KiB each: one core copies ~20 GB/s on the Zen 3 dev machine
-// (docs/benchmarks.md), so a 64 KiB item takes ~3 us while taking it is one atomic increment
-// (tens of ns): about 1 % overhead. A derived figure, not a measured optimum.
-constexpr std::size_t kItemsPerThread = 8;
-constexpr std::size_t kMinItemBytes = 64 * 1024;
-constexpr std::size_t kMaxItemBytes = 4u << 20;
 
 PyObject* g_np_copyto = nullptr;
 PyObject* g_np_stack = nullptr;
@@ -100,174 +89,30 @@ bool builtin_descr(PyArray_Descr* d) {
     return t >= 0 && t <= NPY_HALF && g_builtin[t] == d;
 }
 
-// References held while the GIL is released, dropped (with the GIL) by the destructor.
-struct Held {
-    std::vector<PyObject*> refs;
-    ~Held() {
-        for (PyObject* o : refs) Py_DECREF(o);
-    }
-    void hold(PyObject* o) {
-        Py_INCREF(o);
-        refs.push_back(o);
-    }
-};
 
-// ---- the batch engine (no Python) ---------------------------------------------------------
+// ---- batches and overlap ------------------------------------------------------------------
 
-// `count` rows of `run` bytes: row r goes from src + r * sstride to dst + r * dstride.
-struct Block {
-    char* dst;
-    const char* src;
-    std::size_t run;
-    std::size_t count;
-    std::ptrdiff_t dstride;
-    std::ptrdiff_t sstride;
-};
+using core::Batch;
 
-// A share of the batch for one pool item: whole blocks [b0, b1), or (part == true) rows
-// [r0, r1) of block b0, bytes [off, off + len) of each row.
-struct Item {
-    std::size_t b0, b1;
-    std::size_t r0, r1;
-    std::size_t off, len;
-    bool part;
-};
-
-struct Batch {
-    std::vector<Block> blocks;
-    std::size_t total = 0;  // bytes
-    std::vector<Item> items;
-};
-
-template <std::size_t K>
-void small_rows(char* d, const char* s, std::size_t rows, std::ptrdiff_t ds, std::ptrdiff_t ss) {
-    for (std::size_t r = 0; r < rows; ++r, d += ds, s += ss) std::memcpy(d, s, K);
-}
-
-// Rows [r0, r1) of b, bytes [off, off + len) of each. `whole`: bytes in the batch, for the
-// non-temporal decision (the batch's destination is that large).
-void copy_rows(const Block& b, std::size_t r0, std::size_t r1, std::size_t off, std::size_t len,
-               std::size_t whole) {
-    char* d = b.dst + static_cast<std::ptrdiff_t>(r0) * b.dstride + off;
-    const char* s = b.src + static_cast<std::ptrdiff_t>(r0) * b.sstride + off;
-    const std::size_t rows = r1 - r0;
-    if (len == 0 || rows == 0) return;
-    if (rows > 1 && static_cast<std::ptrdiff_t>(len) == b.dstride && b.dstride == b.sstride) {
-        copy_bytes_piece(d, s, len * rows, whole, Region::Private);  // rows are contiguous
-        return;
-    }
-    if (len >= kInlineRowBytes) {
-        for (std::size_t r = 0; r < rows; ++r, d += b.dstride, s += b.sstride)
-            copy_bytes_piece(d, s, len, whole, Region::Private);
-        return;
-    }
-    switch (len) {
-        case 1: small_rows<1>(d, s, rows, b.dstride, b.sstride); break;
-        case 2: small_rows<2>(d, s, rows, b.dstride, b.sstride); break;
-        case 4: small_rows<4>(d, s, rows, b.dstride, b.sstride); break;
-        case 8: small_rows<8>(d, s, rows, b.dstride, b.sstride); break;
-        case 16: small_rows<16>(d, s, rows, b.dstride, b.sstride); break;
-        default:
-            for (std::size_t r = 0; r < rows; ++r, d += b.dstride, s += b.sstride) std::memcpy(d, s, len);
-    }
-}
-
-void run_item(void* ctx, std::size_t i) {
-    const Batch& batch = *static_cast<const Batch*>(ctx);
-    const Item& it = batch.items[i];
-    if (it.part) {
-        copy_rows(batch.blocks[it.b0], it.r0, it.r1, it.off, it.len, batch.total);
-        return;
-    }
-    for (std::size_t b = it.b0; b < it.b1; ++b) {
-        const Block& bl = batch.blocks[b];
-        copy_rows(bl, 0, bl.count, 0, bl.run, batch.total);
-    }
-}
-
-// Cuts the batch into items of about `target` bytes.
-void make_items(Batch& batch, std::size_t target) {
-    std::size_t group_start = 0, group_bytes = 0;
-    auto close_group = [&](std::size_t end) {
-        if (end > group_start) batch.items.push_back({group_start, end, 0, 0, 0, 0, false});
-        group_start = end;
-        group_bytes = 0;
-    };
-    for (std::size_t b = 0; b < batch.blocks.size(); ++b) {
-        const Block& bl = batch.blocks[b];
-        const std::size_t bytes = bl.run * bl.count;
-        if (bytes < target) {
-            group_bytes += bytes;
-            if (group_bytes >= target) close_group(b + 1);
-            continue;
-        }
-        close_group(b);
-        if (bl.run >= target) {  // each row in pieces of ~target bytes (64-byte multiples)
-            const std::size_t pieces = (bl.run + target - 1) / target;
-            std::size_t piece = (bl.run + pieces - 1) / pieces;
-            piece = (piece + 63) & ~std::size_t(63);
-            for (std::size_t r = 0; r < bl.count; ++r)
-                for (std::size_t off = 0; off < bl.run; off += piece)
-                    batch.items.push_back({b, b + 1, r, r + 1, off, std::min(piece, bl.run - off), true});
-        } else {  // groups of rows
-            const std::size_t rows = std::max<std::size_t>(1, target / bl.run);
-            for (std::size_t r = 0; r < bl.count; r += rows)
-                batch.items.push_back({b, b + 1, r, std::min(r + rows, bl.count), 0, bl.run, true});
-        }
-        group_start = b + 1;
-    }
-    close_group(batch.blocks.size());
-}
-
-// Copies every block. Precondition: no destination byte overlaps another destination byte
-// or any source byte (callers check). Call without the GIL for large batches.
-void run_batch(Batch& batch) noexcept {
-    const unsigned threads = pool::threads();
-    try {
-        if (threads > 1 && batch.total >= parallel_threshold()) {
-            std::size_t target = batch.total / (std::size_t(threads) * kItemsPerThread);
-            target = std::min(std::max(target, kMinItemBytes), kMaxItemBytes);
-            make_items(batch, target);
-            pool::parallel_for(batch.items.size(), run_item, &batch);
-            return;
-        }
-    } catch (const std::bad_alloc&) {
-        batch.items.clear();  // no room for the items: copy on this thread
-    }
-    for (const Block& bl : batch.blocks) copy_rows(bl, 0, bl.count, 0, bl.run, batch.total);
-}
-
-void run_batch_gil(Batch& batch) {
-    if (batch.total >= kCopyReleaseGilBytes) {
-        Py_BEGIN_ALLOW_THREADS
-        run_batch(batch);
-        Py_END_ALLOW_THREADS
-    } else {
-        run_batch(batch);
-    }
-}
-
-// Lowest and one-past-highest byte of an array's data (nonempty arrays).
-void array_extent(PyArrayObject* a, std::uintptr_t& lo, std::uintptr_t& hi) {
-    std::intptr_t below = 0, above = 0;
-    const int nd = PyArray_NDIM(a);
-    for (int i = 0; i < nd; ++i) {
-        const std::intptr_t span = static_cast<std::intptr_t>(PyArray_DIM(a, i) - 1) * PyArray_STRIDE(a, i);
-        if (span < 0) below += span;
-        else above += span;
-    }
-    const auto base = reinterpret_cast<std::uintptr_t>(PyArray_DATA(a));
-    lo = base + below;
-    hi = base + above + static_cast<std::uintptr_t>(PyArray_ITEMSIZE(a));
+core::OperandDesc array_desc(PyArrayObject* a) {
+    core::OperandDesc d;
+    d.ptr = static_cast<char*>(PyArray_DATA(a));
+    d.itemsize = PyArray_ITEMSIZE(a);
+    d.ndim = PyArray_NDIM(a);
+    d.shape = PyArray_DIMS(a);
+    d.strides = PyArray_STRIDES(a);
+    d.nbytes = static_cast<std::size_t>(PyArray_SIZE(a)) * static_cast<std::size_t>(d.itemsize);
+    return d;
 }
 
 bool arrays_overlap(PyArrayObject* a, PyArrayObject* b) {
     if (PyArray_SIZE(a) == 0 || PyArray_SIZE(b) == 0) return false;
     std::uintptr_t alo, ahi, blo, bhi;
-    array_extent(a, alo, ahi);
-    array_extent(b, blo, bhi);
+    core::operand_extent(array_desc(a), alo, ahi);
+    core::operand_extent(array_desc(b), blo, bhi);
     return alo < bhi && blo < ahi;
 }
+
 
 // ---- copyto ---------------------------------------------------------------------------------
 
@@ -457,7 +302,10 @@ PyObject* join_into(JoinArgs& a, Held& held, PyArray_Descr* descr, int nd, npy_i
         Py_DECREF(result);
         return PyErr_NoMemory();
     }
-    run_batch_gil(batch);
+    if (!run_batch_gil(batch)) {  // a signal handler raised between steps
+        Py_DECREF(result);
+        return nullptr;
+    }
     return reinterpret_cast<PyObject*>(result);
 }
 
@@ -605,333 +453,6 @@ PyObject* py_concatenate(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyO
     return PyObject_Vectorcall(g_np_concatenate, args, static_cast<size_t>(nargs), kwnames);
 }
 
-// ---- copy_many ------------------------------------------------------------------------------
-
-// One side of a pair, resolved with copy()'s rules. Arrays are held by reference, other
-// buffers by their export.
-struct Side {
-    PyArrayObject* arr = nullptr;
-    bool has_view = false;
-    Py_buffer view;
-    char* ptr = nullptr;
-    std::size_t nbytes = 0;
-    bool contiguous = false;
-    std::uintptr_t lo = 0, hi = 0;  // extent (nbytes > 0)
-
-    Side() = default;
-    Side(const Side&) = delete;
-    Side& operator=(const Side&) = delete;
-    ~Side() {
-        if (has_view) PyBuffer_Release(&view);
-    }
-};
-
-bool format_has_objects(const char* fmt) {
-    if (!fmt) return false;
-    bool in_name = false;
-    for (const char* c = fmt; *c; ++c) {
-        if (*c == ':') in_name = !in_name;
-        else if (!in_name && *c == 'O') return true;
-    }
-    return false;
-}
-
-std::string describe(PyObject* o) {
-    PyObject* s = PyObject_Str(o);
-    if (!s) {
-        PyErr_Clear();
-        return "?";
-    }
-    const char* c = PyUnicode_AsUTF8(s);
-    std::string out = c ? c : "?";
-    if (!c) PyErr_Clear();
-    Py_DECREF(s);
-    return out;
-}
-
-std::string shape_text(int nd, const npy_intp* shape) {
-    std::string s = "(";
-    for (int i = 0; i < nd; ++i) {
-        if (i) s += ", ";
-        s += std::to_string(static_cast<long long>(shape[i]));
-    }
-    if (nd == 1) s += ",";
-    return s + ")";
-}
-
-// Fills `side` from `obj` (copy()'s rules). Returns false with an exception set.
-bool resolve_side(Py_ssize_t pair, PyObject* obj, bool writable, Side& side) {
-    const char* which = writable ? "dst" : "src";
-    if (PyArray_Check(obj)) {
-        PyArrayObject* a = reinterpret_cast<PyArrayObject*>(obj);
-        if (writable && !PyArray_ISWRITEABLE(a)) {
-            PyErr_Format(PyExc_ValueError,
-                         "fastcopy.copy_many: pair %zd: dst is a read-only array (flags.writeable is False); "
-                         "nothing was copied",
-                         pair);
-            return false;
-        }
-        if (PyDataType_REFCHK(PyArray_DESCR(a))) {
-            std::string d = describe(reinterpret_cast<PyObject*>(PyArray_DESCR(a)));
-            PyErr_Format(PyExc_TypeError,
-                         "fastcopy.copy_many: pair %zd: %s has dtype %s, which holds Python object references and "
-                         "cannot be copied as bytes; nothing was copied",
-                         pair, which, d.c_str());
-            return false;
-        }
-        side.arr = a;
-        side.ptr = static_cast<char*>(PyArray_DATA(a));
-        side.nbytes = nbytes_of(a);
-        side.contiguous = (PyArray_FLAGS(a) & NPY_ARRAY_C_CONTIGUOUS) != 0;
-        if (side.nbytes) array_extent(a, side.lo, side.hi);
-        return true;
-    }
-    if (obj == Py_None || PyUnicode_Check(obj) || !PyObject_CheckBuffer(obj)) {
-        PyErr_Format(PyExc_TypeError,
-                     "fastcopy.copy_many: pair %zd: %s must be an object exporting the buffer protocol (numpy "
-                     "array, bytearray, memoryview, array.array, mmap, SharedMemory.buf%s), got %s; nothing was "
-                     "copied",
-                     pair, which, writable ? "" : ", bytes", Py_TYPE(obj)->tp_name);
-        return false;
-    }
-    if (PyObject_GetBuffer(obj, &side.view, writable ? PyBUF_RECORDS : PyBUF_RECORDS_RO) != 0) {
-        PyObject *t, *v, *tb;
-        PyErr_Fetch(&t, &v, &tb);
-        PyErr_NormalizeException(&t, &v, &tb);
-        if (writable) {
-            Py_buffer probe;
-            if (PyObject_GetBuffer(obj, &probe, PyBUF_RECORDS_RO) == 0) {
-                PyBuffer_Release(&probe);
-                Py_XDECREF(t);
-                Py_XDECREF(v);
-                Py_XDECREF(tb);
-                PyErr_Format(PyExc_ValueError, "fastcopy.copy_many: pair %zd: dst (%s) is read-only; nothing was copied",
-                             pair, Py_TYPE(obj)->tp_name);
-                return false;
-            }
-            PyErr_Clear();
-        }
-        std::string msg = v ? describe(v) : std::string("error");
-        PyErr_Format(t ? t : PyExc_TypeError, "fastcopy.copy_many: pair %zd: %s: %s; nothing was copied", pair, which,
-                     msg.c_str());
-        Py_XDECREF(t);
-        Py_XDECREF(v);
-        Py_XDECREF(tb);
-        return false;
-    }
-    side.has_view = true;
-    if (format_has_objects(side.view.format)) {
-        PyErr_Format(PyExc_TypeError,
-                     "fastcopy.copy_many: pair %zd: %s holds Python object references (buffer format '%s') and "
-                     "cannot be copied as bytes; nothing was copied",
-                     pair, which, side.view.format);
-        return false;
-    }
-    if (side.view.ndim > 64) {
-        PyErr_Format(PyExc_ValueError, "fastcopy.copy_many: pair %zd: %s has %d dimensions; at most 64 are supported",
-                     pair, which, side.view.ndim);
-        return false;
-    }
-    side.ptr = static_cast<char*>(side.view.buf);
-    side.nbytes = static_cast<std::size_t>(side.view.len);
-    side.contiguous = side.view.strides == nullptr || PyBuffer_IsContiguous(&side.view, 'C');
-    if (side.nbytes) {
-        if (side.contiguous) {
-            side.lo = reinterpret_cast<std::uintptr_t>(side.ptr);
-            side.hi = side.lo + side.nbytes;
-        } else {
-            std::intptr_t below = 0, above = 0;
-            for (int i = 0; i < side.view.ndim; ++i) {
-                const std::intptr_t span = static_cast<std::intptr_t>(side.view.shape[i] - 1) * side.view.strides[i];
-                if (span < 0) below += span;
-                else above += span;
-            }
-            side.lo = reinterpret_cast<std::uintptr_t>(side.ptr) + below;
-            side.hi = reinterpret_cast<std::uintptr_t>(side.ptr) + above +
-                      static_cast<std::uintptr_t>(side.view.itemsize > 0 ? side.view.itemsize : 1);
-        }
-    }
-    return true;
-}
-
-// copy()'s pair rules: two arrays need equal shapes (ValueError) and dtypes (TypeError),
-// anything else equal byte counts (ValueError).
-bool check_pair(Py_ssize_t pair, PyObject* dst, PyObject* src, const Side& d, const Side& s) {
-    if (d.arr && s.arr) {
-        const int nd = PyArray_NDIM(d.arr);
-        bool same = nd == PyArray_NDIM(s.arr);
-        for (int i = 0; same && i < nd; ++i) same = PyArray_DIM(d.arr, i) == PyArray_DIM(s.arr, i);
-        if (!same) {
-            std::string ds = shape_text(nd, PyArray_DIMS(d.arr));
-            std::string ss = shape_text(PyArray_NDIM(s.arr), PyArray_DIMS(s.arr));
-            PyErr_Format(PyExc_ValueError,
-                         "fastcopy.copy_many: pair %zd: shape mismatch: dst has shape %s but src has shape %s; "
-                         "nothing was copied",
-                         pair, ds.c_str(), ss.c_str());
-            return false;
-        }
-        PyArray_Descr* dd = PyArray_DESCR(d.arr);
-        PyArray_Descr* sd = PyArray_DESCR(s.arr);
-        if (dd != sd && !PyArray_EquivTypes(dd, sd)) {
-            std::string a = describe(reinterpret_cast<PyObject*>(dd)), b = describe(reinterpret_cast<PyObject*>(sd));
-            PyErr_Format(PyExc_TypeError,
-                         "fastcopy.copy_many: pair %zd: dtype mismatch: dst has dtype %s but src has dtype %s; "
-                         "nothing was copied",
-                         pair, a.c_str(), b.c_str());
-            return false;
-        }
-        return true;
-    }
-    if (d.nbytes != s.nbytes) {
-        PyErr_Format(PyExc_ValueError,
-                     "fastcopy.copy_many: pair %zd: size mismatch: dst (%s) has %zu bytes but src (%s) has %zu bytes; "
-                     "nothing was copied",
-                     pair, Py_TYPE(dst)->tp_name, d.nbytes, Py_TYPE(src)->tp_name, s.nbytes);
-        return false;
-    }
-    return true;
-}
-
-// True when a destination shares a byte with another destination or with any source
-// (its own included): the pairs must then be copied one after another, in order.
-bool pairs_interfere(const std::vector<std::unique_ptr<Side>>& dsts, const std::vector<std::unique_ptr<Side>>& srcs) {
-    struct Span {
-        std::uintptr_t lo, hi;
-        bool is_dst;
-    };
-    std::vector<Span> spans;
-    spans.reserve(dsts.size() * 2);
-    for (std::size_t i = 0; i < dsts.size(); ++i) {
-        if (dsts[i]->nbytes == 0) continue;
-        spans.push_back({dsts[i]->lo, dsts[i]->hi, true});
-        spans.push_back({srcs[i]->lo, srcs[i]->hi, false});
-    }
-    std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.lo < b.lo; });
-    std::uintptr_t max_hi_any = 0, max_hi_dst = 0;
-    for (const Span& s : spans) {
-        if (s.is_dst ? s.lo < max_hi_any : s.lo < max_hi_dst) return true;
-        max_hi_any = std::max(max_hi_any, s.hi);
-        if (s.is_dst) max_hi_dst = std::max(max_hi_dst, s.hi);
-    }
-    return false;
-}
-
-PyObject* call_copy(PyObject* dst, PyObject* src) {
-    PyObject* args[2] = {dst, src};
-    return PyObject_Vectorcall(g_copy, args, 2, nullptr);
-}
-
-PyObject* py_copy_many(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-    PyObject* dsts_arg = nargs >= 1 ? args[0] : nullptr;
-    PyObject* srcs_arg = nargs >= 2 ? args[1] : nullptr;
-    if (nargs > 2) {
-        PyErr_Format(PyExc_TypeError, "fastcopy.copy_many() takes 2 positional arguments but %zd were given", nargs);
-        return nullptr;
-    }
-    if (kwnames) {
-        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(kwnames); ++k) {
-            PyObject* key = PyTuple_GET_ITEM(kwnames, k);
-            PyObject** slot = PyUnicode_CompareWithASCIIString(key, "dsts") == 0   ? &dsts_arg
-                              : PyUnicode_CompareWithASCIIString(key, "srcs") == 0 ? &srcs_arg
-                                                                                   : nullptr;
-            if (!slot) {
-                PyErr_Format(PyExc_TypeError, "fastcopy.copy_many() got an unexpected keyword argument '%U'", key);
-                return nullptr;
-            }
-            if (*slot) {
-                PyErr_Format(PyExc_TypeError, "fastcopy.copy_many() got multiple values for argument '%U'", key);
-                return nullptr;
-            }
-            *slot = args[nargs + k];
-        }
-    }
-    if (!dsts_arg || !srcs_arg) {
-        PyErr_Format(PyExc_TypeError, "fastcopy.copy_many() missing required argument '%s'",
-                     dsts_arg ? "srcs" : "dsts");
-        return nullptr;
-    }
-    // Tuples of our own: another thread cannot change them under us.
-    py::object dsts = py::reinterpret_steal<py::object>(PySequence_Tuple(dsts_arg));
-    if (!dsts) {
-        if (PyErr_ExceptionMatches(PyExc_TypeError)) {  // not iterable; other errors pass through
-            PyErr_Clear();
-            PyErr_Format(PyExc_TypeError, "fastcopy.copy_many: dsts must be a sequence of buffers, got %s",
-                         Py_TYPE(dsts_arg)->tp_name);
-        }
-        return nullptr;
-    }
-    py::object srcs = py::reinterpret_steal<py::object>(PySequence_Tuple(srcs_arg));
-    if (!srcs) {
-        if (PyErr_ExceptionMatches(PyExc_TypeError)) {  // not iterable; other errors pass through
-            PyErr_Clear();
-            PyErr_Format(PyExc_TypeError, "fastcopy.copy_many: srcs must be a sequence of buffers, got %s",
-                         Py_TYPE(srcs_arg)->tp_name);
-        }
-        return nullptr;
-    }
-    const Py_ssize_t n = PyTuple_GET_SIZE(dsts.ptr());
-    if (PyTuple_GET_SIZE(srcs.ptr()) != n) {
-        PyErr_Format(PyExc_ValueError,
-                     "fastcopy.copy_many: dsts has %zd buffers but srcs has %zd; nothing was copied", n,
-                     PyTuple_GET_SIZE(srcs.ptr()));
-        return nullptr;
-    }
-    std::vector<std::unique_ptr<Side>> d, s;
-    Held held;
-    Batch batch;
-    try {
-        d.reserve(static_cast<std::size_t>(n));
-        s.reserve(static_cast<std::size_t>(n));
-        held.refs.reserve(static_cast<std::size_t>(2 * n));
-        // Every pair is checked (and its buffers held) before any byte moves.
-        for (Py_ssize_t i = 0; i < n; ++i) {
-            PyObject* dst = PyTuple_GET_ITEM(dsts.ptr(), i);
-            PyObject* src = PyTuple_GET_ITEM(srcs.ptr(), i);
-            d.emplace_back(new Side);
-            s.emplace_back(new Side);
-            if (!resolve_side(i, dst, true, *d.back()) || !resolve_side(i, src, false, *s.back()) ||
-                !check_pair(i, dst, src, *d.back(), *s.back()))
-                return nullptr;
-            if (d.back()->arr) held.hold(dst);
-            if (s.back()->arr) held.hold(src);
-        }
-    } catch (const std::bad_alloc&) {
-        return PyErr_NoMemory();
-    }
-    if (pairs_interfere(d, s)) {
-        // Some pairs share bytes: copy pair after pair, in order, as a loop of copy() would.
-        for (Py_ssize_t i = 0; i < n; ++i) {
-            PyObject* r = call_copy(PyTuple_GET_ITEM(dsts.ptr(), i), PyTuple_GET_ITEM(srcs.ptr(), i));
-            if (!r) return nullptr;
-            Py_DECREF(r);
-        }
-        Py_RETURN_NONE;
-    }
-    // Independent pairs: the contiguous ones in one batch (one GIL release), then the
-    // strided ones through copy().
-    try {
-        for (Py_ssize_t i = 0; i < n; ++i) {
-            const Side& ds = *d[static_cast<std::size_t>(i)];
-            const Side& ss = *s[static_cast<std::size_t>(i)];
-            if (ds.nbytes == 0 || !ds.contiguous || !ss.contiguous) continue;
-            batch.blocks.push_back({ds.ptr, ss.ptr, ds.nbytes, 1, 0, 0});
-            batch.total += ds.nbytes;
-        }
-    } catch (const std::bad_alloc&) {
-        return PyErr_NoMemory();
-    }
-    run_batch_gil(batch);
-    for (Py_ssize_t i = 0; i < n; ++i) {
-        const Side& ds = *d[static_cast<std::size_t>(i)];
-        const Side& ss = *s[static_cast<std::size_t>(i)];
-        if (ds.nbytes == 0 || (ds.contiguous && ss.contiguous)) continue;
-        PyObject* r = call_copy(PyTuple_GET_ITEM(dsts.ptr(), i), PyTuple_GET_ITEM(srcs.ptr(), i));
-        if (!r) return nullptr;
-        Py_DECREF(r);
-    }
-    Py_RETURN_NONE;
-}
-
 // ---- registration ---------------------------------------------------------------------------
 
 PyMethodDef g_copyto_def = {
@@ -959,17 +480,6 @@ PyMethodDef g_concatenate_def = {
     "Drop-in for np.concatenate: numpy's results and exceptions.\n\n"
     "Same fast path as stack() (axis=None flattens); numpy's np.concatenate serves every other call."};
 
-PyMethodDef g_copy_many_def = {
-    "copy_many", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_copy_many)),
-    METH_FASTCALL | METH_KEYWORDS,
-    "copy_many(dsts, srcs)\n--\n\n"
-    "copy(dsts[i], srcs[i]) for every i, in one call (returns None).\n\n"
-    "Every pair is checked with copy()'s rules before any byte moves: a bad pair raises and\n"
-    "nothing is copied. Contiguous pairs are copied as one batch (one GIL release, spread over\n"
-    "the thread pool when large); strided pairs go through copy(). When a destination shares\n"
-    "memory with another pair (or its own source), the pairs are copied one after another, in\n"
-    "order, so the result is always that of the loop."};
-
 PyObject* attr_path(const char* module, const char* name) {
     PyObject* m = PyImport_ImportModule(module);
     if (!m) {
@@ -993,6 +503,25 @@ PyObject* numpy_function(const char* const* modules, const char* name) {
 }
 
 }  // namespace
+
+bool run_batch_gil(core::Batch& batch) {
+    if (batch.total < kCopyReleaseGilBytes) {
+        core::run_batch(batch);
+        return true;
+    }
+    if (batch.total > kSignalCheckBytes && on_main_thread()) {
+        SignalCheck check{PyEval_SaveThread()};
+        const core::StepCheck step{kSignalCheckBytes, check_signals_between_steps, &check};
+        core::run_batch(batch, &step);
+        if (check.interrupted) return false;  // the GIL is held, the exception set
+        restore_thread_or_park(check.ts);
+        return true;
+    }
+    PyThreadState* ts = PyEval_SaveThread();
+    core::run_batch(batch);
+    restore_thread_or_park(ts);
+    return true;
+}
 
 void bind_batch(py::module_& m) {
     if (_import_array() < 0) throw py::error_already_set();
@@ -1030,11 +559,12 @@ void bind_batch(py::module_& m) {
         },
         "Calls of copyto/stack/concatenate served by the fast path and handed to numpy (for tests).");
     py::object modname = m.attr("__name__");
-    for (PyMethodDef* def : {&g_copyto_def, &g_stack_def, &g_concatenate_def, &g_copy_many_def}) {
+    for (PyMethodDef* def : {&g_copyto_def, &g_stack_def, &g_concatenate_def}) {
         PyObject* f = PyCFunction_NewEx(def, nullptr, modname.ptr());
         if (!f) throw py::error_already_set();
         m.add_object(def->ml_name, py::reinterpret_steal<py::object>(f));
     }
+    bind_copy_many(m);  // bindings_copy_many.cpp
 }
 
 }  // namespace fastcopy

@@ -9,7 +9,9 @@ checked (a crash or a hang fails the test instead of killing pytest).
   starts a new pair and a new process;
 * a thread changing ``fastcopy.set_threads`` between 1, 2 and the default;
 * a thread copying 8-32 MiB arrays while another takes them away and resizes them: numpy
-  must refuse (or the resize comes before the call), never a crash.
+  must refuse (or the resize comes before the call), never a crash; every copy whose
+  destination survives, and one strided copy per round into arrays only that thread holds,
+  is compared byte for byte with np.copyto's result.
 
 FASTCOPY_NO_SUBPROCESS=1 skips it; FASTCOPY_STRESS_SECONDS changes the duration."""
 
@@ -38,7 +40,7 @@ PREFIX = sys.argv[2]
 deadline = time.monotonic() + SECONDS
 failures = []
 stats = {"echoed": 0, "bytes": 0, "kills": 0, "peer_errors": 0, "resize_refused": 0, "resize_early": 0,
-         "copies": 0, "copies_checked": 0, "thread_changes": 0}
+         "copies": 0, "copies_checked": 0, "strided_checked": 0, "thread_changes": 0}
 lock = threading.Lock()
 
 ECHO = """
@@ -174,7 +176,9 @@ def copier():
     rng = np.random.default_rng(3)
     while time.monotonic() < deadline:
         n = int(rng.integers(8, 33)) << 20
-        src = np.full(n, 5, np.uint8)
+        src = (np.arange(n, dtype=np.uint32) * 2654435761 >> 13).astype(np.uint8)
+        expected = np.zeros(n, np.uint8)
+        np.copyto(expected, src)
         shared.append(np.zeros(n, np.uint8))
         # A weak reference: holding the array itself would make every resize refuse.
         target = weakref.ref(shared[-1])
@@ -185,13 +189,21 @@ def copier():
             copied = False           # the resizer came first: a clean error (or nothing to copy)
         dst = target()
         if copied and dst is not None:   # still alive: whole (or resized after the copy, a prefix of it)
-            if dst.size not in (n, 4096) or np.count_nonzero(dst != 5):
-                failures.append(f"copy of {n} bytes: {dst.size} bytes, {np.count_nonzero(dst != 5)} wrong")
+            if dst.size not in (n, 4096) or not np.array_equal(dst, expected[:dst.size]):
+                wrong = np.count_nonzero(dst != expected[:dst.size]) if dst.size <= n else dst.size
+                failures.append(f"copy of {n} bytes: {dst.size} bytes, {wrong} differ from np.copyto's")
             with lock:
                 stats["copies_checked"] += 1
         del dst
+        # A strided copy into arrays only this thread holds, compared with np.copyto's bytes.
+        own, want = np.zeros(n, np.uint8), np.zeros(n, np.uint8)
+        fastcopy.copy(own[::2], src[1::2])
+        np.copyto(want[::2], src[1::2])
+        if not np.array_equal(own, want):
+            failures.append(f"strided copy of {n // 2} elements: {np.count_nonzero(own != want)} bytes differ")
         with lock:
             stats["copies"] += 1
+            stats["strided_checked"] += 1
         shared.clear()
 
 
@@ -246,4 +258,5 @@ def test_stress_channels_copies_resizes_kills_and_thread_changes(tmp_path):
     stats = eval(proc.stdout.split("stats ", 1)[1].splitlines()[0], {})  # a dict literal we printed
     assert stats["echoed"] > 20 and stats["copies"] > 5 and stats["thread_changes"] > 10, report
     assert stats["copies_checked"] >= 1, report  # byte-checked copies (the others lost their array to the resizer)
+    assert stats["strided_checked"] == stats["copies"], report  # every strided copy compared with np.copyto
     assert left == [], f"segments left in /dev/shm: {left}"
