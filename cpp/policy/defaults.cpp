@@ -290,20 +290,21 @@ const char* const kIntelAvx512Small =
     "the C library below 384 B: the call costs more than the copy; glibc's overlapping EVEX moves and avx512 within a "
     "few percent (evidence: intel-avx512-band)";
 const char* const kIntelAvx512 =
-    "AVX-512 loop: 1.01-1.09x glibc at 384 B-2 KiB, where glibc runs its own vector loop, and 1.16-1.32x glibc and rep "
-    "movsb at 2.3-16 KiB, where glibc runs rep movsb; at distances 1..63 1.11-1.17x up to 20 KiB (evidence: "
-    "intel-avx512-band)";
+    "AVX-512 loop: 1.03-1.07x glibc at 256 B-2 KiB (glibc's own vector loop there) and 1.09-1.21x glibc and rep movsb "
+    "at 2-8 KiB, 1.01-1.05x at 8-16 KiB (glibc runs rep movsb from 2112 B); at (dst - src) mod 4096 in 1..63 "
+    "1.08-1.13x up to 20 KiB (evidence: intel-avx512-band)";
 const char* const kIntelAlignedMid =
-    "the C library from 16 KiB page-aligned: avx512 ran 0.86-0.96x glibc at 16-17 KiB and 0.71-0.79x at 20-24 KiB, "
-    "where source and destination no longer fit the 48 KiB L1d together; glibc ties our loops from 32 KiB (L2) "
-    "(evidence: intel-avx512-band, intel-l2-range)";
+    "the C library from 16 KiB page-aligned: avx512 ran 0.78x glibc (0.66-0.94) at 16-23 KiB, where source and "
+    "destination outgrow the 48 KiB L1d together, and no kernel of ours beat glibc in the L2 range (evidence: "
+    "intel-avx512-band, intel-l2-range)";
 const char* const kIntelNearMid =
     "the C library from 21 KiB at (dst - src) mod 4096 in 1..63 (glibc runs its vector loop there, not rep movsb): "
-    "avx512 ran 0.84x glibc at 22 KiB; ties from 28 KiB (evidence: intel-avx512-band, intel-l2-range)";
+    "avx512 ran 0.79-0.89x glibc at 22-23 KiB and no kernel of ours won in the L2 range in two runs (evidence: "
+    "intel-avx512-band, intel-l2-range)";
 const char* const kIntelAvx512Erms =
-    "rep movsb from 18 KiB in the far class (glibc runs it too): avx512 ran 0.83-1.03x (median 0.92) at 20 KiB and "
-    "0.81-0.86x at 22 KiB; from 28 KiB rep movsb, glibc, avx2 and avx512 tie within the run-to-run spread, so the L2 "
-    "range stays with rep movsb (evidence: intel-avx512-band, intel-l2-range)";
+    "rep movsb from 19 KiB in the far class (glibc runs it too): avx512 ran 0.84-0.96x glibc at 19.7-23 KiB at "
+    "distances from 256; in the L2 range rep movsb and glibc ran at the same speed and avx2 and avx512 at 0.91-0.99x "
+    "(medians by size range, two runs) (evidence: intel-avx512-band, intel-l2-range)";
 
 RegionSpec intel_avx512_region() {
     ClassSpec aligned = {{0, "generic", nullptr, kIntelAvx512Small},
@@ -314,7 +315,7 @@ RegionSpec intel_avx512_region() {
                       {21 * KiB, "generic", nullptr, kIntelNearMid}};
     ClassSpec far = {{0, "generic", nullptr, kIntelAvx512Small},
                      {384, "avx512", "generic", kIntelAvx512},
-                     {18 * KiB, "erms", "generic", kIntelAvx512Erms}};
+                     {19 * KiB, "erms", "generic", kIntelAvx512Erms}};
     ClassSpec back = {{0, "generic", nullptr, kIntelLibc}};
     return {aligned, near, far, back, 2112, kIntelErmsOn};
 }
@@ -543,8 +544,9 @@ void nt_threshold_for(const Spec& s, const CpuFacts& f, std::size_t& threshold, 
         constexpr std::size_t cap = 12 * MiB;
         std::size_t half = f.l3 ? f.l3 / 2 : cap;
         threshold = std::min(half, cap);
-        why = (f.l3 ? "half the " + size_words(f.l3) + " L3 (from " + f.cache_source + ")" : std::string("no L3 size known")) +
-              ", at most 12 MiB: on a 2-vCPU Intel Xeon VM (Sapphire Rapids class) the pool with avx512_nt ran "
+        why = (f.l3 ? "half the " + size_words(f.l3) + " L3 (from " + f.cache_source + "), at most 12 MiB"
+                    : std::string("12 MiB (no L3 size known)")) +
+              ": on a 2-vCPU Intel Xeon VM (Sapphire Rapids class) the pool with avx512_nt ran "
               "0.91-0.94x the pool without NT stores at 4 MiB, 1.00-1.04x at 8 MiB, 1.07-1.18x at 12 MiB, 1.15-1.19x at "
               "16 MiB and 1.34-1.65x at 24-32 MiB; one thread alone 0.94-0.96x glibc at 8-16 MiB (evidence: "
               "intel-nt-threshold)";
