@@ -112,6 +112,18 @@ def test_ratio_interval_of_paired_samples():
         check.ratio_ci([1.0, 2.0], [1.0])
 
 
+def test_judge_point_names_the_fastest_other_variant():
+    """The winner is the fastest variant other than fastcopy.copy; where fastcopy.copy beat them
+    all (e.g. on the pool) its ratio is above 1."""
+    point = {"size": 1000, "seconds": {check.AUTO: [1.0e-7, 1.1e-7, 0.9e-7], "generic": [2.0e-7] * 3,
+                                       "avx2": [1.5e-7, 1.4e-7, 1.6e-7]}}
+    judged = check.judge_point(point)
+    assert judged["winner"] == "avx2"
+    assert judged["ratio"] == pytest.approx(1.5)
+    assert judged["ci"][0] <= 1.5 <= judged["ci"][1]
+    assert judged["gbps"]["generic"] == pytest.approx(1000 / 2.0e-7 / 1e9)
+
+
 # ---- the check end to end -----------------------------------------------------------------
 
 @pytest.fixture
