@@ -150,11 +150,17 @@ def check_dispatch(*args: Any, **kwargs: Any) -> Dict[str, Any]:
     ``fastcopy.tune.check.check_dispatch``: ``points``, ``seed``, ``repeats``, ``min_time``,
     ``min_size``, ``max_size``, ``confidence``, ``progress``. Returns the points, the summary and
     the printable ``report``."""
+    return _check_module().check_dispatch(*args, **kwargs)
+
+
+def _check_module() -> Any:
+    """fastcopy.tune.check, imported so that ``fastcopy.tune`` stays the function: importing a
+    submodule of the package fastcopy.tune binds the package to that name."""
     import importlib
 
     check = importlib.import_module(".tune.check", __name__)
-    globals()["tune"] = _tune_function  # importing fastcopy.tune.check binds the package to the name tune
-    return check.check_dispatch(*args, **kwargs)
+    globals()["tune"] = _tune_function
+    return check
 
 
 def __dir__() -> List[str]:

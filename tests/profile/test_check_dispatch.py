@@ -12,13 +12,11 @@ import pytest
 
 import fastcopy
 from fastcopy import _core
-from fastcopy.tune import check
 
 from _cli import cli
 from conftest import no_subprocess, profile_forced
 
-# Importing fastcopy.tune.check binds the package to the name fastcopy.tune; put back the function.
-fastcopy.tune = fastcopy._tune_function
+check = fastcopy._check_module()  # fastcopy.tune.check, leaving fastcopy.tune the function
 
 # Small, fast settings: a handful of points, short loops; sizes below the parallel threshold.
 SMALL = dict(points=5, seed=7, repeats=3, min_time=0.0001, max_size=64 << 10)

@@ -896,8 +896,8 @@ def add_tune_parser(sub: Any) -> argparse.ArgumentParser:
                         "seconds (default 0.0002)")
     p.add_argument("--no-progress", action="store_false", dest="progress", default=None,
                    help="no progress bar (it is shown on a terminal only)")
-    from ..tune.check import add_check_arguments
-    add_check_arguments(p)
+    from .. import _check_module
+    _check_module().add_check_arguments(p)
     return p
 
 
@@ -949,8 +949,8 @@ def run_cli(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Lis
 
     p = subparser(parser, "tune")
     if args.check:
-        from ..tune.check import run_check_cli
-        return run_check_cli(p, args, argv)
+        from .. import _check_module
+        return _check_module().run_check_cli(p, args, argv)
     path = args.output if args.output is not None else default_output()
     # Checked before anything is read, removed or measured: a device, a FIFO (reading it hangs),
     # a directory or a folder such as /proc is refused, never replaced or written into.
