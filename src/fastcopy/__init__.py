@@ -20,7 +20,7 @@ from . import _core
 __version__ = "0.1.0"
 
 __all__ = ["copy", "copyto", "stack", "concatenate", "copy_many", "kernels", "kernel", "info", "set_threads",
-           "get_threads", "tune", "shm", "__version__"]
+           "get_threads", "tune", "check_dispatch", "shm", "__version__"]
 
 
 def _check_environment_encoding() -> None:
@@ -141,6 +141,17 @@ def tune(*args: Any, **kwargs: Any) -> Dict[str, Any]:
     from .tune.profile import tune as _tune
 
     return _tune(*args, **kwargs)
+
+
+def check_dispatch(*args: Any, **kwargs: Any) -> Dict[str, Any]:
+    """Measure the active dispatch profile against every kernel forced and ``np.copyto`` at random
+    sizes and offsets (``python -m fastcopy tune --check``). Keywords as
+    ``fastcopy.tune.check.check_dispatch``: ``points``, ``seed``, ``repeats``, ``min_time``,
+    ``min_size``, ``max_size``, ``confidence``, ``progress``. Returns the points, the summary and
+    the printable ``report``."""
+    from .tune.check import check_dispatch as run
+
+    return run(*args, **kwargs)
 
 
 def __dir__() -> List[str]:

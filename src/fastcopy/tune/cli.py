@@ -44,6 +44,9 @@ def add_tune_parser(sub: Any) -> argparse.ArgumentParser:
                         "seconds (default 0.0002)")
     p.add_argument("--no-progress", action="store_false", dest="progress", default=None,
                    help="no progress bar (it is shown on a terminal only)")
+    from .check import add_check_arguments
+
+    add_check_arguments(p)
     return p
 
 
@@ -111,6 +114,10 @@ def _measure(args: argparse.Namespace, path: str) -> int:
 
 def run_cli(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: List[str]) -> int:
     p = subparser(parser, "tune")
+    if args.check:
+        from .check import run_check_cli
+
+        return run_check_cli(p, args, argv)
     path = args.output if args.output is not None else default_output()
     # Checked before anything is read, removed or measured: a device, a FIFO (reading it hangs),
     # a directory or a folder such as /proc is refused, never replaced or written into.

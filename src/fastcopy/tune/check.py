@@ -1,0 +1,406 @@
+"""Held-out check of the dispatch profile: ``python -m fastcopy tune --check`` and
+``fastcopy.check_dispatch()``.
+
+The check measures the active profile (``fastcopy.copy``) against every usable kernel forced
+(``fastcopy.kernel(name)``; from the parallel threshold on also each kernel on the thread pool)
+and ``np.copyto``, at points it draws at random rather than at the sizes and offsets a profile
+was tuned on:
+
+- sizes log-uniform from ``min_size`` to ``max_size`` (64 B to 4 MiB by default);
+- (dst - src) mod 4096 from the whole 0..4095 range, a share of the points from 1..255 (where
+  ``rep movsb`` collapses on some CPUs) and a share at 0 (page-aligned);
+- each point on fresh numpy allocations (where the allocator puts them is part of what a user
+  gets), with the same buffers for every variant of that point (hot caches);
+- each variant timed in loops of at least ``min_time`` seconds, after an untimed calibration
+  loop, so neither the timer nor the first iterations weigh; the variants interleaved in a new
+  order every repeat; medians. A loop during which this thread was not running (its CPU time
+  under 90 % of the wall time: the OS ran another job) is run again, up to three times.
+
+Per point: ratio = median time of the best other variant / median time of ``fastcopy.copy``
+(1.0: the profile picked the fastest; above 1: it beat every single alternative, e.g. with the
+thread pool), with a bootstrap confidence interval over the paired repeats, and the variant that
+won. Over all points: the geometric mean of the ratios with a bootstrap interval over the
+points, and the lowest points. Choosing the best of several noisy medians biases the best
+upwards, so the ratios on a noisy machine come out a little low.
+"""
+from __future__ import annotations
+
+import math
+import os
+import platform
+import random
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+PAGE = 4096
+DEFAULT_POINTS = 60
+DEFAULT_REPEATS = 15
+DEFAULT_MIN_TIME = 0.0005  # seconds per timed loop
+# A loop is run again (at most RERUNS times) when this thread got under RUNNING_SHARE of its wall time.
+RUNNING_SHARE = 0.9
+RERUNS = 3
+MIN_SIZE = 64
+MAX_SIZE = 4 << 20
+NEAR_SHARE = 0.4     # of the offsets drawn from 1..255
+ALIGNED_SHARE = 0.1  # of the offsets at 0 (page-aligned); the rest from 0..4095
+NEAR_MAX = 255
+CONFIDENCE = 0.95
+RESAMPLES = 2000
+LOWEST_SHOWN = 5
+AUTO = "auto"
+COPYTO = "np.copyto"
+# Calibration doubles the iterations until a loop lasts min_time; this many doublings at most.
+MAX_DOUBLINGS = 40
+
+
+# ---- the points -------------------------------------------------------------------------
+def draw_points(count: int, seed: int, min_size: int = MIN_SIZE, max_size: int = MAX_SIZE,
+                near_share: float = NEAR_SHARE, aligned_share: float = ALIGNED_SHARE) -> List[Tuple[int, int]]:
+    """``count`` (size, (dst - src) mod 4096) pairs drawn with ``random.Random(seed)``: sizes
+    log-uniform in [min_size, max_size], offsets 1..255 with probability ``near_share``, 0 with
+    ``aligned_share``, else uniform in 0..4095. The same arguments give the same points."""
+    if count < 1:
+        raise ValueError(f"points must be at least 1, got {count}")
+    if not 1 <= min_size <= max_size:
+        raise ValueError(f"sizes must satisfy 1 <= min_size <= max_size, got {min_size} and {max_size}")
+    if not (0 <= near_share and 0 <= aligned_share and near_share + aligned_share <= 1):
+        raise ValueError("near_share and aligned_share must be at least 0 and add up to at most 1")
+    rng = random.Random(seed)
+    lo, hi = math.log(min_size), math.log(max_size)
+    points = []
+    for _ in range(count):
+        size = min(max_size, max(min_size, int(round(math.exp(rng.uniform(lo, hi))))))
+        u = rng.random()
+        if u < near_share:
+            offset = rng.randint(1, NEAR_MAX)
+        elif u < near_share + aligned_share:
+            offset = 0
+        else:
+            offset = rng.randint(0, PAGE - 1)
+        points.append((size, offset))
+    return points
+
+
+# ---- statistics (pure functions) ----------------------------------------------------------
+def geomean(values: Sequence[float]) -> float:
+    """The geometric mean of positive numbers."""
+    if not values or min(values) <= 0:
+        raise ValueError("geomean needs at least one value, all positive")
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def _percentile_interval(estimates: np.ndarray, level: float) -> Tuple[float, float]:
+    tail = (1.0 - level) / 2.0 * 100.0
+    lo, hi = np.percentile(estimates, [tail, 100.0 - tail])
+    return float(lo), float(hi)
+
+
+def ratio_ci(auto_times: Sequence[float], best_times: Sequence[float], level: float = CONFIDENCE,
+             resamples: int = RESAMPLES, seed: int = 0) -> Tuple[float, float, float]:
+    """(median(best) / median(auto), low, high): the ratio of medians of two paired samples (the
+    i-th time of each comes from the same interleaved repeat) and its percentile bootstrap
+    interval at ``level``, resampling the repeats in pairs."""
+    a, b = np.asarray(auto_times, float), np.asarray(best_times, float)
+    if a.shape != b.shape or a.ndim != 1 or a.size == 0:
+        raise ValueError("ratio_ci needs two samples of the same non-zero length")
+    estimate = float(np.median(b) / np.median(a))
+    idx = np.random.default_rng(seed).integers(0, a.size, size=(resamples, a.size))
+    ratios = np.median(b[idx], axis=1) / np.median(a[idx], axis=1)
+    lo, hi = _percentile_interval(ratios, level)
+    return estimate, min(lo, estimate), max(hi, estimate)
+
+
+def geomean_ci(ratios: Sequence[float], level: float = CONFIDENCE, resamples: int = RESAMPLES,
+               seed: int = 0) -> Tuple[float, float, float]:
+    """(geometric mean, low, high): the percentile bootstrap interval of the geometric mean at
+    ``level``, resampling the points (how much the figure depends on which points were drawn)."""
+    values = np.asarray(ratios, float)
+    if values.ndim != 1 or values.size == 0 or not np.all((values > 0) & np.isfinite(values)):
+        raise ValueError("geomean_ci needs at least one ratio, all positive and finite")
+    logs = np.log(values)
+    estimate = float(np.exp(logs.mean()))
+    idx = np.random.default_rng(seed).integers(0, logs.size, size=(resamples, logs.size))
+    lo, hi = _percentile_interval(np.exp(logs[idx].mean(axis=1)), level)
+    return estimate, min(lo, estimate), max(hi, estimate)
+
+
+# ---- measuring one point ----------------------------------------------------------------
+def place(size: int, offset: int, fill_seed: int) -> Tuple[np.ndarray, np.ndarray]:
+    """(dst, src): fresh numpy allocations of ``size`` bytes with (dst - src) mod 4096 = offset,
+    src filled with random bytes. Where the allocator puts src is left as it is."""
+    src = np.random.default_rng(fill_seed).integers(0, 256, size=size, dtype=np.uint8)
+    raw = np.empty(size + PAGE, np.uint8)
+    start = (src.ctypes.data + offset - raw.ctypes.data) % PAGE
+    dst = raw[start:start + size]
+    assert (dst.ctypes.data - src.ctypes.data) % PAGE == offset
+    return dst, src
+
+
+def variants_for(size: int) -> Dict[str, Callable[[Any, Any], Any]]:
+    """The variants timed at ``size``: auto, every usable kernel forced, np.copyto, and from the
+    parallel threshold on (when more than one thread is set) each kernel on the pool as well."""
+    import fastcopy
+
+    out: Dict[str, Callable[[Any, Any], Any]] = {AUTO: fastcopy.copy}
+    names = fastcopy.kernels()
+    for name in names:
+        out[name] = fastcopy.kernel(name)
+    out[COPYTO] = np.copyto
+    threads = fastcopy.get_threads()
+    parallel_from = fastcopy._core.parallel_threshold()
+    if threads > 1 and parallel_from is not None and size >= parallel_from:
+        for name in names:
+            out[f"{name} x{threads}"] = fastcopy.kernel(name, threads)
+    return out
+
+
+def _loop(f: Callable[[Any, Any], Any], dst: np.ndarray, src: np.ndarray, n: int) -> Tuple[float, float]:
+    """(wall seconds, this thread's CPU seconds) of ``n`` calls ``f(dst, src)``."""
+    clock, cpu = time.perf_counter, time.thread_time
+    c0, t0 = cpu(), clock()
+    for _ in range(n):
+        f(dst, src)
+    t1, c1 = clock(), cpu()
+    return t1 - t0, c1 - c0
+
+
+def _calibrate(f: Callable[[Any, Any], Any], dst: np.ndarray, src: np.ndarray, min_time: float) -> int:
+    """Iterations for a loop of at least ``min_time`` (the loops run here also warm up)."""
+    n = 1
+    for _ in range(MAX_DOUBLINGS):
+        elapsed = _loop(f, dst, src, n)[0]
+        if elapsed >= min_time:
+            return n
+        n = n * 2 if elapsed <= 0 else max(n * 2, int(n * min_time * 1.2 / elapsed) + 1)
+    return n
+
+
+def _timed(f: Callable[[Any, Any], Any], dst: np.ndarray, src: np.ndarray, n: int) -> Tuple[float, int]:
+    """(seconds per copy, loops run again): a loop during which the OS ran another thread in
+    this one's place (CPU time under RUNNING_SHARE of the wall time) is run again, up to
+    RERUNS times: on a machine shared with other jobs such loops ran 2-3 times slower whole."""
+    for again in range(RERUNS + 1):
+        wall, cpu = _loop(f, dst, src, n)
+        if cpu >= RUNNING_SHARE * wall:
+            break
+    return wall / n, again
+
+
+def measure_point(size: int, offset: int, repeats: int, min_time: float, rng: random.Random) -> Dict[str, Any]:
+    """Times every variant at one point on fresh buffers; seconds per copy, one per repeat."""
+    from .. import _core
+
+    dst, src = place(size, offset, rng.randrange(1 << 30))
+    variants = variants_for(size)
+    for name, f in variants.items():  # a variant that copies wrong bytes must not win
+        dst.fill(0)
+        f(dst, src)
+        if not np.array_equal(dst, src):
+            raise RuntimeError(f"fastcopy check: {name} copied wrong bytes at {size} B, offset {offset}")
+    loops = {name: _calibrate(f, dst, src, min_time) for name, f in variants.items()}
+    samples: Dict[str, List[float]] = {name: [] for name in variants}
+    reruns = 0
+    order = list(variants)
+    for _ in range(repeats):
+        rng.shuffle(order)
+        for name in order:
+            seconds, again = _timed(variants[name], dst, src, loops[name])
+            samples[name].append(seconds)
+            reruns += again
+    picked = _core.chosen_kernel(dst.ctypes.data, src.ctypes.data, size)
+    pool = [name for name in variants if name.startswith(picked + " x")]
+    return {"size": size, "offset": offset, "src_page_offset": src.ctypes.data % PAGE,
+            "dst_page_offset": dst.ctypes.data % PAGE,
+            # the profile's kernel; on the pool (" xN") from the parallel threshold on
+            "picked": pool[0] if pool else picked,
+            "iterations": loops, "reruns": reruns, "seconds": samples}
+
+
+def judge_point(point: Dict[str, Any], level: float = CONFIDENCE, seed: int = 0) -> Dict[str, Any]:
+    """Adds to a measured point: medians (seconds and GB/s), the winner among the variants other
+    than auto, and the ratio with its interval."""
+    seconds = point["seconds"]
+    medians = {name: float(np.median(s)) for name, s in seconds.items()}
+    winner = min((name for name in medians if name != AUTO), key=lambda name: medians[name])
+    ratio, lo, hi = ratio_ci(seconds[AUTO], seconds[winner], level, seed=seed)
+    point.update({"median_seconds": medians,
+                  "gbps": {name: point["size"] / t / 1e9 for name, t in medians.items()},
+                  "winner": winner, "ratio": ratio, "ci": [lo, hi]})
+    return point
+
+
+# ---- the whole check --------------------------------------------------------------------
+def estimate_seconds(points: int, repeats: int, min_time: float, variants: int) -> float:
+    """A rough duration: every variant at every point runs repeats + about 4 loops (calibration)."""
+    return points * variants * (repeats + 4) * min_time * 1.2
+
+
+def check_dispatch(points: int = DEFAULT_POINTS, seed: Optional[int] = None, repeats: int = DEFAULT_REPEATS,
+                   min_time: float = DEFAULT_MIN_TIME, min_size: int = MIN_SIZE, max_size: int = MAX_SIZE,
+                   confidence: float = CONFIDENCE, progress: Optional[Callable[[int, int], None]] = None,
+                   command: str = "fastcopy.check_dispatch()") -> Dict[str, Any]:
+    """Measures the active dispatch profile at random points (see the module's description) and
+    returns a dict: ``config``, ``machine``, ``profile``, ``points`` (each with size, offset,
+    the kernel the profile picked, medians, the winner and the ratio with its interval),
+    ``summary`` (geometric mean and lowest points with intervals, wins per variant) and
+    ``report`` (the text :func:`format_report` makes). ``seed`` None draws one and records it.
+    Raises ValueError for a bad argument."""
+    import fastcopy
+    from .. import _core
+
+    for label, value, low in (("points", points, 1), ("repeats", repeats, 2), ("min_size", min_size, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"check_dispatch: {label} must be an int of at least {low}, got {value!r}")
+    if isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < min_size:
+        raise ValueError(f"check_dispatch: max_size must be an int of at least min_size ({min_size}), got {max_size!r}")
+    if not (isinstance(min_time, (int, float)) and 0 < min_time <= 10):
+        raise ValueError(f"check_dispatch: min_time must be above 0 and at most 10 seconds, got {min_time!r}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"check_dispatch: confidence must be between 0 and 1, got {confidence!r}")
+    if seed is None:
+        seed = random.SystemRandom().randrange(1, 1 << 31)
+    drawn = draw_points(points, seed, min_size, max_size)
+    rng = random.Random(seed + 1)
+    profile = _core.active_profile()
+    config = {"points": points, "seed": seed, "repeats": repeats, "min_time": min_time, "min_size": min_size,
+              "max_size": max_size, "near_share": NEAR_SHARE, "aligned_share": ALIGNED_SHARE,
+              "confidence": confidence, "resamples": RESAMPLES, "command": command,
+              "estimated_seconds": estimate_seconds(points, repeats, min_time, len(variants_for(min_size)))}
+    t0 = time.monotonic()
+    load_before = _load()
+    measured = []
+    for i, (size, offset) in enumerate(drawn):
+        measured.append(judge_point(measure_point(size, offset, repeats, min_time, rng), confidence, seed + i))
+        if progress is not None:
+            progress(i + 1, points)
+    result = {"config": config, "machine": _machine(), "profile": {"name": profile["name"],
+                                                                 "source": profile["source"]},
+              "load_before": load_before, "load_after": _load(), "elapsed_seconds": time.monotonic() - t0,
+              "fastcopy_version": fastcopy.__version__, "points": measured,
+              "summary": summarize(measured, confidence, seed)}
+    result["report"] = format_report(result)
+    return result
+
+
+def summarize(points: List[Dict[str, Any]], confidence: float = CONFIDENCE, seed: int = 0) -> Dict[str, Any]:
+    """Geometric mean with its interval, the lowest points, wins per variant, counts below 0.9."""
+    ratios = [p["ratio"] for p in points]
+    geo, lo, hi = geomean_ci(ratios, confidence, seed=seed)
+    lowest = sorted(range(len(points)), key=lambda i: ratios[i])[:LOWEST_SHOWN]
+    wins: Dict[str, int] = {}
+    for p in points:
+        wins[p["winner"]] = wins.get(p["winner"], 0) + 1
+    return {"geomean": geo, "geomean_ci": [lo, hi], "min": min(ratios), "max": max(ratios),
+            "lowest": lowest, "below_0_90": sum(r < 0.90 for r in ratios), "below_0_97": sum(r < 0.97 for r in ratios),
+            "wins": dict(sorted(wins.items(), key=lambda kv: -kv[1]))}
+
+
+def _load() -> Optional[List[float]]:
+    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+
+
+def _machine() -> Dict[str, Any]:
+    from .. import _core
+
+    cpu = _core.cpu_facts()
+    libc = " ".join(x for x in platform.libc_ver() if x) or "unknown"
+    return {"arch": cpu.get("arch"), "vendor": cpu.get("vendor"), "family": cpu.get("family"),
+            "model": cpu.get("model"), "cpus": os.cpu_count(), "libc": libc, "python": platform.python_version(),
+            "numpy": np.__version__}
+
+
+def _size_words(n: int) -> str:
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} B"
+
+
+def format_report(result: Dict[str, Any]) -> str:
+    """The check as text to paste into a bug report: the setting, one line per point, the summary."""
+    c, m, s, pts = result["config"], result["machine"], result["summary"], result["points"]
+    pct = round(c["confidence"] * 100)
+    lines = [
+        f"fastcopy {result['fastcopy_version']} dispatch check: profile {result['profile']['name']} "
+        f"({result['profile']['source']})",
+        f"CPU {m['vendor']} family {m['family']} model {m['model']} ({m['arch']}), {m['cpus']} CPUs; {m['libc']}; "
+        f"Python {m['python']}, numpy {m['numpy']}; load average {result['load_before']} before, "
+        f"{result['load_after']} after",
+        f"{c['points']} points, seed {c['seed']}: sizes log-uniform {_size_words(c['min_size'])}-"
+        f"{_size_words(c['max_size'])}, (dst - src) mod 4096 from 1..{NEAR_MAX} for {c['near_share']:.0%}, 0 for "
+        f"{c['aligned_share']:.0%}, else 0..4095; fresh numpy arrays per point",
+        f"{c['repeats']} interleaved repeats of >= {c['min_time'] * 1e3:g} ms loops per variant, medians; "
+        f"estimated {c['estimated_seconds']:.0f} s, took {result['elapsed_seconds']:.0f} s; loops run again "
+        f"because the thread was descheduled: {sum(p['reruns'] for p in pts)}",
+        f"ratio = median time of the best other variant / median time of fastcopy.copy ({pct}% bootstrap intervals)",
+        "",
+        f"{'size':>9} {'offset':>6} {'src%4K':>6} {'auto picks':>11} {'winner':>13} {'winner GB/s':>11} "
+        f"{'auto GB/s':>9} {'ratio':>6}  {pct}% CI",
+    ]
+    for p in sorted(pts, key=lambda p: (p["size"], p["offset"])):
+        lines.append(f"{p['size']:>9} {p['offset']:>6} {p['src_page_offset']:>6} {p['picked']:>11} "
+                     f"{p['winner']:>13} {p['gbps'][p['winner']]:>11.2f} {p['gbps'][AUTO]:>9.2f} {p['ratio']:>6.3f}  "
+                     f"[{p['ci'][0]:.3f}, {p['ci'][1]:.3f}]" + ("  <" if p["ratio"] < 0.9 else ""))
+    lo, hi = s["geomean_ci"]
+    lines += ["", f"geometric mean {s['geomean']:.3f} [{lo:.3f}, {hi:.3f}] over {len(pts)} points "
+                  f"(interval: resampling the points); range {s['min']:.3f}-{s['max']:.3f}; "
+                  f"below 0.97: {s['below_0_97']}, below 0.90: {s['below_0_90']}",
+              "lowest points:"]
+    for i in s["lowest"]:
+        p = pts[i]
+        lines.append(f"  {p['ratio']:.3f} [{p['ci'][0]:.3f}, {p['ci'][1]:.3f}] at {p['size']} B, offset {p['offset']}"
+                     f" (src at {p['src_page_offset']} in its page): auto picked {p['picked']}, {p['winner']} won")
+    lines.append("wins: " + ", ".join(f"{name} {n}" for name, n in s["wins"].items()))
+    return "\n".join(lines)
+
+
+# ---- command line (python -m fastcopy tune --check) ---------------------------------------
+def add_check_arguments(p: Any) -> None:
+    """Adds --check and its options to the tune parser (its --repeats and --min-time apply too)."""
+    from ..bench.cli import int_at_least, typed
+
+    p.add_argument("--check", action="store_true",
+                   help="measure the active profile against every kernel forced and np.copyto at random sizes "
+                        f"and offsets, print the report (default {DEFAULT_POINTS} points, {DEFAULT_REPEATS} repeats "
+                        f"of {DEFAULT_MIN_TIME * 1e3:g} ms loops: about a minute); writes no profile")
+    p.add_argument("--points", type=typed(int_at_least(1, 100000)), metavar="N",
+                   help=f"--check: how many random points (default {DEFAULT_POINTS})")
+    p.add_argument("--seed", type=typed(int_at_least(0, (1 << 63) - 1)), metavar="N",
+                   help="--check: the seed of the points and of the order of the variants (default: drawn, printed)")
+    p.add_argument("--json", metavar="FILE", help="--check: also save every sample and the summary as JSON")
+
+
+def run_check_cli(p: Any, args: Any, argv: List[str]) -> int:
+    """Runs ``tune --check`` (``p``: the tune parser, for errors)."""
+    import json
+
+    from ..bench.cli import check_outputs, save_json
+
+    for option, given in (("--show", args.show), ("--reset", args.reset), ("--dry-run", args.dry_run),
+                          ("--quick", args.quick), ("--grid", args.grid is not None),
+                          ("--output", args.output is not None)):
+        if given:
+            p.error(f"argument --check: {option} does not apply to the check (it writes no profile)")
+    check_outputs(p, args)
+    if args.repeats is not None and args.repeats < 2:
+        p.error("argument --repeats: --check needs at least 2 repeats")
+    show = sys.stderr.isatty()
+
+    def progress(done: int, total: int) -> None:
+        if show:
+            print(f"\r{done}/{total} points", end="" if done < total else "\n", file=sys.stderr, flush=True)
+
+    try:
+        result = check_dispatch(points=args.points or DEFAULT_POINTS, seed=args.seed,
+                                repeats=args.repeats or DEFAULT_REPEATS, min_time=args.min_time or DEFAULT_MIN_TIME,
+                                progress=progress, command="python -m fastcopy tune " + " ".join(argv[1:]))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    print(result["report"])
+    if args.json:
+        return save_json(args.json, json.loads(json.dumps(result, default=str)), f"{len(result['points'])} points")
+    return 0

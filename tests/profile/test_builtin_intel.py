@@ -1,0 +1,66 @@
+"""The built-in ``intel-erms-avx512`` table as written (``builtin_profile_table``: before it is
+resolved for a CPU), so nothing here depends on the CPU the tests run on. The figures behind
+each rule are in docs/evidence/intel.md; these tests hold the rules to what those figures show."""
+from __future__ import annotations
+
+import pytest
+
+from fastcopy import _core
+
+FORWARD = ("page_aligned", "near", "far")
+KiB, MiB = 1 << 10, 1 << 20
+
+
+def table(name: str) -> dict:
+    return next(t for t in _core.builtin_profile_table() if t["name"] == name)
+
+
+def kernel_at(bands: list, size: int) -> str:
+    return [b for b in bands if b["from"] <= size][-1]["kernel"]
+
+
+def test_avx512_where_glibc_runs_rep_movsb_and_the_copy_fits_the_l1d():
+    """evidence: intel-avx512-band. avx512 ran 1.15-1.2x glibc at 2.3-12 KiB in every forward
+    class (glibc runs rep movsb there) and lost from about 20 KiB, where source and destination
+    together outgrow the 48 KiB L1d: every region and forward class names avx512 at 3 and 12 KiB
+    and the C library or rep movsb at 24 KiB and in the L2 range; backward overlaps (not
+    measured) keep the C library."""
+    for region, classes in table("intel-erms-avx512")["regions"].items():
+        for cls in FORWARD:
+            bands = classes[cls]
+            assert kernel_at(bands, 3 * KiB) == "avx512" and kernel_at(bands, 12 * KiB) == "avx512", (region, cls)
+            for size in (24 * KiB, 64 * KiB, 400 * KiB):
+                assert kernel_at(bands, size) in ("generic", "erms"), (region, cls, size)
+            # a CPU or build without the AVX-512 kernel runs the C library in its place
+            assert all(b["fallback"] == "generic" for b in bands if b["kernel"] == "avx512")
+            assert all("evidence: intel-" in b["why"] for b in bands)
+        assert {b["kernel"] for b in classes["backward"]} == {"generic"}
+
+
+def test_rep_movsb_follows_avx512_in_the_far_class_only():
+    """evidence: intel-avx512-band, intel-l2-range. After the avx512 band the far class runs rep
+    movsb (as glibc does there); the near class never does (4K aliasing)."""
+    for classes in table("intel-erms-avx512")["regions"].values():
+        assert kernel_at(classes["far"], 64 * KiB) == "erms"
+        assert all(b["kernel"] != "erms" for b in classes["near"])
+
+
+def test_streams_with_the_avx512_twin_from_about_12_mib():
+    """evidence: intel-nt-threshold. With the pool, avx512_nt ran 0.91-0.94x at 4 MiB, tied at
+    8 MiB and won from 12 MiB; avx2_nt ran 0.5-0.7x avx512_nt at 4-32 MiB: the NT kernel is the
+    streaming twin of avx512, from above 4 MiB to at most 16 MiB whatever the L3 (a VM may
+    report the host's 480 MiB L3)."""
+    twins = {k["name"]: k["twin"] for k in _core.kernel_table()}
+    if "avx512" not in twins:
+        pytest.skip("this build has no AVX-512 kernels (not x86-64)")
+    nt = table("intel-erms-avx512")["nt"]
+    assert nt["kernel"] == twins["avx512"]
+    for example in nt["examples"]:
+        assert 4 * MiB < example["threshold"] <= 16 * MiB, example
+        assert "evidence: intel-nt-threshold" in example["why"]
+
+
+def test_the_plain_intel_table_is_unchanged_by_the_avx512_one():
+    """The ERMS-only Intel table (no AVX-512 measured there) keeps the C library and rep movsb."""
+    for classes in table("intel-erms")["regions"].values():
+        assert all(b["kernel"] in ("generic", "erms") for cls in FORWARD for b in classes[cls])

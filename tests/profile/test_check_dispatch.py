@@ -1,0 +1,243 @@
+"""The held-out dispatch check (``python -m fastcopy tune --check``, ``fastcopy.check_dispatch()``):
+its points, its statistics on synthetic data, and the check end to end under a forced profile
+(small settings: a few points, short loops), so nothing here depends on the CPU."""
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import numpy as np
+import pytest
+
+import fastcopy
+from fastcopy import _core
+
+from _cli import cli
+from conftest import no_subprocess, profile_forced
+
+from fastcopy.tune import check  # noqa: E402
+
+# Small, fast settings: a handful of points, short loops; sizes below the parallel threshold.
+SMALL = dict(points=5, seed=7, repeats=3, min_time=0.0001, max_size=64 << 10)
+
+
+def generic_profile() -> dict:
+    """The active profile with the C library everywhere, no NT stores and no thread pool."""
+    p = json.loads(_core.base_profile_json())
+    for region in p["regions"].values():
+        for cls in ("page_aligned", "near", "far", "backward"):
+            region[cls] = [{"from": 0, "kernel": "generic", "why": "forced by the test"}]
+        region["nt"] = {"threshold": None, "kernel": None, "why": "forced by the test"}
+        region.pop("rep_movsb_on", None)
+    p["parallel"] = {"threshold": None, "threads": 0, "why": "forced by the test"}
+    return p
+
+
+# ---- the points ---------------------------------------------------------------------------
+
+def test_points_are_reproducible_and_drawn_as_described():
+    pts = check.draw_points(4000, seed=11, min_size=64, max_size=4 << 20)
+    assert pts == check.draw_points(4000, seed=11, min_size=64, max_size=4 << 20)
+    assert pts != check.draw_points(4000, seed=12, min_size=64, max_size=4 << 20)
+    sizes = [s for s, _ in pts]
+    offsets = [o for _, o in pts]
+    assert min(sizes) >= 64 and max(sizes) <= 4 << 20
+    assert all(0 <= o < 4096 for o in offsets)
+    # log-uniform: the median size is near the geometric middle of the range (2 ** 15 here)
+    assert 2 ** 14 < float(np.median(sizes)) < 2 ** 16
+    # the extra weight on 1..255 and on 0 (plus what the uniform share adds)
+    near = sum(1 <= o <= check.NEAR_MAX for o in offsets) / len(offsets)
+    aligned = offsets.count(0) / len(offsets)
+    assert check.NEAR_SHARE < near < check.NEAR_SHARE + 0.1
+    assert check.ALIGNED_SHARE - 0.03 < aligned < check.ALIGNED_SHARE + 0.03
+    assert sum(o > check.NEAR_MAX for o in offsets) > 0.4 * len(offsets)
+
+
+@pytest.mark.parametrize("args", [dict(count=0, seed=1), dict(count=3, seed=1, min_size=0),
+                                  dict(count=3, seed=1, min_size=10, max_size=9),
+                                  dict(count=3, seed=1, near_share=0.8, aligned_share=0.3)])
+def test_bad_point_settings_are_refused(args):
+    with pytest.raises(ValueError):
+        check.draw_points(**args)
+
+
+def test_place_gives_the_distance_on_fresh_buffers():
+    for size, offset in [(64, 0), (1000, 17), (5000, 4095), (70000, 2048)]:
+        dst, src = check.place(size, offset, fill_seed=3)
+        assert dst.size == src.size == size
+        assert (dst.ctypes.data - src.ctypes.data) % 4096 == offset
+        assert not np.shares_memory(dst, src)
+
+
+# ---- the statistics, on synthetic data ----------------------------------------------------
+
+def test_geomean():
+    assert check.geomean([1.0, 4.0]) == pytest.approx(2.0)
+    assert check.geomean([0.9] * 7) == pytest.approx(0.9)
+    with pytest.raises(ValueError):
+        check.geomean([])
+    with pytest.raises(ValueError):
+        check.geomean([1.0, 0.0])
+
+
+def test_geomean_interval():
+    est, lo, hi = check.geomean_ci([0.95] * 20)
+    assert est == pytest.approx(0.95) and lo == pytest.approx(0.95) and hi == pytest.approx(0.95)
+    ratios = [0.5, 2.0] * 10
+    est, lo, hi = check.geomean_ci(ratios, seed=1)
+    assert est == pytest.approx(1.0)
+    assert lo < 1.0 < hi and lo > 0.5 and hi < 2.0
+    # a lower confidence level gives a narrower interval around the same estimate
+    est2, lo2, hi2 = check.geomean_ci(ratios, level=0.5, seed=1)
+    assert est2 == est and lo <= lo2 <= hi2 <= hi and hi2 - lo2 < hi - lo
+    assert check.geomean_ci(ratios, seed=5) == check.geomean_ci(ratios, seed=5)  # seeded: reproducible
+    with pytest.raises(ValueError):
+        check.geomean_ci([1.0, -1.0])
+
+
+def test_ratio_interval_of_paired_samples():
+    est, lo, hi = check.ratio_ci([1.0] * 9, [0.9] * 9)
+    assert (est, lo, hi) == pytest.approx((0.9, 0.9, 0.9))
+    rng = np.random.default_rng(3)
+    auto = 100e-9 * np.exp(rng.normal(0, 0.03, 41))
+    best = 90e-9 * np.exp(rng.normal(0, 0.03, 41))
+    est, lo, hi = check.ratio_ci(auto, best, seed=2)
+    assert est == pytest.approx(float(np.median(best) / np.median(auto)))
+    assert lo <= est <= hi
+    assert lo < 0.9 < hi and hi - lo < 0.1  # contains the true 0.9, and is tight for 41 pairs
+    with pytest.raises(ValueError):
+        check.ratio_ci([1.0, 2.0], [1.0])
+
+
+def test_judge_point_names_the_fastest_other_variant():
+    """The winner is the fastest variant other than fastcopy.copy; where fastcopy.copy beat them
+    all (e.g. on the pool) its ratio is above 1."""
+    point = {"size": 1000, "seconds": {check.AUTO: [1.0e-7, 1.1e-7, 0.9e-7], "generic": [2.0e-7] * 3,
+                                       "avx2": [1.5e-7, 1.4e-7, 1.6e-7]}}
+    judged = check.judge_point(point)
+    assert judged["winner"] == "avx2"
+    assert judged["ratio"] == pytest.approx(1.5)
+    assert judged["ci"][0] <= 1.5 <= judged["ci"][1]
+    assert judged["gbps"]["generic"] == pytest.approx(1000 / 2.0e-7 / 1e9)
+
+
+# ---- the check end to end -----------------------------------------------------------------
+
+@pytest.fixture
+def temporary_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _assert_consistent(result: dict, points: int) -> None:
+    s = result["summary"]
+    pts = result["points"]
+    assert len(pts) == points
+    ratios = [p["ratio"] for p in pts]
+    assert s["min"] == min(ratios) and s["max"] == max(ratios)
+    assert s["min"] <= s["geomean"] <= s["max"]
+    assert s["geomean"] == pytest.approx(check.geomean(ratios))
+    assert s["geomean_ci"][0] <= s["geomean"] <= s["geomean_ci"][1]
+    assert [ratios[i] for i in s["lowest"]] == sorted(ratios)[:len(s["lowest"])]
+    assert sum(s["wins"].values()) == points
+    for p in pts:
+        measured = set(p["seconds"])
+        assert check.AUTO in measured and check.COPYTO in measured and set(fastcopy.kernels()) <= measured
+        assert p["winner"] in measured and p["winner"] != check.AUTO
+        assert all(len(v) == result["config"]["repeats"] for v in p["seconds"].values())
+        med = p["median_seconds"]
+        assert med[p["winner"]] == min(v for k, v in med.items() if k != check.AUTO)
+        assert p["ratio"] == pytest.approx(med[p["winner"]] / med[check.AUTO])
+        assert p["ci"][0] <= p["ratio"] <= p["ci"][1]
+        assert (p["dst_page_offset"] - p["src_page_offset"]) % 4096 == p["offset"]
+        assert p["gbps"][check.AUTO] == pytest.approx(p["size"] / med[check.AUTO] / 1e9)
+
+
+def test_check_end_to_end_under_a_forced_profile(temporary_cache):
+    with profile_forced(generic_profile(), "test: generic everywhere"):
+        result = fastcopy.check_dispatch(**SMALL)
+    _assert_consistent(result, SMALL["points"])
+    assert result["profile"]["source"] == "test: generic everywhere"
+    drawn = check.draw_points(SMALL["points"], SMALL["seed"], check.MIN_SIZE, SMALL["max_size"])
+    assert [(p["size"], p["offset"]) for p in result["points"]] == drawn
+    assert all(p["picked"] == "generic" for p in result["points"])  # what the forced profile names
+    assert result["config"]["seed"] == SMALL["seed"] and result["config"]["estimated_seconds"] > 0
+    text = result["report"]
+    assert "seed 7" in text and "geometric mean" in text and "test: generic everywhere" in text
+    assert text.count("\n") > SMALL["points"] + 8  # one line per point, and the summary
+    assert not temporary_cache.exists()  # the check writes no profile
+    assert callable(fastcopy.tune)  # importing fastcopy.tune.check leaves fastcopy.tune() the function
+
+
+def test_pool_variants_from_the_parallel_threshold():
+    """At and above the parallel threshold each kernel is also timed on the pool, and a profile
+    that names the pool there is said to pick it (" xN")."""
+    p = generic_profile()
+    p["parallel"] = {"threshold": 1 << 16, "threads": 0, "why": "forced by the test"}
+    fastcopy.set_threads(2)
+    try:
+        with profile_forced(p, "test: pool from 64 KiB"):
+            below = check.variants_for((1 << 16) - 1)
+            above = check.variants_for(1 << 16)
+            point = check.measure_point(1 << 16, 64, repeats=2, min_time=0.0001, rng=random.Random(1))
+    finally:
+        fastcopy.set_threads(0)
+    assert not any(" x" in k for k in below)
+    assert {f"{k} x2" for k in fastcopy.kernels()} <= set(above)
+    assert point["picked"] == "generic x2"
+
+
+@pytest.mark.parametrize("bad", [dict(points=0), dict(repeats=1), dict(min_time=0), dict(min_size=100, max_size=99),
+                                 dict(points=True), dict(confidence=1.0)])
+def test_bad_check_arguments_are_refused(bad):
+    with pytest.raises(ValueError, match="check_dispatch"):
+        fastcopy.check_dispatch(**bad)
+
+
+@no_subprocess
+def test_tune_check_command_line(tmp_path):
+    profile = tmp_path / "generic.json"
+    profile.write_text(json.dumps(generic_profile()))
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "FASTCOPY_PROFILE": str(profile)}
+    outs = []
+    for run in (1, 2):
+        out = tmp_path / f"check{run}.json"
+        r = cli("tune", "--check", "--points", "3", "--seed", "5", "--repeats", "2", "--min-time", "0.0001",
+                "--json", str(out), env=env, timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert "dispatch check" in r.stdout and "seed 5" in r.stdout and "geometric mean" in r.stdout
+        outs.append(json.loads(out.read_text()))
+    assert [(p["size"], p["offset"]) for p in outs[0]["points"]] == \
+        [(p["size"], p["offset"]) for p in outs[1]["points"]]  # the same seed, the same points
+    for doc in outs:
+        _assert_consistent(doc, 3)
+        assert all(p["picked"].split(" ")[0] == "generic" for p in doc["points"])
+    assert not (tmp_path / "cache").exists()
+    r = cli("tune", "--check", "--show", env=env)
+    assert r.returncode == 2 and "--show does not apply" in r.stderr
+    r = cli("tune", "--check", "--repeats", "1", env=env)
+    assert r.returncode == 2 and "at least 2 repeats" in r.stderr
+
+
+def test_report_names_lowest_points_and_winner():
+    """format_report on a synthetic result: the lowest point's line names its size, its pick
+    and the winner, with its interval."""
+    pts = []
+    for i, (size, ratio) in enumerate([(100, 1.0), (5000, 0.8), (9000, 0.95)]):
+        pts.append({"size": size, "offset": 16 * i, "src_page_offset": 0, "dst_page_offset": 16 * i,
+                    "picked": "generic", "winner": "avx2" if ratio < 1 else "generic", "ratio": ratio,
+                    "ci": [ratio - 0.01, ratio + 0.01], "reruns": 0,
+                    "gbps": {"auto": 1.0, "avx2": 1.0 / ratio, "generic": 1.0}})
+    result = {"config": {"points": 3, "seed": 1, "repeats": 3, "min_time": 0.001, "min_size": 64, "max_size": 1 << 20,
+                         "near_share": 0.4, "aligned_share": 0.1, "confidence": 0.95, "estimated_seconds": 1.0},
+              "machine": {"vendor": "v", "family": 1, "model": 2, "arch": "a", "cpus": 2, "libc": "l",
+                          "python": "p", "numpy": "n"},
+              "profile": {"name": "x", "source": "y"}, "load_before": None, "load_after": None,
+              "elapsed_seconds": 1.0, "fastcopy_version": "0", "points": pts,
+              "summary": check.summarize(pts)}
+    text = check.format_report(result)
+    lowest = text.split("lowest points:")[1].splitlines()[1]
+    assert "0.800 [0.790, 0.810] at 5000 B" in lowest and "picked generic, avx2 won" in lowest
+    assert f"geometric mean {math.exp((math.log(0.8) + math.log(0.95)) / 3):.3f}" in text
+    assert result["summary"]["below_0_90"] == 1 and result["summary"]["wins"] == {"avx2": 2, "generic": 1}
