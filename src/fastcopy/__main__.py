@@ -26,6 +26,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
     cli.add_bench_parser(sub)
     tune.add_tune_parser(sub)
+    from .net.cli import add_bridge_parser
+
+    add_bridge_parser(sub)
 
     p_cmp = sub.add_parser("compare", help="compare two bench --json files",
                            description="Per size and variant: change of the median in percent; '*' marks a "
@@ -119,6 +122,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         return _compare(parser, args)
     if args.command == "shm":
         return _shm(args)
+    if args.command == "bridge":
+        from .net.cli import run as run_bridge
+
+        return run_bridge(args)
     return 0
 
 
