@@ -35,7 +35,10 @@ class Bridge:
             if slot_bytes <= 0:
                 raise ValueError("Bridge.into: slot_bytes (the largest message the local Topic holds) is required")
             self._local = shm.Topic.create(topic, slot_bytes=slot_bytes, slots=slots, overflow=overflow)
-            self._remote = Subscriber(key, self.session, overflow=overflow)
+            # The network side always holds Zenoh back rather than dropping here: a loss here
+            # could not reach the local subscribers' MessagesLost. The local Topic drops (and
+            # counts per subscriber) when created with overflow="drop".
+            self._remote = Subscriber(key, self.session, overflow="block")
         else:
             raise ValueError(f"Bridge: direction must be 'out' or 'into', got {direction!r}")
 
