@@ -41,7 +41,8 @@ def MessagesLost(count: int, message: Optional[str] = None) -> Exception:  # noq
 
 def open_session(listen: Sequence[str] = (), connect: Sequence[str] = (), mode: str = "peer") -> Any:
     """A Zenoh session: peer mode, multicast scouting off, listening on / connecting to the given
-    endpoints (e.g. ``tcp/127.0.0.1:7447``)."""
+    endpoints (e.g. ``tcp/127.0.0.1:7447``). ``mode``: "peer", "client" (talks only to routers)
+    or "router"."""
     import json
 
     zenoh = zenoh_module()
@@ -52,9 +53,6 @@ def open_session(listen: Sequence[str] = (), connect: Sequence[str] = (), mode: 
         conf.insert_json5("listen/endpoints", json.dumps(list(listen)))
     if connect:
         conf.insert_json5("connect/endpoints", json.dumps(list(connect)))
-        # Keep retrying a lost connection (a remote bridge restarting), without a limit.
-        conf.insert_json5("connect/timeout_ms", "-1")
-        conf.insert_json5("connect/exit_on_failure", "false")
     return zenoh.open(conf)
 
 
