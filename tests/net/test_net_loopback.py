@@ -95,8 +95,11 @@ def test_recv_into_out_and_recv_view(pair):
     assert not view.flags.writeable
     np.testing.assert_array_equal(view, big[::-1])
     pub.send(big)
+    wrong = np.full((3,), 7.0)
     with pytest.raises(ValueError, match="shape"):
-        sub.recv(out=np.empty((3,)), timeout=20)
+        sub.recv(out=wrong, timeout=20)
+    assert (wrong == 7.0).all()                         # the destination is untouched
+    np.testing.assert_array_equal(sub.recv(timeout=20), big)  # and the message stays
 
 
 def test_foreign_payload_is_rejected_and_the_stream_goes_on(pair):

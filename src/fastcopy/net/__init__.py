@@ -198,7 +198,9 @@ class Subscriber:
         if out is None:
             return arr.copy(order="K")
         if not isinstance(out, np.ndarray) or out.shape != arr.shape or out.dtype != arr.dtype:
-            raise ValueError(f"recv(out=): out must be an ndarray of shape {arr.shape} and dtype {arr.dtype}")
+            self._pending = arr  # the message stays: the next recv returns it
+            raise ValueError(f"recv(out=): out must be an ndarray of shape {arr.shape} and dtype {arr.dtype}; "
+                             "the message stays for the next recv")
         from .. import copy as fcopy
         fcopy(out, arr)
         return out
