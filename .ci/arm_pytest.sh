@@ -77,7 +77,8 @@ STAGE=$B/arm64-site
 rm -rf "$STAGE" && mkdir -p "$STAGE/fastcopy"
 # Everything the wheel ships (modules, type stubs, py.typed), minus any host-built extension.
 cp "$ROOT"/src/fastcopy/*.py "$ROOT"/src/fastcopy/*.pyi "$ROOT"/src/fastcopy/py.typed "$STAGE/fastcopy/"
-for pkg in bench tune; do
+for init in "$ROOT"/src/fastcopy/*/__init__.py; do  # every subpackage (shm, bench, tune, net)
+  pkg=$(basename "$(dirname "$init")")
   mkdir -p "$STAGE/fastcopy/$pkg" && cp "$ROOT"/src/fastcopy/$pkg/*.py "$STAGE/fastcopy/$pkg/"
 done
 cp "$SO" "$STAGE/fastcopy/"

@@ -27,6 +27,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
     cli.add_bench_parser(sub)
     tune_cli.add_tune_parser(sub)
+    from .net.cli import add_bridge_parser
+
+    add_bridge_parser(sub)
 
     p_cmp = sub.add_parser("compare", help="compare two bench --json files",
                            description="Per size and variant: change of the median in percent; '*' marks a "
@@ -120,6 +123,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         return _compare(parser, args)
     if args.command == "shm":
         return _shm(args)
+    if args.command == "bridge":
+        from .net.cli import run as run_bridge
+
+        return run_bridge(args)
     return 0
 
 

@@ -1,0 +1,161 @@
+"""Publisher -> Topic A -> bridge out -> Zenoh (loopback) -> bridge into -> Topic B -> subscribers:
+the two "hosts" share this machine, so the remote Topic has another name. Bridges and subscribers
+are child processes; every wait is bounded."""
+from __future__ import annotations
+
+import os
+import secrets
+import time
+import zlib
+
+import numpy as np
+import pytest
+
+from _net import endpoint, free_port, needs_zenoh
+from _procs import bridge, subscriber
+from conftest import no_subprocess
+
+pytestmark = [pytest.mark.net, needs_zenoh, no_subprocess]
+
+DTYPES = ["u1", "<i2", ">i4", "f4", "<f8", "c8", "?", "S3", "m8[s]"]
+N_MESSAGES = int(os.environ.get("FASTCOPY_NET_STRESS", "600"))
+
+
+def _names():
+    tag = f"fcnet-{os.getpid()}-{secrets.token_hex(4)}"
+    return f"{tag}-A", f"{tag}-B", f"fastcopy/test/{tag}"
+
+
+def _probe_until(topic, subs, timeout: float = 60.0) -> None:
+    """Publishes probes until every subscriber has seen one (the whole path is up)."""
+    pending = list(subs)
+    deadline = time.monotonic() + timeout
+    while pending:
+        assert time.monotonic() < deadline, "the bridge path never came up"
+        topic.send(np.int8(-1))
+        still = []
+        for s in pending:
+            try:
+                s.expect("probe", timeout=0.05)
+            except AssertionError:
+                still.append(s)
+        pending = still
+
+
+def _message(rng, k):
+    dt = np.dtype(DTYPES[k % len(DTYPES)])
+    nbytes = int(rng.integers(0, 48 << 10))
+    n = nbytes // dt.itemsize
+    raw = rng.integers(0, 256, size=n * dt.itemsize, dtype=np.uint8)
+    arr = raw.view(dt)
+    if k % 4 == 1 and n % 4 == 0 and n:
+        arr = np.asfortranarray(arr.reshape(4, -1))
+    return arr
+
+
+def _line(arr) -> str:
+    return f"msg {zlib.crc32(arr.tobytes(order='C'))} {arr.dtype.str} {arr.shape}"
+
+
+def test_bridge_to_three_subscribers_one_killed_midway():
+    from fastcopy.shm import Topic
+
+    a, b, key = _names()
+    port = free_port()
+    with Topic.create(a, slot_bytes=64 << 10) as topic:
+        out = bridge("--topic", a, "--key", key, "--listen", endpoint(port))
+        into = bridge("--into", "--topic", b, "--key", key, "--connect", endpoint(port), "--slot-bytes", str(64 << 10))
+        subs = [subscriber(b) for _ in range(3)]
+        try:
+            _probe_until(topic, subs)
+            rng = np.random.default_rng(11)
+            sent = []
+            for k in range(N_MESSAGES):
+                arr = _message(rng, k)
+                topic.send(arr)
+                sent.append(_line(arr))
+                if k == N_MESSAGES // 2:
+                    subs[2].proc.kill()
+            topic.send(np.int8(-2))
+            for s in subs[:2]:
+                got = []
+                while True:
+                    line = s.line()
+                    if line.startswith("end"):
+                        break
+                    if line != "probe" and not line.startswith("msg ") and line != "<eof>":
+                        continue
+                    got.append(line)
+                assert line == "end 0"
+                got = [g for g in got if g != "probe"]
+                assert len(got) == len(sent)
+                assert got == sent
+            assert subs[2].proc.wait(20) != 0
+        finally:
+            for s in subs:
+                s.stop()
+            assert into.stop() == 0, "".join(into.stderr)
+            assert out.stop() == 0, "".join(out.stderr)
+
+
+def test_stalled_remote_subscriber_in_drop_mode_counts_every_loss():
+    """Topic B drops (overflow='drop'): a subscriber that reads slowly gets MessagesLost, with
+    received + lost == published, and every message it gets intact."""
+    from fastcopy.shm import Topic
+
+    a, b, key = _names()
+    port = free_port()
+    with Topic.create(a, slot_bytes=4096) as topic:
+        out = bridge("--topic", a, "--key", key, "--listen", endpoint(port))
+        into = bridge("--into", "--topic", b, "--key", key, "--connect", endpoint(port), "--slot-bytes", "4096",
+                      "--slots", "4", "--overflow", "drop")
+        slow = subscriber(b, stall=0.002)
+        try:
+            _probe_until(topic, [slow])
+            n = 400
+            sent = set()
+            for k in range(n):
+                arr = np.full(64, k, dtype=np.int64)
+                topic.send(arr)
+                sent.add(_line(arr))
+            topic.send(np.int8(-2))
+            received = lost = 0
+            while True:
+                line = slow.line()
+                if line.startswith("end"):
+                    break
+                if line.startswith("lost"):
+                    lost += int(line.split()[1])
+                elif line.startswith("msg"):
+                    assert line in sent, "torn or foreign message"
+                    received += 1
+            assert int(line.split()[1]) == lost
+            assert received + lost == n
+        finally:
+            slow.stop()
+            into.stop()
+            out.stop()
+
+
+def test_message_larger_than_remote_slots_is_reported_and_the_bridge_goes_on():
+    from fastcopy.shm import Topic
+
+    a, b, key = _names()
+    port = free_port()
+    with Topic.create(a, slot_bytes=64 << 10) as topic:
+        out = bridge("--topic", a, "--key", key, "--listen", endpoint(port))
+        into = bridge("--into", "--topic", b, "--key", key, "--connect", endpoint(port), "--slot-bytes", "1024")
+        sub = subscriber(b)
+        try:
+            _probe_until(topic, [sub])
+            small = np.arange(10, dtype=np.int32)
+            topic.send(np.zeros(4096, dtype=np.uint8))  # 4 KiB > 1 KiB slots over there
+            topic.send(small)
+            topic.send(np.int8(-2))
+            assert sub.expect("msg") == _line(small)
+            assert sub.expect("end") == "end 0"
+        finally:
+            sub.stop()
+            into.stop()
+            out.stop()
+        assert "does not fit the local topic's 1024-byte slots" in "".join(into.stderr)

@@ -1,0 +1,144 @@
+"""fastcopy.net.Publisher and Subscriber between two Zenoh sessions on loopback (tcp/127.0.0.1,
+ports picked here, multicast scouting off)."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from _net import endpoint, free_port, needs_zenoh
+
+pytestmark = [pytest.mark.net, needs_zenoh]
+
+DTYPES = ["u1", "<i2", ">i4", "f4", "<f8", "c16", "?", "S3", "U2", "M8[us]"]
+
+
+@pytest.fixture
+def pair():
+    """(publisher, subscriber factory) on a fresh port; the subscriber is connected when returned."""
+    import fastcopy.net as net
+
+    port = free_port()
+    pub = net.Publisher("fastcopy/test/arrays", listen=[endpoint(port)])
+    subs = []
+
+    def make(**kw):
+        sub = net.Subscriber("fastcopy/test/arrays", connect=[endpoint(port)], **kw)
+        subs.append(sub)
+        _wait_connected(pub, sub)
+        return sub
+
+    yield pub, make
+    for s in subs:
+        s.close()
+    pub.close()
+
+
+def _wait_connected(pub, sub) -> None:
+    """Sends probes (a 0-d int8 array) until the subscriber gets one; then drains them and numbers
+    from scratch (bounded: 20 s)."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        pub.send(np.int8(-1))
+        try:
+            sub.recv_view(timeout=0.05)
+            break
+        except TimeoutError:
+            continue
+    else:
+        raise AssertionError("subscriber never connected")
+    time.sleep(0.1)
+    while True:
+        try:
+            sub.recv_view(timeout=0.1)
+        except TimeoutError:
+            break
+        except Exception:
+            continue
+    sub.lost = 0
+
+
+def _random_message(rng, k):
+    dt = np.dtype(DTYPES[k % len(DTYPES)])
+    shape = tuple(int(n) for n in rng.integers(0, 40, size=int(rng.integers(0, 4))))
+    raw = rng.integers(0, 256, size=int(np.prod(shape)) * dt.itemsize, dtype=np.uint8)
+    arr = raw.view(dt).reshape(shape)
+    return np.asfortranarray(arr) if k % 3 == 0 else arr
+
+
+def test_random_arrays_arrive_exact_and_in_order(pair):
+    pub, make = pair
+    sub = make(capacity=16)
+    rng = np.random.default_rng(7)
+    sent = [_random_message(rng, k) for k in range(300)]
+    for arr in sent:
+        pub.send(arr)
+    for k, arr in enumerate(sent):
+        got = sub.recv(timeout=20)
+        assert got.dtype == arr.dtype and got.shape == arr.shape, k
+        assert got.tobytes(order="A") == arr.tobytes(order="A"), k
+        assert got.flags.writeable
+    assert sub.lost == 0
+
+
+def test_recv_into_out_and_recv_view(pair):
+    pub, make = pair
+    sub = make()
+    big = np.random.default_rng(3).random((512, 1024))  # 4 MiB: fragmented by Zenoh
+    pub.send(big)
+    pub.send(big[::-1])
+    out = np.empty_like(big)
+    assert sub.recv(out=out, timeout=20) is out
+    np.testing.assert_array_equal(out, big)
+    view = sub.recv_view(timeout=20)
+    assert not view.flags.writeable
+    np.testing.assert_array_equal(view, big[::-1])
+    pub.send(big)
+    wrong = np.full((3,), 7.0)
+    with pytest.raises(ValueError, match="shape"):
+        sub.recv(out=wrong, timeout=20)
+    assert (wrong == 7.0).all()                         # the destination is untouched
+    np.testing.assert_array_equal(sub.recv(timeout=20), big)  # and the message stays
+
+
+def test_foreign_payload_is_rejected_and_the_stream_goes_on(pair):
+    import fastcopy.net as net
+
+    pub, make = pair
+    sub = make()
+    pub._pub.put(b"not a fastcopy message, long enough to hold a header")
+    pub._pub.put(b"FCN1" + bytes(40))
+    pub.send(np.arange(5))
+    with pytest.raises(net.WireError, match="foreign"):
+        sub.recv(timeout=20)
+    with pytest.raises(net.WireError):
+        sub.recv(timeout=20)
+    np.testing.assert_array_equal(sub.recv(timeout=20), np.arange(5))
+    assert sub.rejected == 2
+
+
+def test_slow_subscriber_in_drop_mode_counts_every_loss(pair):
+    """A subscriber that does not read while 200 messages arrive keeps the newest `capacity`;
+    MessagesLost reports the rest exactly: received + lost == published, no torn message."""
+    from fastcopy.shm import MessagesLost
+
+    pub, make = pair
+    sub = make(capacity=8, overflow="drop")
+    n = 200
+    for k in range(n):
+        pub.send(np.full(1000, k, dtype=np.int64))
+    received, lost, last = 0, 0, -1
+    while last != n - 1:
+        try:
+            arr = sub.recv(timeout=20)
+        except MessagesLost as exc:
+            lost += exc.count
+            continue
+        assert (arr == arr[0]).all(), "torn message"
+        assert arr[0] > last
+        last = int(arr[0])
+        received += 1
+    assert lost > 0
+    assert received + lost == n
+    assert sub.lost == lost
