@@ -46,13 +46,20 @@ SUBSCRIBER = textwrap.dedent("""
 """)
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Child:
     """A child process whose stdout lines are queued as they come."""
 
     def __init__(self, argv: List[str]) -> None:
         self.argv = argv
+        # SIGINT at its default action in the child, so that Python installs its handler there
+        # and stop() ends it with KeyboardInterrupt, however pytest was started (under nohup
+        # or as `cmd &` SIGINT is ignored, and an ignored signal is inherited across exec).
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     env=child_env())
+                                     env=child_env(), preexec_fn=_sigint_default)
         self.lines: "queue.Queue[str]" = queue.Queue()
         self.stderr: List[str] = []
         threading.Thread(target=self._pump, daemon=True).start()
