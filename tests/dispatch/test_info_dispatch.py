@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import platform
 import subprocess
@@ -399,8 +400,14 @@ def test_verbose_info_prints_the_evidence_its_reasons_cite():
         else:
             _core.load_profile(before_json, before["source"])
     evidence = data["evidence"]
-    for cited in ("zen4-avx2-from-192", "zen4-rep-movsb-4k-aliasing", "zen4-libc-448-575", "pool-isolated-copies"):
-        assert cited in evidence
+    # Every id the reasons cite (which bands stand, and so which ids, depends on the kernels this
+    # CPU has: on aarch64 the Zen 4 bands fall back), read here from the text itself.
+    text_without = json.dumps({k: v for k, v in data.items() if k != "evidence"})
+    cited = set()
+    for group in re.findall(r"evidence: ([a-z0-9-]+(?:, [a-z0-9-]+)*)", text_without):
+        cited.update(group.split(", "))
+    assert len(cited) >= 3, cited
+    assert cited <= set(evidence), (cited, sorted(evidence))
     assert all(entry is not None for entry in evidence.values()), evidence
     text = format_info(data, verbose=True)
     evidence_part = text[text.index("Evidence cited above"):]
