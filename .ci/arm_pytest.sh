@@ -47,6 +47,10 @@ if [[ ! -f "$R/.fastcopy-rootfs-ok" ]]; then
 else
     echo "reusing existing rootfs"
 fi
+# qemu-user's -L looks a path up under the root filesystem first: its empty dev/shm would hide
+# the host's segments from a directory listing (os.listdir) while opening a segment by name
+# still reaches the host's. Without it every lookup reaches the host's /dev/shm.
+rm -rf "$R/dev/shm"
 PYVER=$(cd "$R/usr/include" && ls -d python3.* | head -1)
 [[ -n "$PYVER" ]] || die "no Python headers in $R/usr/include"
 

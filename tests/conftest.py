@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import subprocess
+import sys
 from typing import Callable, Tuple
 
 import numpy as np
@@ -45,6 +47,25 @@ no_subprocess = pytest.mark.skipif(
     NO_SUBPROCESS,
     reason="FASTCOPY_NO_SUBPROCESS=1: tests that start processes are skipped (e.g. under qemu)",
 )
+
+
+if NO_SUBPROCESS:
+    @pytest.fixture(autouse=True)
+    def _python_children_skip(monkeypatch):
+        """Under qemu-user (CI's aarch64 runs set FASTCOPY_NO_SUBPROCESS=1) the emulated
+        interpreter cannot start itself: the host has no binfmt handler for it, so the child
+        exits 255 before running a line. A test that starts a child Python skips at that
+        point, whichever helper starts it; host programs (x86 binaries) still run."""
+        real_init = subprocess.Popen.__init__
+
+        def init(self, args, *rest, **kwargs):
+            argv = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
+            if kwargs.get("executable") == sys.executable or any(str(a) == sys.executable for a in argv):
+                pytest.skip("FASTCOPY_NO_SUBPROCESS=1: this test starts a Python child process, "
+                            "which the emulated interpreter cannot do")
+            real_init(self, args, *rest, **kwargs)
+
+        monkeypatch.setattr(subprocess.Popen, "__init__", init)
 
 
 def kernel_with_streaming_twin():
