@@ -10,6 +10,7 @@
 // that have not picked it up yet (CAS GO -> IDLE) and waits for those that did. Idle
 // workers spin on plain loads for a short while, then sleep on a futex on their state word.
 #include "pool/pool.h"
+#include "pool/sizing.h"
 
 #include <algorithm>
 #include <atomic>
@@ -350,141 +351,6 @@ bool overlaps(const void* dst, const void* src, std::size_t n) {
     return d < s + n && s < d + n;
 }
 
-// ---- sizing ------------------------------------------------------------------------------
-struct Sizing {
-    unsigned cpus = 1;       // affinity mask (or hardware_concurrency)
-    double quota = 0;        // cgroup CPU quota in CPUs, 0 = none
-    std::string quota_src;   // file it came from
-    unsigned result = 1;
-};
-
-bool read_file(const std::string& path, std::string& out) {
-    std::ifstream f(path);
-    if (!f) return false;
-    std::stringstream ss;
-    ss << f.rdbuf();
-    out = ss.str();
-    return true;
-}
-
-#if defined(__linux__)
-// Quota from one cgroup v2 cpu.max ("max 100000" or "150000 100000"); 0 = no limit.
-double quota_v2(const std::string& path) {
-    std::string text;
-    if (!read_file(path, text)) return -1;
-    std::istringstream in(text);
-    std::string q;
-    long long period = 0;
-    in >> q >> period;
-    if (q == "max" || q.empty() || period <= 0) return 0;
-    const long long quota = std::atoll(q.c_str());
-    return quota > 0 ? double(quota) / double(period) : 0;
-}
-
-double quota_v1(const std::string& dir) {
-    std::string qs, ps;
-    if (!read_file(dir + "/cpu.cfs_quota_us", qs) || !read_file(dir + "/cpu.cfs_period_us", ps))
-        return -1;
-    const long long q = std::atoll(qs.c_str()), p = std::atoll(ps.c_str());
-    return (q > 0 && p > 0) ? double(q) / double(p) : 0;
-}
-
-// Smallest quota along the process's cgroup path (a parent's quota limits the children).
-// `text`: the contents of /proc/self/cgroup; `mount`: where cgroups are mounted.
-void cgroup_quota_from(const std::string& text, const std::string& mount, Sizing& s) {
-    std::istringstream lines(text);
-    std::string line, v2_path, v1_path;
-    bool have_v1 = false, have_v2 = false;
-    while (std::getline(lines, line)) {
-        // "hierarchy-ID:controller-list:path"
-        const auto a = line.find(':');
-        const auto b = a == std::string::npos ? a : line.find(':', a + 1);
-        if (b == std::string::npos) continue;
-        const std::string ctrls = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
-        if (line.compare(0, a, "0") == 0 && ctrls.empty()) {
-            v2_path = path;
-            have_v2 = true;
-            continue;
-        }
-        std::istringstream cl(ctrls);
-        std::string c;
-        while (std::getline(cl, c, ','))
-            if (c == "cpu") {
-                v1_path = path;
-                have_v1 = true;
-            }
-    }
-    auto consider = [&](double q, const std::string& src) {
-        if (q > 0 && (s.quota == 0 || q < s.quota)) {
-            s.quota = q;
-            s.quota_src = src;
-        }
-    };
-    auto walk = [&](const std::string& root, std::string path, bool v2) {
-        // From the process's own cgroup up to the root of the mount. Inside a container
-        // the path in /proc/self/cgroup may not exist under the mount: the root then
-        // is the container's own cgroup, checked last anyway.
-        for (;;) {
-            const std::string dir = root + (path == "/" ? "" : path);
-            const std::string file = v2 ? dir + "/cpu.max" : dir + "/cpu.cfs_quota_us";
-            consider(v2 ? quota_v2(dir + "/cpu.max") : quota_v1(dir), file);
-            if (path.empty() || path == "/") break;
-            const auto slash = path.rfind('/');
-            path = slash == 0 || slash == std::string::npos ? "/" : path.substr(0, slash);
-        }
-    };
-    if (have_v1) {
-        for (const char* sub : {"/cpu,cpuacct", "/cpuacct,cpu", "/cpu"}) {
-            std::string probe;
-            if (read_file(mount + sub + "/cpu.cfs_period_us", probe)) {
-                walk(mount + sub, v1_path, false);
-                break;
-            }
-        }
-    }
-    if (have_v2) {
-        std::string probe;
-        if (read_file(mount + "/cgroup.controllers", probe))
-            walk(mount, v2_path, true);
-        else if (read_file(mount + "/unified/cgroup.controllers", probe))
-            walk(mount + "/unified", v2_path, true);
-    }
-}
-
-void cgroup_quota(Sizing& s) {
-    std::string text;
-    if (read_file("/proc/self/cgroup", text)) cgroup_quota_from(text, "/sys/fs/cgroup", s);
-}
-#endif
-
-Sizing compute_sizing() {
-    Sizing s;
-#if defined(__linux__)
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-        const int c = CPU_COUNT(&set);
-        s.cpus = c > 0 ? unsigned(c) : 1;
-    } else {
-        const unsigned hc = std::thread::hardware_concurrency();
-        s.cpus = hc ? hc : 1;
-    }
-    cgroup_quota(s);
-#else
-    const unsigned hc = std::thread::hardware_concurrency();
-    s.cpus = hc ? hc : 1;
-#endif
-    unsigned n = s.cpus;
-    if (s.quota > 0) {
-        // Round up (as Go and the JVM do): 1.5 CPUs of quota gives 2 threads.
-        unsigned q = unsigned(s.quota);
-        if (double(q) < s.quota) ++q;
-        n = std::min(n, std::max(1u, q));
-    }
-    s.result = std::max(1u, std::min(n, kDefaultThreadsCap));
-    return s;
-}
-
 unsigned clamp_threads(unsigned n) { return std::min(n, kMaxThreads); }
 
 // The owner's part of a parallel job: take the pool (or run `alone` when it is busy, during
@@ -551,23 +417,10 @@ void run_job(Job& job, unsigned t, Alone&& alone) {
 unsigned default_threads() {
     unsigned d = g_default_cache.load(std::memory_order_relaxed);
     if (d == 0) {
-        d = compute_sizing().result;
+        d = detail::compute_sizing().result;
         g_default_cache.store(d, std::memory_order_relaxed);
     }
     return d;
-}
-
-double cgroup_cpu_quota(const std::string& cgroup_text, const std::string& mount_root,
-                        std::string* source) {
-    Sizing s;
-#if defined(__linux__)
-    cgroup_quota_from(cgroup_text, mount_root, s);
-#else
-    (void)cgroup_text;
-    (void)mount_root;
-#endif
-    if (source) *source = s.quota_src;
-    return s.quota;
 }
 
 unsigned threads() {
@@ -591,7 +444,7 @@ std::string threads_reason() {
         o << n << (n == 1 ? " (FASTCOPY_THREADS=1: threading disabled)" : " (FASTCOPY_THREADS)");
         return o.str();
     }
-    const Sizing s = compute_sizing();
+    const detail::Sizing s = detail::compute_sizing();
     o << s.result << " (default: " << s.cpus << " CPU" << (s.cpus == 1 ? "" : "s")
       << " in the affinity mask";
     if (s.quota > 0) {
