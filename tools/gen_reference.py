@@ -120,6 +120,12 @@ def profile_section(p: Dict[str, Any], classes: List[str]) -> List[str]:
                      [[size(e["l3"]) if e["l3"] else "unknown", size(e["threshold"]) if e["threshold"] else "never",
                        e["why"]] for e in nt["examples"]])
         out += [""]
+        if nt["shared_examples"] != nt["examples"]:
+            out += ["Copies into and out of shared memory (`to_shared`, `from_shared`) have a threshold of their own:", ""]
+            out += table(["L3", "threshold", "why"],
+                         [[size(e["l3"]) if e["l3"] else "unknown", size(e["threshold"]) if e["threshold"] else "never",
+                           linked(e["why"])] for e in nt["shared_examples"]])
+            out += [""]
     par = p["parallel"]
     out += ["### Other rules", "",
             f"- Thread pool: non-overlapping copies from {size(par['threshold'])} ({linked(par['why'])})."]

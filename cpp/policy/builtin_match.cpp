@@ -91,8 +91,8 @@ Band resolve_band(const BandSpec& b, const CpuFacts& cpu) {
     return out;
 }
 
-void nt_threshold_for(const Spec& s, const CpuFacts& f, std::size_t& threshold, std::string& why) {
-    if (s.nt == NtKind::HalfL3Cap64M) {
+void nt_threshold_for(NtKind kind, const CpuFacts& f, std::size_t& threshold, std::string& why) {
+    if (kind == NtKind::HalfL3Cap64M) {
         // Non-temporal stores pay off once the copy no longer fits in the cache share this CPU
         // really gets: half the L3 (evidence: zen3-nt-half-l3, zen4-nt-half-l3), capped at
         // 64 MiB because a VM may report the host's L3 (evidence: intel-nt-cap-64mib). CPUID's L3
@@ -113,7 +113,7 @@ void nt_threshold_for(const Spec& s, const CpuFacts& f, std::size_t& threshold, 
             why = "no L3 size known: 16 MiB default (half a typical 32 MiB L3)";
             threshold = 16 * MiB;
         }
-    } else if (s.nt == NtKind::HalfL3Cap12M) {
+    } else if (kind == NtKind::HalfL3Cap12M) {
         // Intel with AVX-512 (evidence: intel-nt-threshold): with the default two threads the pool
         // with avx512_nt tied parallel rep movsb at 8 MiB and won from 12 MiB.
         constexpr std::size_t cap = 12 * MiB;
@@ -125,7 +125,7 @@ void nt_threshold_for(const Spec& s, const CpuFacts& f, std::size_t& threshold, 
               "0.91-0.94x the pool without NT stores at 4 MiB, 1.00-1.04x at 8 MiB, 1.07-1.18x at 12 MiB, 1.15-1.19x at "
               "16 MiB and 1.34-1.65x at 24-32 MiB; one thread alone 0.94-0.96x glibc at 8-16 MiB (evidence: "
               "intel-nt-threshold)";
-    } else if (s.nt == NtKind::TwiceL3) {
+    } else if (kind == NtKind::TwiceL3) {
         // On Zen 5 NT stores lose at half the L3 and win at twice it (evidence: zen5-nt-twice-l3).
         constexpr std::size_t cap = 256 * MiB;
         std::size_t l3 = f.l3 ? f.l3 : 32 * MiB;
@@ -138,6 +138,14 @@ void nt_threshold_for(const Spec& s, const CpuFacts& f, std::size_t& threshold, 
     }
 }
 
+// The NT threshold of region `r` of `s` for this CPU: the shared-memory rule where the table
+// has one of its own.
+void nt_threshold_for(const Spec& s, int r, const CpuFacts& f, std::size_t& threshold, std::string& why) {
+    const bool shared = r != static_cast<int>(Region::Private) && s.shared_nt != NtKind::Inherit;
+    nt_threshold_for(shared ? s.shared_nt : s.nt, f, threshold, why);
+    if (shared && s.shared_nt_why) why = std::string(s.shared_nt_why) + ": " + why;
+}
+
 Profile resolve(const Spec& s, const CpuFacts& cpu, int score) {
     Profile p;
     p.name = s.name;
@@ -146,10 +154,10 @@ Profile resolve(const Spec& s, const CpuFacts& cpu, int score) {
                                      " model " + std::to_string(cpu.model) + ") by: " + match_words(s)
                                : "not the match for this CPU (requested by name): " + match_words(s);
     p.provenance = s.provenance;
-    std::size_t nt = SIZE_MAX;
-    std::string nt_why;
-    nt_threshold_for(s, cpu, nt, nt_why);
     for (int r = 0; r < kRegions; ++r) {
+        std::size_t nt = SIZE_MAX;
+        std::string nt_why;
+        nt_threshold_for(s, r, cpu, nt, nt_why);
         const RegionSpec& rs = s.regions[r];
         const ClassSpec* classes[kClasses] = {&rs.page_aligned, &rs.near, &rs.far, &rs.backward};
         RegionRules& out = p.region[r];
@@ -251,8 +259,10 @@ std::vector<BuiltinTable> builtin_tables() {
             f.cache_source = "sysfs";
             NtExample e;
             e.l3 = l3;
-            nt_threshold_for(s, f, e.threshold, e.why);
+            nt_threshold_for(s, static_cast<int>(Region::Private), f, e.threshold, e.why);
             t.nt_examples.push_back(e);
+            nt_threshold_for(s, static_cast<int>(Region::ToShared), f, e.threshold, e.why);
+            t.shared_nt_examples.push_back(e);
         }
         t.parallel_from = s.parallel_from;
         t.parallel_why = s.parallel_why ? s.parallel_why : "";

@@ -24,7 +24,8 @@ struct BandSpec {
 };
 using ClassSpec = std::vector<BandSpec>;
 
-enum class NtKind { None, HalfL3Cap64M, HalfL3Cap12M, TwiceL3 };
+// Inherit: only for Spec::shared_nt, the regions of shared memory use Spec::nt.
+enum class NtKind { None, HalfL3Cap64M, HalfL3Cap12M, TwiceL3, Inherit };
 
 struct RegionSpec {
     ClassSpec page_aligned, near, far, backward;
@@ -44,6 +45,11 @@ struct Spec {
     NtKind nt;
     const char* nt_kernel;
     std::size_t nt_min_page_distance;  // NtRule::min_page_distance
+    // The NT rule of copies into and out of shared memory, when it differs from `nt`: a peer
+    // process runs on the other CPUs there, so the pool cannot help the copy, and the peer
+    // reads what was written. `shared_nt_why` says why.
+    NtKind shared_nt = NtKind::Inherit;
+    const char* shared_nt_why = nullptr;
     std::size_t parallel_from;
     const char* parallel_why;
     std::size_t sve_trap_min_from;     // SVE bands start no lower than this on Linux 4.15..6.1 (0: no rule)

@@ -207,6 +207,7 @@ struct BuiltinTable {
     std::string nt_kernel;  // "": no non-temporal stores
     std::size_t nt_min_page_distance = 0;
     std::vector<NtExample> nt_examples;  // the NT threshold for a few L3 sizes
+    std::vector<NtExample> shared_nt_examples;  // the same for copies into and out of shared memory
     std::size_t parallel_from = SIZE_MAX;
     std::string parallel_why;
     std::size_t sve_trap_min_from = 0;  // SVE bands start no lower than this where Linux traps SVE (0: no rule)

@@ -55,15 +55,19 @@ py::list builtin_profile_table() {
         py::dict nt;
         nt["kernel"] = t.nt_kernel.empty() ? py::object(py::none()) : py::object(py::str(t.nt_kernel));
         nt["min_page_distance"] = t.nt_min_page_distance;
-        py::list examples;
-        for (const policy::NtExample& e : t.nt_examples) {
-            py::dict x;
-            x["l3"] = e.l3 ? py::object(py::int_(e.l3)) : py::object(py::none());
-            x["threshold"] = size_or_none(e.threshold);
-            x["why"] = e.why;
-            examples.append(x);
-        }
-        nt["examples"] = examples;
+        auto examples = [](const std::vector<policy::NtExample>& from) {
+            py::list out;
+            for (const policy::NtExample& e : from) {
+                py::dict x;
+                x["l3"] = e.l3 ? py::object(py::int_(e.l3)) : py::object(py::none());
+                x["threshold"] = size_or_none(e.threshold);
+                x["why"] = e.why;
+                out.append(x);
+            }
+            return out;
+        };
+        nt["examples"] = examples(t.nt_examples);
+        nt["shared_examples"] = examples(t.shared_nt_examples);
         d["nt"] = nt;
         py::dict par;
         par["threshold"] = size_or_none(t.parallel_from);

@@ -64,3 +64,24 @@ def test_the_plain_intel_table_is_unchanged_by_the_avx512_one():
     """The ERMS-only Intel table (no AVX-512 measured there) keeps the C library and rep movsb."""
     for classes in table("intel-erms")["regions"].values():
         assert all(b["kernel"] in ("generic", "erms") for cls in FORWARD for b in classes[cls])
+
+
+def test_shared_memory_keeps_the_64_mib_nt_cap():
+    """evidence: intel-nt-shared. Copies into and out of shared memory run while the peer
+    process holds the other CPU, so the pool does not help them, and a Channel's 16-32 MiB
+    messages ran 1.05-1.06x without NT stores: there the threshold is half the L3 capped at
+    64 MiB, not the private copies' 12 MiB."""
+    nt = table("intel-erms-avx512")["nt"]
+    by_l3 = {e["l3"]: e for e in nt["shared_examples"]}
+    assert by_l3[512 * MiB]["threshold"] == 64 * MiB
+    assert by_l3[32 * MiB]["threshold"] == 16 * MiB
+    for e in nt["shared_examples"]:
+        assert "evidence: intel-nt-shared" in e["why"]
+    assert [e["threshold"] for e in nt["examples"]] != [e["threshold"] for e in nt["shared_examples"]]
+
+
+def test_other_tables_use_one_nt_rule_everywhere():
+    """Only a table that says why has a shared-memory NT rule of its own."""
+    for t in _core.builtin_profile_table():
+        if t["name"] != "intel-erms-avx512":
+            assert t["nt"]["shared_examples"] == t["nt"]["examples"], t["name"]
