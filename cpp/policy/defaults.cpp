@@ -279,10 +279,7 @@ Spec intel_spec(bool avx512) {
     s.nt = avx512 ? NtKind::HalfL3Cap12M : NtKind::HalfL3Cap64M;
     if (avx512) {
         s.shared_nt = NtKind::HalfL3Cap64M;
-        s.shared_nt_why =
-            "copies into and out of shared memory (a Channel's send and recv) keep the 64 MiB cap: the peer process "
-            "runs on the other CPU, so the pool does not help, and a Channel's 16-32 MiB messages ran 1.05-1.06x "
-            "without NT stores than with the 12 MiB rule of private copies (evidence: intel-nt-shared)";
+        s.shared_nt_why = "shared memory keeps the 64 MiB cap: the peer holds the other CPU (evidence: intel-nt-shared)";
     }
     s.nt_kernel = avx512 ? "avx512_nt" : "avx2_nt";
     s.parallel_from = 1 * MiB;

@@ -350,6 +350,14 @@ void invariants() {
                 std::string where = "invariant " + b.name + " on " + cpu.vendor + " family " +
                                     std::to_string(cpu.family) + " REP_MOVSB=" + rep;
                 s.rebuild(where);
+                // What `tune --show`, the profile cache and profile_forced write and read back:
+                // a resolved built-in is a valid profile file (every why within kMaxWhyChars).
+                try {
+                    parse_profile(to_json(s.base), "round trip", cpu);
+                    check(true, where, "");
+                } catch (const std::exception& e) {
+                    check(false, where, std::string("the resolved profile does not parse back: ") + e.what());
+                }
                 never(s, "erms", "near", where);
                 never(s, "erms", "backward", where);
                 // Every kernel named is usable on that CPU (or is a kernel this build lacks, which

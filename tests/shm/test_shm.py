@@ -15,6 +15,7 @@ import pytest
 
 from _child import leftovers_fixture, name_maker
 from _shm_layout import CHANNEL, MESSAGE, at, channel_header, off, poke
+from _fixtures import pair  # noqa: F401  (a fixture)
 
 from fastcopy import _core
 from fastcopy.shm import Channel, ChannelClosed, ChannelCorrupted, ChannelError, PeerDied
@@ -26,16 +27,6 @@ PREFIX = f"fctest-{os.getpid()}-"
 
 no_leftover_segments = leftovers_fixture(PREFIX, fail=True)
 new_name = name_maker(PREFIX)
-
-
-@pytest.fixture
-def pair():
-    tx = Channel.create(new_name(), capacity=1 << 16)
-    rx = Channel.attach(tx.name)
-    yield tx, rx
-    rx.close()
-    tx.close()
-    tx.unlink()
 
 
 DTYPES = [np.uint8, np.int16, ">i4", np.float32, "<f8", np.complex128, np.bool_, "M8[ns]", "S5", "U3",

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from _child import explain, run_script
+from _fixtures import pair  # noqa: F401  (a fixture)
 from fastcopy import _core
 from fastcopy.shm import Channel, ChannelCorrupted, Topic
 
@@ -40,16 +41,6 @@ _counter = [0]
 def new_name():
     _counter[0] += 1
     return f"{PREFIX}{_counter[0]}"
-
-
-@pytest.fixture
-def pair():
-    tx = Channel.create(new_name(), capacity=64 * KIB)
-    rx = Channel.attach(tx.name)
-    yield tx, rx
-    tx.close()
-    rx.close()
-    tx.unlink()
 
 
 def test_a_loan_that_must_wrap_is_granted_in_an_empty_ring(pair):
