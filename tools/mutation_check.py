@@ -256,6 +256,21 @@ def resolve_test_id(test_id: str, tree: Path) -> str:
     return test_id
 
 
+def missing_test(test_id: str, tree: Path) -> Optional[str]:
+    """Why `test_id` names no test in the tree (its file, or a `def` of its function there),
+    else None: a missing id would make pytest fail to collect, which must not count as a kill."""
+    file, _, rest = test_id.partition("::")
+    path = tree / file
+    if not path.is_file():
+        return f"names {test_id}, whose file does not exist"
+    func = rest.split("::")[-1].split("[")[0] if rest else ""
+    # a def, or a name bound at module level (a hypothesis state machine's TestCase)
+    pattern = rf"^\s*(async\s+)?def {re.escape(func)}\(|^{re.escape(func)}\s*="
+    if func and not re.search(pattern, path.read_text(), re.M):
+        return f"names {test_id}: no test {func} in {file}"
+    return None
+
+
 def resolve(mutants: List[Mutant], tree: Path) -> tuple:
     """Points each entry at where its snippet is now (file, offset) and its tests at their files.
     Returns ({name: why stale}, {name: file it moved to})."""
@@ -270,6 +285,9 @@ def resolve(mutants: List[Mutant], tree: Path) -> tuple:
             moved[m.name] = file
         m.file, m.offset = file, offset
         m.pytest = [resolve_test_id(t, tree) for t in m.pytest]
+        missing = [why for why in (missing_test(t, tree) for t in m.pytest) if why]
+        if missing:
+            stale[m.name] = "; ".join(missing)
     return stale, moved
 
 

@@ -28,9 +28,26 @@ def test_every_catalogue_entry_names_a_test_file_that_exists_and_a_ctest_that_is
     for m in catalogue:
         assert (ROOT / m.file).is_file(), f"{m.name}: {m.file} does not exist"
         for test_id in m.pytest:
-            assert (ROOT / test_id.split("::")[0]).is_file(), f"{m.name}: {test_id} names no file"
+            assert mutation_check.missing_test(test_id, ROOT) is None, f"{m.name}: {test_id} names no test"
         for name in m.ctest:
             assert name in registered, f"{m.name}: ctest {name} is not registered"
+
+
+def test_a_test_id_is_found_by_its_file_and_its_function(tmp_path):
+    """An id whose function is gone would make pytest fail to collect, which the run would
+    count as a kill: it is stale instead."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_a.py").write_text("def test_one():\n    pass\n\nModel = object\n"
+                                                  "test_machine = Model\n")
+    assert mutation_check.missing_test("tests/test_a.py::test_one", tmp_path) is None
+    assert mutation_check.missing_test("tests/test_a.py::test_one[param-1]", tmp_path) is None
+    assert mutation_check.missing_test("tests/test_a.py::test_machine", tmp_path) is None
+    assert "no test test_two" in mutation_check.missing_test("tests/test_a.py::test_two", tmp_path)
+    assert "does not exist" in mutation_check.missing_test("tests/test_b.py::test_one", tmp_path)
+    m = mutation_check.Mutant("m", "f.py", "x", "y", "why", ["tests/test_a.py::test_two"], [], None)
+    (tmp_path / "f.py").write_text("x\n")
+    stale, _ = mutation_check.resolve([m], tmp_path)
+    assert "no test test_two" in stale["m"]
 
 
 @pytest.mark.parametrize("jobs", [1, 2, 3, 7])

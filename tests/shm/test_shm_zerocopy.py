@@ -324,6 +324,22 @@ def test_sent_messages_that_would_wrap_go_to_the_ring_start_and_come_back_in_pla
     assert wrapped >= 20
 
 
+def test_a_padded_send_does_not_wait_for_the_consumer_to_empty_the_ring(pair):
+    """A message that would wrap goes to the ring's start behind padding while an earlier
+    message is still unread: it needs room for the padding and itself, not an empty ring."""
+    tx, rx = pair                                       # a 64 KiB ring
+    tx.send(np.zeros(30000, np.uint8), timeout=5)       # the head moves to 30080
+    assert rx.recv(timeout=5).nbytes == 30000
+    first = np.full(20000, 7, np.uint8)                 # 30080..50176, left unread
+    tx.send(first, timeout=5)
+    second = np.arange(20000, dtype=np.uint8)           # 15360 bytes to the end + 20096 fit the free 45440
+    tx.send(second, timeout=0.5)                        # an empty ring is never needed: no TimeoutError
+    assert np.array_equal(rx.recv(timeout=5), first)
+    v = rx.recv_view(timeout=5)
+    assert np.array_equal(v, second) and rx.held_views == 1
+    del v
+
+
 def test_a_sent_message_that_would_wrap_starts_over_at_the_ring_start_and_comes_back_in_place(pair):
     """When the padding and the message do not both fit in the ring, send() waits for the ring
     to empty and starts the message at the ring's start: it is always one piece, so recv_view
