@@ -41,9 +41,10 @@ std::string error_message(const ErrorSite& site, CopyError e, const ErrorFacts& 
     bool says_nothing_copied = false;
     switch (e) {
         case CopyError::NotBuffer:
-            m += which + " must be an object exporting the buffer protocol (numpy array, bytearray, memoryview, "
-                         "array.array, mmap, SharedMemory.buf" +
-                 (f.writable ? "" : ", bytes") + "), got " + f.dst_text;
+            m += which + " must be an array or a buffer: a numpy array, an object exporting the buffer protocol "
+                         "(bytearray, memoryview, array.array, mmap, SharedMemory.buf" +
+                 (f.writable ? "" : ", bytes") + ") or a CPU array exporting DLPack or __array_interface__ (torch, JAX, "
+                 "pyarrow), got " + f.dst_text;
             break;
         case CopyError::ReadOnlyArray:
             m += "dst is a read-only array (flags.writeable is False); nothing was copied";

@@ -12,7 +12,7 @@ namespace core {
 
 enum class CopyError {
     None,
-    NotBuffer,       // not an object exporting the buffer protocol
+    NotBuffer,       // not an array, a buffer exporter or a DLPack / __array_interface__ exporter
     ReadOnlyArray,   // dst is a numpy array with flags.writeable False
     ReadOnlyBuffer,  // dst exports only a read-only buffer
     ObjectDtype,     // a numpy dtype holding Python object references

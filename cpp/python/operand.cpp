@@ -2,6 +2,7 @@
 // with core/copy_errors.h's kinds and text.
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include "python/operand.h"
+#include "python/foreign.h"
 
 #include <numpy/arrayobject.h>
 
@@ -106,6 +107,18 @@ bool resolve_operand(const ErrorSite& site, PyObject* obj, bool writable, PyOper
         return true;
     }
     if (obj == Py_None || PyUnicode_Check(obj) || !PyObject_CheckBuffer(obj)) {
+        if (obj != Py_None && !PyUnicode_Check(obj) && !op.owned) {
+            PyObject* arr = foreign_array(obj, [&] {
+                std::string who = std::string("fastcopy.") + site.fn + ": ";
+                if (site.pair >= 0) who += "pair " + std::to_string(static_cast<long long>(site.pair)) + ": ";
+                return who + which;
+            });
+            if (arr) {
+                op.owned = arr;
+                return resolve_operand(site, arr, writable, op);
+            }
+            if (PyErr_Occurred()) return false;
+        }
         return fail(CopyError::NotBuffer, Py_TYPE(obj)->tp_name);
     }
     if (PyObject_GetBuffer(obj, &op.view, writable ? PyBUF_RECORDS : PyBUF_RECORDS_RO) != 0) {

@@ -1,7 +1,8 @@
 // The one operand resolver of copy(), copy_region(), kernel callables and copy_many(): a
 // Python object becomes a core::OperandDesc (numpy arrays through the numpy C-API struct
-// layout, everything else through PyObject_GetBuffer with PyBUF_RECORDS(_RO), the export held
-// until the operand is destroyed). Which checks apply and what the errors say is
+// layout, buffers through PyObject_GetBuffer with PyBUF_RECORDS(_RO), the export held until
+// the operand is destroyed; arrays of other libraries through DLPack or __array_interface__ as
+// a numpy array over their memory, foreign.h). Which checks apply and what the errors say is
 // core/copy_errors.h; this file reads the Python facts and raises.
 #pragma once
 #include <Python.h>
@@ -14,6 +15,7 @@ namespace fastcopy {
 struct PyOperand {
     core::OperandDesc desc;
     PyObject* array = nullptr;  // the numpy array (or subclass) itself, else nullptr
+    PyObject* owned = nullptr;  // the numpy array over a foreign array's memory (foreign.h), held
     bool has_view = false;
     Py_buffer view;
     std::ptrdiff_t one_shape = 0, one_stride = 1;  // 0-d and unshaped buffers, seen as one run
@@ -23,6 +25,7 @@ struct PyOperand {
     PyOperand& operator=(const PyOperand&) = delete;
     ~PyOperand() {
         if (has_view) PyBuffer_Release(&view);
+        Py_XDECREF(owned);
     }
 };
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <optional>
 
+#include "python/foreign.h"
 #include "python/gil.h"
 
 namespace fastcopy {
@@ -166,9 +167,18 @@ std::string payload_mismatch(const MsgInfo& info, const DtypeEntry& de) {
 }
 
 void check_out_type(const py::object& out) {
-    if (!out.is_none() && !PyObject_CheckBuffer(out.ptr()))
-        raise(PyExc_TypeError, std::string("recv: out must be None, a numpy array or a writable C-contiguous "
-                                           "buffer, got ") + Py_TYPE(out.ptr())->tp_name);
+    if (!out.is_none() && !PyObject_CheckBuffer(out.ptr()) && !exports_foreign_array(out.ptr()))
+        raise(PyExc_TypeError, std::string("recv: out must be None, a numpy array, a writable C-contiguous "
+                                           "buffer or a CPU array exporting DLPack (torch, JAX), got ") +
+                                   Py_TYPE(out.ptr())->tp_name);
+}
+
+py::object foreign_as_numpy(const py::handle& obj, const char* what) {
+    if (py::isinstance<py::array>(obj) || PyObject_CheckBuffer(obj.ptr()) || !exports_foreign_array(obj.ptr()))
+        return py::object();
+    PyObject* arr = foreign_array(obj.ptr(), what);
+    if (!arr) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(arr);
 }
 
 }  // namespace shmpy

@@ -139,6 +139,10 @@ private:
 std::size_t finish_header(std::uint8_t* hdr, std::uint32_t ndim, const std::string& wire, std::uint64_t payload_len,
                           const char* what);
 
+// A numpy array over `obj`'s memory when obj is an array of another library (torch, JAX,
+// pyarrow: python/foreign.h), else a null object; raises naming `what` when it cannot be read.
+py::object foreign_as_numpy(const py::handle& obj, const char* what);
+
 // Room for the longest message header.
 constexpr std::size_t kHeaderRoom = shm::kMaxMsgHeaderBytes;
 
@@ -159,6 +163,9 @@ void with_message(DtypeCodec& codec, py::handle obj, const char* what, std::uint
         is_array = true;
     } else if (is_array) {
         arr = py::reinterpret_borrow<py::array>(obj);
+    } else if (py::object foreign = foreign_as_numpy(obj, what)) {
+        arr = py::reinterpret_borrow<py::array>(foreign);  // keeps the producer alive until sent
+        is_array = true;
     }
     if (is_array) {
         if (!(arr.flags() & py::array::c_style)) arr = support().ascontiguousarray(arr);
@@ -232,8 +239,8 @@ void make_read_only(const py::object& arr);
 // The message's dtype checked against its payload length: why it is corrupt ("" when not).
 std::string payload_mismatch(const MsgInfo& info, const DtypeEntry& de);
 
-// recv(out=...) of the message `info` of dtype `de`: checks `out` (None, a numpy array or a
-// writable C-contiguous buffer) against the message (ValueError naming the `noun`, "channel"
+// recv(out=...) of the message `info` of dtype `de`: checks `out` (None, a numpy array, a
+// writable C-contiguous buffer or an array of another library, read as a numpy array) against the message (ValueError naming the `noun`, "channel"
 // or "topic", where it stays), then fill(dst, own) copies the payload into dst; `own` is the
 // new array dst lies in when out is None (`fresh`, when given, is that array; else a new one).
 // Returns out or the new array, or a null object when fill returned false.
@@ -252,8 +259,9 @@ py::object deliver(const MsgInfo& info, const DtypeEntry& de, const py::object& 
         return std::move(result);
     }
     const std::string stays = std::string("the message stays in the ") + noun;
-    if (py::isinstance<py::array>(out)) {
-        py::array o = py::reinterpret_borrow<py::array>(out);
+    const py::object foreign = foreign_as_numpy(out, "recv: out");
+    if (foreign || py::isinstance<py::array>(out)) {
+        py::array o = py::reinterpret_borrow<py::array>(foreign ? foreign : out);
         bool shape_ok = static_cast<std::uint32_t>(o.ndim()) == info.ndim;
         for (std::uint32_t i = 0; shape_ok && i < info.ndim; ++i)
             shape_ok = static_cast<std::uint64_t>(o.shape(i)) == info.shape[i];

@@ -183,7 +183,7 @@ def _channel_pair():
     (lambda tx, rx: tx.send(b"x", timeout="1"), "send: timeout must be None or a number of seconds, got str"),
     (lambda tx, rx: tx.send("text"), "send: expected a numpy array or a C-contiguous buffer, got str"),
     (lambda tx, rx: tx.send(None), "send: expected a numpy array or a C-contiguous buffer, got NoneType"),
-    (lambda tx, rx: rx.recv(out=5), "recv: out must be None, a numpy array or a writable C-contiguous buffer, got int"),
+    (lambda tx, rx: rx.recv(out=5), "recv: out must be None, a numpy array, a writable C-contiguous buffer or a CPU array exporting DLPack (torch, JAX), got int"),
     (lambda tx, rx: shm.Channel.create(5), "Channel.create: name must be a str, got int"),
     (lambda tx, rx: shm.Channel.create(capacity="65536"), "Channel.create: capacity must be an int number of bytes, got str"),
     (lambda tx, rx: shm.Channel.create(capacity=1e6), "Channel.create: capacity must be an int number of bytes, got float"),
@@ -196,8 +196,8 @@ def _channel_pair():
     (lambda tx, rx: fastcopy.set_threads(None), "fastcopy.set_threads: n must be an int"),
     (lambda tx, rx: fastcopy.set_threads(True), "fastcopy.set_threads: n must be an int"),
     (lambda tx, rx: fastcopy._core.copy_region(bytearray(2), b"ab", "1"), "copy_region: region must be an int"),
-    (lambda tx, rx: fastcopy.copy(None, b"x"), "fastcopy.copy: dst must be an object exporting the buffer protocol"),
-    (lambda tx, rx: fastcopy.copy(bytearray(1), "x"), "fastcopy.copy: src must be an object exporting the buffer protocol"),
+    (lambda tx, rx: fastcopy.copy(None, b"x"), "fastcopy.copy: dst must be an array or a buffer"),
+    (lambda tx, rx: fastcopy.copy(bytearray(1), "x"), "fastcopy.copy: src must be an array or a buffer"),
 ])
 def test_wrong_argument_types_raise_type_error_naming_the_argument(call, words):
     tx, rx = _channel_pair()

@@ -1,0 +1,211 @@
+"""Arrays of other libraries in every copy entry point: torch CPU tensors, JAX and pyarrow
+arrays, and any object exporting DLPack or __array_interface__, read as numpy arrays over
+their memory. GPU memory, a tensor that requires grad, a dtype numpy lacks and a read-only
+destination are refused with an exception naming the object, and nothing is written."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import fastcopy
+
+
+class InterfaceArray:
+    """Exports only __array_interface__ (as numba and older libraries do), over a numpy array."""
+
+    def __init__(self, base: np.ndarray):
+        self.base = base
+        self.__array_interface__ = base.__array_interface__
+
+
+class DeviceArray:
+    """Claims memory on DLPack device `device_type` (2: CUDA); exporting it must not be tried."""
+
+    def __init__(self, device_type: int = 2):
+        self.device_type = device_type
+
+    def __dlpack_device__(self):
+        return (self.device_type, 0)
+
+    def __dlpack__(self, **kwargs):
+        raise AssertionError("a GPU array must be refused before its export is asked for")
+
+
+def test_array_interface_objects_are_read_and_written_in_place():
+    base = np.zeros(6, np.int32)
+    fastcopy.copy(InterfaceArray(base), np.arange(6, dtype=np.int32))
+    assert base.tolist() == [0, 1, 2, 3, 4, 5]
+    out = np.zeros(6, np.int32)
+    fastcopy.copy(out, InterfaceArray(np.arange(6, dtype=np.int32) * 2))
+    assert out.tolist() == [0, 2, 4, 6, 8, 10]
+    fastcopy.copyto(InterfaceArray(base), 9)
+    assert base.tolist() == [9] * 6
+
+
+@pytest.mark.parametrize("entry", ["copy", "copyto", "copy_many", "stack-out"])
+@pytest.mark.parametrize("side", ["dst", "src"])
+def test_gpu_memory_is_refused_naming_the_object_and_nothing_is_written(entry, side):
+    gpu = DeviceArray(2)
+    host = np.arange(4, dtype=np.float32)
+    before = host.copy()
+    dst, src = (gpu, host) if side == "dst" else (host, gpu)
+    with pytest.raises(TypeError, match=r"DeviceArray\) is in memory of CUDA \(DLPack device type 2\).*CPU"):
+        if entry == "copy":
+            fastcopy.copy(dst, src)
+        elif entry == "copyto":
+            fastcopy.copyto(dst, src)
+        elif entry == "copy_many":
+            fastcopy.copy_many([np.zeros(4, np.float32), dst], [np.ones(4, np.float32), src])
+        else:
+            fastcopy.stack([src, src], out=dst) if side == "dst" else fastcopy.stack([src, src], out=np.zeros((2, 4)))
+    assert np.array_equal(host, before)
+
+
+def test_copy_many_names_the_pair_and_copies_nothing_when_one_is_on_a_gpu():
+    first = np.zeros(4, np.float32)
+    with pytest.raises(TypeError, match=r"copy_many: pair 1: dst"):
+        fastcopy.copy_many([first, DeviceArray(2)], [np.ones(4, np.float32), np.ones(4, np.float32)])
+    assert not first.any()
+
+
+# ---- torch ------------------------------------------------------------------------------------
+
+
+def _torch():
+    return pytest.importorskip("torch")
+
+
+# every dtype torch and numpy share
+TORCH_DTYPES = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64",
+                "complex64", "complex128"]
+
+
+@pytest.mark.parametrize("name", TORCH_DTYPES)
+def test_torch_tensors_of_every_shared_dtype(name):
+    torch = _torch()
+    dt = getattr(torch, name)
+    src = (torch.arange(24) % 2).to(dt).reshape(2, 3, 4) if name == "bool" else torch.arange(24).to(dt).reshape(2, 3, 4)
+    dst = torch.zeros_like(src)
+    fastcopy.copy(dst, src)
+    assert torch.equal(dst, src)
+    dst2 = torch.zeros_like(src)
+    fastcopy.copyto(dst2, src)
+    assert torch.equal(dst2, src)
+    n = np.zeros(src.shape, src.numpy().dtype)
+    fastcopy.copy(n, src)
+    assert np.array_equal(n, src.numpy())
+
+
+def test_torch_non_contiguous_tensors_and_numpy_mixed():
+    torch = _torch()
+    src = torch.arange(60, dtype=torch.float64).reshape(5, 12)
+    dst = torch.zeros(12, 5, dtype=torch.float64)
+    fastcopy.copy(dst, src.t())                      # transposed source
+    assert torch.equal(dst, src.t())
+    dst = torch.zeros(5, 12, dtype=torch.float64)
+    fastcopy.copy(dst[:, ::3], src[:, 1::3])         # strided both sides
+    expected = torch.zeros(5, 12, dtype=torch.float64)
+    expected[:, ::3] = src[:, 1::3]
+    assert torch.equal(dst, expected)
+
+
+def test_torch_views_sharing_storage_give_np_copyto_results():
+    torch = _torch()
+    for shift in (2, -2):
+        t = torch.arange(20, dtype=torch.int32)
+        ref = t.numpy().copy()
+        if shift > 0:
+            fastcopy.copy(t[shift:], t[:-shift])
+            np.copyto(ref[shift:], ref[:-shift])
+        else:
+            fastcopy.copy(t[:shift], t[-shift:])
+            np.copyto(ref[:shift], ref[-shift:])
+        assert t.numpy().tolist() == ref.tolist()
+
+
+def test_torch_refusals_name_the_tensor_and_write_nothing():
+    torch = _torch()
+    grad = torch.zeros(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"fastcopy.copy: dst \(torch.Tensor\).*requires grad"):
+        fastcopy.copy(grad, torch.ones(3))
+    assert not grad.detach().any()
+    bf = torch.zeros(3, dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match=r"BFloat16.*view it as an integer type"):
+        fastcopy.copy(bf, torch.ones(3, dtype=torch.bfloat16))
+    # bfloat16 viewed as int16 is copied bit for bit
+    fastcopy.copy(bf.view(torch.int16), torch.ones(3, dtype=torch.bfloat16).view(torch.int16))
+    assert bf.tolist() == [1.0, 1.0, 1.0]
+    with pytest.raises(RuntimeError, match=r"src \(torch.Tensor\).*conjugate"):
+        fastcopy.copy(np.zeros(1, np.complex64), torch.tensor([1 + 2j], dtype=torch.complex64).conj())
+
+
+def test_copyto_stack_and_concatenate_take_and_return_tensors():
+    torch = _torch()
+    dst = torch.zeros(2, 3)
+    fastcopy.copyto(dst, torch.ones(3))              # broadcast: numpy serves it, into the tensor
+    assert dst.sum().item() == 6
+    parts = [torch.full((2, 3), float(i)) for i in range(3)]
+    out = torch.empty(3, 2, 3)
+    assert fastcopy.stack(parts, out=out) is out
+    assert torch.equal(out, torch.stack(parts))
+    res = fastcopy.stack(parts)
+    assert isinstance(res, np.ndarray) and np.array_equal(res, torch.stack(parts).numpy())
+    out = torch.empty(6, 3)
+    assert fastcopy.concatenate(parts, out=out) is out
+    assert torch.equal(out, torch.cat(parts))
+    res = fastcopy.concatenate((parts[0], np.zeros((1, 3), np.float32)), axis=0)
+    assert isinstance(res, np.ndarray) and res.shape == (3, 3)
+
+
+def test_a_failed_stack_into_a_tensor_leaves_it_untouched():
+    torch = _torch()
+    out = torch.full((2, 2, 3), 5.0)
+    with pytest.raises(RuntimeError, match="requires grad"):
+        fastcopy.stack([torch.ones(2, 3), torch.ones(2, 3, requires_grad=True)], out=out)
+    assert (out == 5).all()
+
+
+def test_copy_many_with_tensors():
+    torch = _torch()
+    a, b = torch.zeros(4), torch.zeros(2, 2, dtype=torch.int64)
+    fastcopy.copy_many([a, b], [torch.arange(4.0), torch.ones(2, 2, dtype=torch.int64)])
+    assert a.tolist() == [0, 1, 2, 3] and b.sum().item() == 4
+
+
+def test_no_warning_from_torch_on_the_way():
+    torch = _torch()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fastcopy.copy(torch.zeros(4), torch.ones(4))
+
+
+# ---- pyarrow and JAX --------------------------------------------------------------------------
+def test_pyarrow_arrays_buffers_and_tensors_as_sources():
+    pa = pytest.importorskip("pyarrow")
+    out = np.zeros(4, np.int64)
+    fastcopy.copy(out, pa.array([1, 2, 3, 4], type=pa.int64()))
+    assert out.tolist() == [1, 2, 3, 4]
+    t = pa.Tensor.from_numpy(np.arange(6.0).reshape(2, 3))
+    out = np.zeros((2, 3))
+    fastcopy.copy(out, t)
+    assert out.tolist() == [[0, 1, 2], [3, 4, 5]]
+    buf = pa.py_buffer(b"abcdefgh")
+    raw = bytearray(8)
+    fastcopy.copy(raw, buf)
+    assert raw == b"abcdefgh"
+    with pytest.raises(ValueError, match="read-only"):   # pyarrow memory is immutable
+        fastcopy.copy(pa.array([0, 0], type=pa.int64()), np.ones(2, np.int64))
+
+
+def test_jax_arrays_as_sources_and_refused_as_destinations():
+    jnp = pytest.importorskip("jax.numpy")
+    src = jnp.arange(5, dtype=jnp.float32)
+    out = np.zeros(5, np.float32)
+    fastcopy.copy(out, src)
+    assert out.tolist() == [0, 1, 2, 3, 4]
+    dst = jnp.zeros(5, dtype=jnp.float32)
+    with pytest.raises(ValueError, match="read-only"):
+        fastcopy.copy(dst, np.ones(5, np.float32))
+    assert not np.asarray(dst).any()
