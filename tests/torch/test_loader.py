@@ -134,6 +134,30 @@ def test_worker_sigkill_surfaces_without_a_hang(tmp_path):
     assert "LEFT []" in proc.stdout, explain(proc)
 
 
+KILLED_AT_START = SIGINT_HANDLER + """
+import os, signal
+import numpy as np, torch
+from fastcopy.torch import Loader, WorkerError
+
+def die(worker_id):
+    if worker_id == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+try:
+    for _ in Loader([np.zeros(3)] * 8, batch_size=2, num_workers=2, worker_init_fn=die):
+        pass
+except WorkerError as e:
+    print("ERROR", e)
+"""
+
+
+def test_worker_killed_before_its_first_batch_surfaces(tmp_path):
+    # The worker dies before it is the producer of its channel: the wait sees its process end.
+    proc = run_script(tmp_path, KILLED_AT_START, timeout=120)
+    assert proc.returncode == 0, explain(proc)
+    assert "ERROR worker 1" in proc.stdout and "killed by SIGKILL" in proc.stdout, explain(proc)
+
+
 INTERRUPTED = SIGINT_HANDLER + """
 import multiprocessing, os, sys, time
 import numpy as np, torch
