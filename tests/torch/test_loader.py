@@ -104,6 +104,19 @@ def test_worker_exception_surfaces_naming_the_worker():
     assert "worker 0" in text and "KeyError" in text and "no sample 13" in text and "batch 6" in text
 
 
+def _failing_init(worker_id: int) -> None:
+    if worker_id == 1:
+        raise OSError("cannot open the shards")
+
+
+def test_worker_init_fn_exception_surfaces():
+    with pytest.raises(WorkerError) as e:
+        for _ in Loader(Raising(), batch_size=2, num_workers=2, timeout=60, worker_init_fn=_failing_init):
+            pass
+    text = str(e.value)
+    assert "worker 1" in text and "OSError in worker_init_fn" in text and "cannot open the shards" in text
+
+
 KILLED_WORKER = SIGINT_HANDLER + """
 import os, signal, sys
 import numpy as np, torch

@@ -178,12 +178,13 @@ class _Run:
     def receive(self, w: int, batch_no: int) -> Any:
         meta = self.wait(w, lambda t: self.data[w].recv(timeout=t))
         number, spec, error = pickle.loads(meta.tobytes())
-        if number != batch_no:  # the worker's protocol, not user input
-            raise WorkerError(f"worker {w} sent batch {number} where batch {batch_no} was due")
         if error is not None:
             kind, text, tb = error
-            raise WorkerError(f"worker {w} (pid {self.procs[w].pid}) raised {kind} making batch {batch_no}: "
+            where = "in worker_init_fn" if number < 0 else f"making batch {number}"
+            raise WorkerError(f"worker {w} (pid {self.procs[w].pid}) raised {kind} {where}: "
                               f"{text}\n\nIts traceback:\n{tb}")
+        if number != batch_no:  # the worker's protocol, not user input
+            raise WorkerError(f"worker {w} sent batch {number} where batch {batch_no} was due")
         fields = [torch.from_numpy(self.wait(w, lambda t: self.data[w].recv_view(timeout=t, cow=True)))
                   for _ in range(_count(spec))]
         return _unflatten(spec, iter(fields))

@@ -9,7 +9,7 @@ error)``, a uint8 message) and then one loaned message per field of the spec, in
 ``("tuple", n)`` (collated as a list, as DataLoader does), ``("namedtuple", type)`` or
 ``("dict", keys)``, with the specs of its fields after it (see flatten). ``error`` is None, or
 ``(type name, text, traceback)`` when getting or collating the batch raised: its fields are
-not sent then.
+not sent then (batch number -1: ``worker_init_fn`` raised, and the worker ended).
 """
 
 from __future__ import annotations
@@ -78,6 +78,12 @@ def collate_into(ch: Channel, samples: List[Any]) -> Tuple[Any, List[List[np.nda
     return spec, fields
 
 
+def send_error(data: Channel, batch_no: int, e: BaseException) -> None:
+    """The description of a batch that failed with `e` (batch -1: worker_init_fn failed)."""
+    meta = (batch_no, None, (type(e).__name__, str(e), traceback.format_exc()))
+    data.send(np.frombuffer(pickle.dumps(meta), np.uint8))
+
+
 def run(worker_id: int, dataset: Any, idx_name: str, data_name: str, base_seed: int,
         worker_init_fn: Optional[Any], num_workers: int) -> None:
     """The worker's loop: until the stop order, or until the main process is gone."""
@@ -93,7 +99,11 @@ def run(worker_id: int, dataset: Any, idx_name: str, data_name: str, base_seed: 
     data = Channel.attach(data_name)
     try:
         if worker_init_fn is not None:
-            worker_init_fn(worker_id)
+            try:
+                worker_init_fn(worker_id)
+            except Exception as e:  # reported as the answer to the first batch; the worker ends
+                send_error(data, -1, e)
+                return
         while True:
             order = idx.recv()
             if len(order) == 0:
@@ -102,8 +112,7 @@ def run(worker_id: int, dataset: Any, idx_name: str, data_name: str, base_seed: 
             try:
                 spec, fields = collate_into(data, [dataset[int(i)] for i in order[1:]])
             except Exception as e:  # sent to the main process, which raises it there
-                meta = (batch_no, None, (type(e).__name__, str(e), traceback.format_exc()))
-                data.send(np.frombuffer(pickle.dumps(meta), np.uint8))
+                send_error(data, batch_no, e)
                 continue
             data.send(np.frombuffer(pickle.dumps((batch_no, spec, None)), np.uint8))
             for arrays in fields:
