@@ -9,7 +9,7 @@ import os
 import pickle
 import secrets
 import signal
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Iterator, List, Optional
 
 import numpy as np
 import torch
@@ -143,7 +143,7 @@ class _Run:
                 p = loader.context.Process(
                     target=_worker.run, name=f"fastcopy.torch worker {w}", daemon=True,
                     args=(w, loader.dataset, self.idx[w].name, self.data[w].name, base_seed,
-                          loader.worker_init_fn, n))
+                          loader.worker_init_fn))
                 p.start()
                 self.procs.append(p)
         except BaseException:

@@ -85,7 +85,7 @@ def send_error(data: Channel, batch_no: int, e: BaseException) -> None:
 
 
 def run(worker_id: int, dataset: Any, idx_name: str, data_name: str, base_seed: int,
-        worker_init_fn: Optional[Any], num_workers: int) -> None:
+        worker_init_fn: Optional[Any]) -> None:
     """The worker's loop: until the stop order, or until the main process is gone."""
     # Ctrl-C reaches the whole process group: the main process stops the workers itself.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
