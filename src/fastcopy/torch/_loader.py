@@ -136,7 +136,10 @@ class _Run:
         n = loader.num_workers
         try:
             for w in range(n):
-                self.idx.append(Channel.create(f"{tag}-w{w}-idx", capacity=max(64 << 10, 16 * loader.batch_size + 4096)))
+                # Room for every order in flight (prefetch_factor of them, with their headers and
+                # the stop order), so that sending an order never waits for the worker.
+                idx_bytes = (loader.prefetch_factor + 1) * (8 * loader.batch_size + 8 + 4096)
+                self.idx.append(Channel.create(f"{tag}-w{w}-idx", capacity=max(64 << 10, idx_bytes)))
                 self.data.append(Channel.create(f"{tag}-w{w}-data", capacity=loader.ring_bytes))
                 self.data[w].peek(timeout=0)  # this process is the consumer from now on (its death is seen)
             for w in range(n):
@@ -215,6 +218,9 @@ class _Run:
                     ch.send(_worker.STOP, timeout=0.1)
                 except Exception:
                     pass
+        # A worker waiting for room in its ring gets ChannelClosed and ends.
+        for ch in self.data:
+            ch.close()
         for p in self.procs:
             p.join(_STOP_S)
             if p.is_alive():
