@@ -170,8 +170,9 @@ void bind_shm(py::module_& m) {
         .def("discard", &PyTopic::discard, py::arg("arr"), "Give a loaned array back unpublished.")
         .def("recv", &PyTopic::recv, py::arg("out") = py::none(), py::arg("timeout") = py::none(),
              "Receive the next message (subscriber): a new array, or copied into out.")
-        .def("recv_view", &PyTopic::recv_view, py::arg("timeout") = py::none(),
-             "Receive the next message as a read-only array pinning its slot (subscriber).")
+        .def("recv_view", &PyTopic::recv_view, py::arg("timeout") = py::none(), py::kw_only(), py::arg("cow") = false,
+             "Receive the next message as an array pinning its slot (subscriber): read-only, or with cow=True\n"
+             "writable, a write copying only the pages it touches into this process (the slot never changes).")
         .def("close", [](PyTopic& t) { t.topic().close(); })
         .def("unlink", [](PyTopic& t) { return t.topic().unlink(); })
         .def_property_readonly("name", [](PyTopic& t) { return t.topic().name(); })
@@ -214,9 +215,10 @@ void bind_shm(py::module_& m) {
              "Raises TimeoutError (nothing sent), ChannelClosed, PeerDied, ChannelCorrupted.")
         .def("recv", &PyRing::recv, py::arg("out") = py::none(), py::arg("timeout") = py::none(),
              "Receive the next message: a new array (sent dtype and shape), or copied into out.")
-        .def("recv_view", &PyRing::recv_view, py::arg("timeout") = py::none(),
+        .def("recv_view", &PyRing::recv_view, py::arg("timeout") = py::none(), py::kw_only(), py::arg("cow") = false,
              "Receive the next message as a read-only array pointing into the ring; its slot is freed when\n"
-             "the array and everything derived from it are gone.")
+             "the array and everything derived from it are gone. cow=True: a writable array whose writes copy\n"
+             "only the pages they touch into this process (the ring never changes).")
         .def("_loan", [](py::object self, const py::object& shape, const py::object& dtype,
                          const py::object& timeout) { return self.cast<PyRing&>().loan(self, shape, dtype, timeout); },
              py::arg("shape"), py::arg("dtype"), py::arg("timeout") = py::none())

@@ -129,6 +129,18 @@ LoanRequest loan_request(const char* what, const py::object& shape, const py::ob
 
 // Builds the header of a loan of `shape_in` elements of `dt` into hdr; returns its length and
 
+py::object view_array(const py::object& base, const DtypeEntry& de, const MsgInfo& info, const std::uint8_t* p,
+                      bool cow, const std::string& name) {
+    std::vector<py::ssize_t> shape(info.shape, info.shape + info.ndim);
+    auto* data = const_cast<std::uint8_t*>(p);
+    // An empty message has no page to map: its array has no bytes to write either.
+    if (cow && info.payload_len > 0) {
+        ShmSlot& slot = base.cast<ShmSlot&>();
+        slot.private_pages = shm::map_private_pages(*slot.mapping, p, info.payload_len, data, name);
+    }
+    return make_array(de.dtype, shape, data, base, cow, nullptr);
+}
+
 py::object make_array(const py::object& dtype, const std::vector<py::ssize_t>& shape, void* ptr,
                       const py::object& base, bool writable, PyObject* subtype) {
     auto& api = py::detail::npy_api::get();

@@ -64,6 +64,9 @@ struct ShmSlot {
     py::object channel;  // loans: the Channel (or Topic), for `with` and publish
     std::shared_ptr<shm::TopicLedger> topic;  // set instead of ledger for a Topic's loans and views
     std::shared_ptr<policy::SharedWriteMode> write_mode;  // loans: how copies into them store (the ring's)
+    // Copy-on-write views: the private pages the array lies in (shm::map_private_pages),
+    // unmapped after the slot is released, when the last array over them is gone.
+    std::unique_ptr<shm::Mapping> private_pages;
     ShmSlot() = default;
     ShmSlot(const ShmSlot&) = delete;
     ShmSlot& operator=(const ShmSlot&) = delete;
@@ -230,6 +233,12 @@ struct TimeLeft {
     double operator()() const { return t < 0 ? -1.0 : std::max(0.0, deadline - shm::monotonic_seconds()); }
 };
 
+// The array of a received view at p (the message `info` of dtype `de`) whose base is the
+// slot `base` (a ShmSlot that holds the slot already): read-only over the segment, or with cow,
+// writable over private copy-on-write pages of the message (shm::map_private_pages), which the
+// slot keeps mapped. `name`: the segment's, for errors.
+py::object view_array(const py::object& base, const DtypeEntry& de, const MsgInfo& info, const std::uint8_t* p,
+                      bool cow, const std::string& name);
 // An array over segment memory whose base is `base` (a ShmSlot); read-only unless writable.
 py::object make_array(const py::object& dtype, const std::vector<py::ssize_t>& shape, void* ptr,
                       const py::object& base, bool writable, PyObject* subtype);

@@ -110,7 +110,7 @@ private:
 public:
 
     // The next message as a read-only array pointing into the ring (see ShmSlot).
-    py::object recv_view(const py::object& timeout) {
+    py::object recv_view(const py::object& timeout, bool cow) {
         double t = timeout_arg(timeout, "recv_view");
         PyThreadState* ts = nullptr;
         const shm::GilHooks hooks = python_gil_hooks(&ts);
@@ -130,20 +130,19 @@ public:
                                               ": the message was not complete (it stays in the channel)");
             if (p) break;
             // Not one piece of the ring (a sent message that wraps, or one larger than the
-            // ring): a read-only copy, which holds no slot.
+            // ring): a copy, which holds no slot (read-only, unless a cow view was asked for).
             py::object result = recv_one(info, py::none(), left(), hooks);
             if (!result) continue;
-            make_read_only(result);
+            if (!cow) make_read_only(result);
             return result;
         }
-        std::vector<py::ssize_t> shape(info.shape, info.shape + info.ndim);
         auto slot = std::make_unique<ShmSlot>();
         slot->ledger = end_->ledger();
         slot->mapping = end_->ledger()->mapping_ref();
         slot->id = id;
         slot->nbytes = info.payload_len;
         py::object base = py::cast(std::move(slot));  // from here its destructor releases the view
-        return make_array(de->dtype, shape, const_cast<std::uint8_t*>(p), base, false, nullptr);
+        return view_array(base, *de, info, p, cow, end_->name());
     }
 
     // PyEnd's hooks.

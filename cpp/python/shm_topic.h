@@ -89,7 +89,7 @@ public:
         });
     }
 
-    py::object recv_view(const py::object& timeout) {
+    py::object recv_view(const py::object& timeout, bool cow) {
         double t = timeout_arg(timeout, "recv_view");
         PyThreadState* ts = nullptr;
         const shm::GilHooks hooks = python_gil_hooks(&ts);
@@ -97,7 +97,6 @@ public:
         if (!end_->next(msg, t, hooks))
             raise(PyExc_TimeoutError, "recv_view timed out after " + seconds_words(t) + ": no message arrived");
         const DtypeEntry& de = checked_dtype(msg.info);
-        std::vector<py::ssize_t> shape(msg.info.shape, msg.info.shape + msg.info.ndim);
         // The base object exists before the pin, so a failure below cannot leak the pin.
         auto slot = std::make_unique<ShmSlot>();
         slot->topic = end_->ledger();
@@ -106,7 +105,7 @@ public:
         ShmSlot* raw = slot.get();
         py::object base = py::cast(std::move(slot));
         raw->id = end_->take_view(msg);
-        return make_array(de.dtype, shape, const_cast<std::uint8_t*>(msg.payload), base, false, nullptr);
+        return view_array(base, de, msg.info, msg.payload, cow, end_->name());
     }
 
 

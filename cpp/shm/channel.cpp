@@ -69,7 +69,7 @@ Ring* Ring::create(const std::string& name, std::size_t capacity) {
     r->name_ = name;
     r->base_ = seg.base;
     r->ledger_ = std::make_shared<SlotLedger>();
-    r->ledger_->mapping = std::make_shared<Mapping>(seg.base, total);
+    r->ledger_->mapping = std::make_shared<Mapping>(seg.base, total, seg.fd);
     r->map_bytes_ = total;
     r->cap_ = capacity;
     r->creator_ = true;
@@ -87,7 +87,7 @@ Ring* Ring::attach(const std::string& name) {
     std::string why = check_prefix(b, kChannelSegment);
     if (why.empty()) why = capacity_error(b, size);
     if (!why.empty()) {
-        ::munmap(b, size);
+        release_segment(seg);
         throw ShmCorrupted("shared memory segment '" + name + "': " + why);
     }
     const std::uint64_t cap = load_acquire_u64(b + kOffCapacity);
@@ -95,7 +95,7 @@ Ring* Ring::attach(const std::string& name) {
     r->name_ = name;
     r->base_ = b;
     r->ledger_ = std::make_shared<SlotLedger>();
-    r->ledger_->mapping = std::make_shared<Mapping>(b, size);
+    r->ledger_->mapping = std::make_shared<Mapping>(b, size, seg.fd);
     r->map_bytes_ = size;
     r->cap_ = cap;
     r->dev_ = seg.dev;

@@ -33,6 +33,12 @@ int allocate_pages(int fd, std::uint64_t bytes) {
 
 Mapping::~Mapping() {
     if (base) ::munmap(base, bytes);
+    if (fd >= 0) ::close(fd);
+}
+
+void release_segment(const MappedSegment& seg) {
+    if (seg.base) ::munmap(seg.base, seg.bytes);
+    if (seg.fd >= 0) ::close(seg.fd);
 }
 
 void check_segment_name(const std::string& name, const char* kind) {
@@ -80,8 +86,6 @@ MappedSegment create_segment(const std::string& name, std::uint64_t bytes, const
         fail(fe, "cannot allocate " + std::to_string(bytes) + " bytes for shared memory segment '" + name + "'", true);
     p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | populate_flag(bytes), fd, 0);
     if (p == MAP_FAILED) fail(errno, "cannot map shared memory segment '" + name + "'", true);
-    ::close(fd);
-    fd = -1;
     seg.base = static_cast<std::uint8_t*>(p);
     seg.bytes = bytes;
     // The file is zero-filled: the kind's words, then the prefix with the magic last.
@@ -98,6 +102,7 @@ MappedSegment create_segment(const std::string& name, std::uint64_t bytes, const
     remove_on_fatal_signal(name);
     ::shm_unlink(temp_path.c_str());
     keep_on_fatal_signal(temp);
+    seg.fd = fd;  // kept for copy-on-write views (Mapping::fd)
     return seg;
 }
 
@@ -144,11 +149,13 @@ MappedSegment open_segment(const std::string& name, std::uint64_t min_bytes, std
                                  name + "' (is /dev/shm full or too small?): " + std::strerror(fe));
     }
     void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | populate_flag(size), fd, 0);
-    int e = errno;
-    ::close(fd);
-    if (p == MAP_FAILED)
+    if (p == MAP_FAILED) {
+        int e = errno;
+        ::close(fd);
         throw ShmOsError(e, "cannot map shared memory segment '" + name + "': " + std::strerror(e));
+    }
     MappedSegment seg;
+    seg.fd = fd;  // kept for copy-on-write views (Mapping::fd)
     seg.base = static_cast<std::uint8_t*>(p);
     seg.bytes = size;
     seg.dev = static_cast<std::uint64_t>(st.st_dev);
@@ -189,6 +196,26 @@ void protect_data(std::uint8_t* base, std::size_t data_offset, std::size_t map_b
         throw ShmOsError(e, "cannot map the data of shared memory segment '" + name + "' " +
                                 (read_only ? "read-only" : "writable") + ": " + std::strerror(e));
     }
+}
+
+std::unique_ptr<Mapping> map_private_pages(const Mapping& seg, const std::uint8_t* p, std::size_t n,
+                                           std::uint8_t*& at, const std::string& name) {
+    static const long page_size = ::sysconf(_SC_PAGESIZE);
+    const std::size_t page = page_size > 0 ? static_cast<std::size_t>(page_size) : kPageBytes;
+    if (seg.fd < 0) throw ShmError("shared memory segment '" + name + "' keeps no file: no copy-on-write view");
+    const std::size_t offset = static_cast<std::size_t>(p - seg.base);
+    if (p < seg.base || n == 0 || offset > seg.bytes || n > seg.bytes - offset)
+        throw ShmError("copy-on-write view outside its segment '" + name + "'");
+    const std::size_t first = offset / page * page;
+    const std::size_t end = (offset + n + page - 1) / page * page;
+    void* m = ::mmap(nullptr, end - first, PROT_READ | PROT_WRITE, MAP_PRIVATE, seg.fd, static_cast<off_t>(first));
+    if (m == MAP_FAILED) {
+        int e = errno;
+        throw ShmOsError(e, "cannot map a copy-on-write view of shared memory segment '" + name + "': " +
+                                std::strerror(e));
+    }
+    at = static_cast<std::uint8_t*>(m) + (offset - first);
+    return std::make_unique<Mapping>(static_cast<std::uint8_t*>(m), end - first);
 }
 
 }  // namespace shm

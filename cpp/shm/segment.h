@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 namespace fastcopy {
@@ -43,22 +44,29 @@ struct SegmentKind {
 
 // The mapping of a segment. Shared by the Channel or Topic end and by every loaned array and
 // received view, so that memory a Python array points into stays mapped until the last such
-// array is gone, even after the end was closed.
+// array is gone, even after the end was closed. fd: the segment's file (close-on-exec), kept
+// open for copy-on-write views (map_private_pages), also after the name was unlinked; -1 for
+// a mapping that is not a whole segment.
 struct Mapping {
     std::uint8_t* base;
     std::size_t bytes;
-    Mapping(std::uint8_t* b, std::size_t n) : base(b), bytes(n) {}
+    int fd;
+    Mapping(std::uint8_t* b, std::size_t n, int file = -1) : base(b), bytes(n), fd(file) {}
     ~Mapping();
     Mapping(const Mapping&) = delete;
     Mapping& operator=(const Mapping&) = delete;
 };
 
-// A segment this process mapped (read-write, the whole file).
+// A segment this process mapped (read-write, the whole file). fd: the file, open; whoever
+// takes the segment hands it to its Mapping (or closes it with release_segment on failure).
 struct MappedSegment {
     std::uint8_t* base = nullptr;
     std::size_t bytes = 0;
+    int fd = -1;
     std::uint64_t dev = 0, ino = 0;  // identity of the file
 };
+// Unmaps the segment and closes its file (an attach that found it invalid).
+void release_segment(const MappedSegment& seg);
 
 // ShmBadArgument unless `name` can name a segment in /dev/shm; `kind` ("channel", "topic") is
 // named in the message.
@@ -99,6 +107,16 @@ int populate_flag(std::uint64_t bytes);
 // 4096 bytes the layouts align to, the data stays writable. ShmOsError when mprotect fails.
 void protect_data(std::uint8_t* base, std::size_t data_offset, std::size_t map_bytes, bool read_only,
                   const std::string& name);
+
+// A copy-on-write view's memory: the pages of the segment's file (seg.fd) that cover
+// [p, p + n) (p inside seg), mapped MAP_PRIVATE and writable. Until a page is written it reads
+// the segment's bytes (the caller keeps the slot held so that those do not change); a write
+// copies only the page written, into this process's private memory, so the segment never
+// changes. `at` is p's address in the returned mapping, which unmaps when destroyed. n > 0.
+// Works at any offset of p: the mapping starts at the page below it. ShmOsError when mmap
+// fails, ShmError when seg keeps no file.
+std::unique_ptr<Mapping> map_private_pages(const Mapping& seg, const std::uint8_t* p, std::size_t n,
+                                           std::uint8_t*& at, const std::string& name);
 
 }  // namespace shm
 }  // namespace fastcopy

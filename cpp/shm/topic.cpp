@@ -154,7 +154,7 @@ Topic* Topic::create(const std::string& name, std::uint64_t slot_bytes, std::uin
     t->pid_ = me;
     t->start_time_ = my_start;
     t->ledger_ = std::make_shared<TopicLedger>();
-    t->ledger_->mapping = std::make_shared<Mapping>(t->base_, total);
+    t->ledger_->mapping = std::make_shared<Mapping>(t->base_, total, seg.fd);
     t->ledger_->header = t->base_;
     t->ledger_->generation = t->generation_;
     return t;
@@ -168,20 +168,19 @@ Topic* Topic::subscribe(const std::string& name) {
                                                return geometry_error_of(header, size, g);
                                            });
     const std::uint64_t size = seg.bytes;
-    void* p = seg.base;
     auto* b = seg.base;
     TopicGeometry g;
     std::string why = check_prefix(b, kTopicSegment);
     if (why.empty()) why = geometry_error_of(b, size, g);
     if (!why.empty()) {
-        ::munmap(p, size);
+        release_segment(seg);
         throw ShmCorrupted("shared memory segment '" + name + "': " + why);
     }
     // The slots are the publisher's to write: a subscriber reads them through a read-only mapping.
     try {
         protect_data(b, g.data_offset(), size, true, name);
     } catch (...) {
-        ::munmap(p, size);
+        release_segment(seg);
         throw;
     }
     std::unique_ptr<Topic> t(new Topic());
@@ -193,7 +192,7 @@ Topic* Topic::subscribe(const std::string& name) {
     t->pid_ = static_cast<std::uint32_t>(::getpid());
     t->start_time_ = process_start_time(t->pid_);
     t->ledger_ = std::make_shared<TopicLedger>();
-    t->ledger_->mapping = std::make_shared<Mapping>(b, size);
+    t->ledger_->mapping = std::make_shared<Mapping>(b, size, seg.fd);
     t->ledger_->header = b;
     t->ledger_->generation = t->generation_;
     // Claim a free record: free -> 3 (being claimed, ignored by the publisher) together with our

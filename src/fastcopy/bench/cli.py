@@ -120,6 +120,9 @@ def add_bench_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--ipc", action="store_true",
                    help="measure copies between two processes through fastcopy.shm.Channel instead "
                         "(against multiprocessing Queue and Pipe; sizes, repeats, min-time, variants apply)")
+    p.add_argument("--loader", action="store_true",
+                   help="measure fastcopy.torch.Loader against torch.utils.data.DataLoader instead (batches per "
+                        "second, 2 workers; fastcopy.bench.loader; repeats, quick, json apply; needs torch)")
     p.add_argument("--view-fill", choices=list(VIEW_FILLS), default=None,
                    help="--ipc: how the zero-copy transports (channel_view, iceoryx2; with --variants topic the "
                         "*_view configurations) fill a loaned slot, the same for all: memmove (glibc memmove: ctypes.memmove or np.copyto; default) or fastcopy (fastcopy.copy)")
@@ -205,6 +208,10 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: List[st
 
     if args.view_fill and not args.ipc:
         p.error("argument --view-fill: applies only to --ipc")
+    if args.loader:
+        from .loader import run_cli as run_loader
+
+        return run_loader(p, args, argv)
     if args.ipc:
         return _ipc(p, args, argv)
     if args.batch:

@@ -138,6 +138,10 @@ class Channel(_core.ShmRing):
         ring's end at its start when it can (always, up to half the ring); messages that do
         not lie in one piece of the ring (a larger sent message that met the end, or one
         larger than the ring) come back as a read-only copy instead.
+    ``recv_view(timeout=None, cow=True)``
+        The same, as a writable array over private copy-on-write pages of the message: a
+        write copies only the pages it touches into this process and never reaches the ring;
+        the slot is held as for a read-only view (docs/shm.md, "Copy-on-write views").
     ``store_modes``
         How ``fastcopy.copy`` fills of this end's loans of 256 KiB or more store, per size
         class: cached or streaming, whichever ran faster lately, with the last rate of each

@@ -116,7 +116,8 @@ class Subscriber(_core.ShmTopic):
     ``recv(out=None, timeout=None)`` returns the next message as a new array (or copies it
     into ``out``); ``recv_view(timeout=None)`` returns it as a read-only array that pins its
     slot until the array and everything derived from it are gone (``held_views``,
-    ``held_bytes``). ``lost`` counts the messages lost (overflow="drop"); iteration receives
+    ``held_bytes``); ``recv_view(cow=True)`` as a writable one whose writes copy the pages
+    they touch into this process, unseen by the publisher and the other subscribers. ``lost`` counts the messages lost (overflow="drop"); iteration receives
     until the publisher closes. Picklable: unpickling subscribes again by name (a new
     subscriber starting at the next message).
     """
