@@ -138,6 +138,13 @@ def word(field):  # a header word (the machine's byte order)
     offset, size = CHANNEL["fields"][field]
     return int.from_bytes(header[offset:offset + size], sys.byteorder)
 tail = lambda: word("tail")  # the consumer's read position
+head = lambda: word("head")  # the producer's write position
+def wait_until_sending():
+    # The child has begun its message. Building it (np.tile of 128 MiB) can take seconds on a
+    # loaded machine, which must not eat the timed recv's timeout.
+    give_up = time.monotonic() + 60
+    while head() == 0 and time.monotonic() < give_up:
+        time.sleep(0.0005)
 """
 
 
@@ -178,8 +185,9 @@ def stop_child():
     stopped.append(tail())
 
 watcher = threading.Thread(target=stop_child)
-watcher.start()
 buf = np.zeros(N, np.uint8)
+wait_until_sending()
+watcher.start()
 try:
     ch.recv(timeout=1.5) if first == "new" else ch.recv(out=buf, timeout=1.5)
     print("first completed")
@@ -245,6 +253,7 @@ def stop_child_and_limit_memory():
 
 buf = np.zeros(N, np.uint8)
 watcher = threading.Thread(target=stop_child_and_limit_memory)
+wait_until_sending()
 watcher.start()
 try:
     ch.recv(out=buf, timeout=5)
