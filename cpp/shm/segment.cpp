@@ -118,8 +118,11 @@ MappedSegment create_segment(const std::string& name, std::uint64_t bytes, const
         if (fd >= 0) ::close(fd);
         ::shm_unlink(temp_path.c_str());
         keep_on_fatal_signal(temp);
-        // ENOSPC here is space taken since the preflight: the same error as the preflight's.
-        if (e == ENOSPC) throw no_space(bytes, "cannot create shared memory segment '" + name + "'");
+        // ENOSPC here is space another process took after the preflight: the preflight's error,
+        // saying so.
+        if (e == ENOSPC)
+            throw no_space(bytes, "cannot create shared memory segment '" + name +
+                                      "' (the space was taken by another process after the check)");
         throw ShmOsError(e, what + (full ? " (is /dev/shm full or too small?): " : ": ") + std::strerror(e));
     };
     MappedSegment seg;

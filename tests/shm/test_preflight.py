@@ -60,17 +60,18 @@ except shm.ShmSpaceError as e:
     out["over"] = [e.errno, e.needed, e.free, e.path]
 out["zero"] = shm.preflight(0)
 
-def attempt(make):
+def attempt(name, make):
     try:
-        make()
+        make(name)
         return None
     except Exception as e:
         return {"type": type(e).__name__, "oserror": isinstance(e, OSError),
                 "channel_error": isinstance(e, shm.ChannelError), "errno": getattr(e, "errno", None),
-                "needed": getattr(e, "needed", None), "free": getattr(e, "free", None), "msg": str(e)}
+                "needed": getattr(e, "needed", None), "free": getattr(e, "free", None), "msg": str(e),
+                "name": name}
 
-out["channel"] = attempt(lambda: shm.Channel.create("fcpf-big", capacity=48 << 20))
-out["topic"] = attempt(lambda: shm.Topic.create("fcpf-topic", slot_bytes=16 << 20, slots=3))
+out["channel"] = attempt("fcpf-big", lambda n: shm.Channel.create(n, capacity=48 << 20))
+out["topic"] = attempt("fcpf-topic", lambda n: shm.Topic.create(n, slot_bytes=16 << 20, slots=3))
 out["names_after"] = sorted(os.listdir("/dev/shm"))
 # What fits is created as before.
 with shm.Channel.create("fcpf-fits", capacity=8 << 20) as ch:
@@ -91,6 +92,8 @@ def test_preflight_refuses_before_anything_is_created(tmp_path):
         assert err["type"] == "ShmSpaceError" and err["oserror"] and err["channel_error"], err
         assert err["errno"] == errno.ENOSPC and err["needed"] > err["free"], err
         msg = err["msg"]
+        # The preflight's words, not those of posix_fallocate's ENOSPC (space taken after the check).
+        assert msg.startswith(f"[Errno 28] cannot create shared memory segment '{err['name']}': it needs "), msg
         assert f"({err['needed']} bytes)" in msg and f"({err['free']} bytes)" in msg, msg
         assert "/dev/shm" in msg and "--shm-size=64m" not in msg and "--shm-size=128m" in msg, msg
         assert "emptyDir" in msg and "medium: Memory" in msg, msg
