@@ -56,9 +56,11 @@ ShmNoSpace no_space(std::uint64_t bytes, const std::string& what) {
     const ShmSpace s = shm_space();
     // The suggested --shm-size: what is in use plus what is needed, rounded up to a power of two
     // of MiB, at least twice Docker's default 64 MiB.
+    // Saturating: a size near 2**64 suggests the largest size, never wraps around.
     const std::uint64_t used = s.total > s.free ? s.total - s.free : 0;
+    const std::uint64_t want = bytes > ~std::uint64_t(0) - used ? ~std::uint64_t(0) : used + bytes;
     std::uint64_t mib = 128;
-    while ((mib << 20) < used + bytes) mib *= 2;
+    while (mib < (std::uint64_t(1) << 43) && (mib << 20) < want) mib *= 2;
     const std::string size = mib >= 1024 ? std::to_string(mib / 1024) + "g" : std::to_string(mib) + "m";
     std::string msg = what + ": it needs " + describe_bytes(bytes) + " of shared memory and " + s.path + " has ";
     msg += s.ok ? describe_bytes(s.free) + " free of " + describe_bytes(s.total) : std::string("an unknown amount free");
@@ -73,8 +75,9 @@ ShmNoSpace no_space(std::uint64_t bytes, const std::string& what) {
 std::uint64_t preflight(std::uint64_t bytes, const std::string& what) {
     const ShmSpace s = shm_space();
     if (!s.ok) return 0;
-    const std::uint64_t pages = bytes / kPageBytes + (bytes % kPageBytes != 0);
-    const std::uint64_t need = pages * kPageBytes;
+    // Whole pages; a size within a page of 2**64 stays as it is (larger than any free space).
+    const std::uint64_t need =
+        bytes > ~std::uint64_t(0) - kPageBytes ? bytes : (bytes + kPageBytes - 1) / kPageBytes * kPageBytes;
     if (need > s.free) throw no_space(need, what);
     return s.free;
 }

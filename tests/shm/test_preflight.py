@@ -151,3 +151,7 @@ def test_preflight_arguments():
         shm.preflight(1.5)  # type: ignore[arg-type]
     with pytest.raises(shm.ShmSpaceError, match="--shm-size="):
         shm.preflight(st.f_blocks * st.f_frsize + (1 << 30))  # more than the whole of /dev/shm
+    for huge in (2**64 - 1, 2**64 - 4096, 2**63):  # no wrap-around in the page rounding or the suggested size
+        with pytest.raises(shm.ShmSpaceError, match="--shm-size=") as e:
+            shm.preflight(huge)
+        assert e.value.needed >= huge
