@@ -221,6 +221,12 @@ def python_variables() -> List[Dict[str, Any]]:
                 "effect": "where the benchmarks read the RAPL energy counters (the tests point it at a fake tree)",
                 "default": f"`{rapl_default}`", "min": None, "max": None,
                 "reader": "`fastcopy.bench` (benchmarks and `tune`)"})
+    from fastcopy.shm import space
+    out.append({"name": "FASTCOPY_LOGIND_CONF_DIR", "values": "a directory laid out as /etc/systemd",
+                "effect": "where `shm --doctor` reads systemd-logind's `RemoveIPC` (logind.conf, logind.conf.d/) "
+                          "(the tests point it at a fake one)",
+                "default": f"`{space._LOGIND_DIR}`", "min": None, "max": None,
+                "reader": "`python -m fastcopy shm --doctor`"})
     return out
 
 

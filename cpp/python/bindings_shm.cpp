@@ -12,6 +12,7 @@
 #include "python/shm_common.h"
 #include "python/shm_ring.h"
 #include "python/shm_topic.h"
+#include "shm/segment.h"
 
 namespace py = pybind11;
 
@@ -137,10 +138,34 @@ void bind_shm(py::module_& m) {
         }
     }, py::arg("arr"), py::arg("publish"));
     m.def("_shm_set_messages_lost_type", [](py::object t) { support().messages_lost = t; });
+    m.def("_shm_set_space_error_type", [](py::object t) { support().space_error = t; });
+    m.def("shm_preflight", [](std::uint64_t nbytes) { return shm::preflight(nbytes, "not enough shared memory"); },
+          py::arg("nbytes"),
+          "Raises fastcopy.shm.ShmSpaceError unless nbytes (rounded up to whole pages) fit in the free space "
+          "of /dev/shm now; returns the free bytes (0 when they cannot be read). Creates nothing.");
+    m.def("shm_space", [] {
+        const shm::ShmSpace s = shm::shm_space();
+        py::dict d;
+        d["path"] = s.path;
+        d["total"] = s.ok ? py::object(py::int_(s.total)) : py::object(py::none());
+        d["free"] = s.ok ? py::object(py::int_(s.free)) : py::object(py::none());
+        return d;
+    }, "The filesystem that holds shared-memory segments: {'path', 'total', 'free'} in bytes (free: what an "
+       "unprivileged process may still allocate; None when statvfs fails).");
     // Registered after the translator above, so it is tried first; anything else falls through.
     py::register_exception_translator([](std::exception_ptr p) {
         try {
             if (p) std::rethrow_exception(p);
+        } catch (const shm::ShmNoSpace& e) {
+            PyObject* exc = support().space_error
+                ? PyObject_CallFunction(support().space_error.ptr(), "isKKs", e.err, e.what(),
+                                        static_cast<unsigned long long>(e.needed),
+                                        static_cast<unsigned long long>(e.free), e.path.c_str())
+                : PyObject_CallFunction(PyExc_OSError, "is", e.err, e.what());
+            if (exc) {
+                PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc)), exc);
+                Py_DECREF(exc);
+            }
         } catch (const shm::ShmMessagesLost& e) {
             if (!support().messages_lost) {
                 PyErr_SetString(support().error ? support().error.ptr() : PyExc_RuntimeError, e.what());

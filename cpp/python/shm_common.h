@@ -33,6 +33,7 @@ struct Support {
     py::object loaned_array_type;                      // fastcopy.shm.LoanedArray
     py::object messages_lost;                          // fastcopy.shm.MessagesLost(count, message)
     py::object bad_argument;                           // fastcopy.shm.ChannelValueError
+    py::object space_error;                            // fastcopy.shm.ShmSpaceError
     py::object loan_args;                              // fastcopy.shm._loan_args(what, shape, dtype)
 };
 // Leaked on purpose: no Python calls at exit.

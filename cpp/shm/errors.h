@@ -1,6 +1,7 @@
 // The errors of the shared-memory layers. The Python binding maps them to
 // fastcopy.shm.ChannelError and its subclasses (cpp/python/bindings_shm.cpp).
 #pragma once
+#include <cerrno>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -23,6 +24,15 @@ struct ShmInterrupted : ShmError { ShmInterrupted() : ShmError("interrupted") {}
 struct ShmOsError : ShmError {
     int err;
     ShmOsError(int e, const std::string& what) : ShmError(what), err(e) {}
+};
+// No room in /dev/shm for a segment: the preflight before a create, or ENOSPC from
+// posix_fallocate (space taken between the two, or an attach). Python: fastcopy.shm.ShmSpaceError,
+// an OSError with errno ENOSPC that is also a ChannelError, with needed/free/path attributes.
+struct ShmNoSpace : ShmOsError {
+    std::uint64_t needed, free;
+    std::string path;
+    ShmNoSpace(std::uint64_t n, std::uint64_t f, const std::string& p, const std::string& what)
+        : ShmOsError(ENOSPC, what), needed(n), free(f), path(p) {}
 };
 // A subscriber's copy was overwritten in drop mode: `count` messages were skipped.
 struct ShmMessagesLost : ShmError {

@@ -3,10 +3,12 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "shm/errors.h"
@@ -29,7 +31,56 @@ int allocate_pages(int fd, std::uint64_t bytes) {
     int fe = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
     return fe == EOPNOTSUPP || fe == EINVAL ? 0 : fe;
 }
+
+// A size for messages: "100.0 MiB (104857600 bytes)".
+std::string describe_bytes(std::uint64_t n) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.1f MiB (%llu bytes)", static_cast<double>(n) / (1 << 20),
+                  static_cast<unsigned long long>(n));
+    return buf;
+}
 }  // namespace
+
+ShmSpace shm_space() {
+    ShmSpace s;
+    s.path = kShmDir.substr(0, kShmDir.size() - 1);
+    struct statvfs v {};
+    if (::statvfs(s.path.c_str(), &v) != 0) return s;
+    s.total = static_cast<std::uint64_t>(v.f_blocks) * v.f_frsize;
+    s.free = static_cast<std::uint64_t>(v.f_bavail) * v.f_frsize;
+    s.ok = true;
+    return s;
+}
+
+ShmNoSpace no_space(std::uint64_t bytes, const std::string& what) {
+    const ShmSpace s = shm_space();
+    // The suggested --shm-size: what is in use plus what is needed, rounded up to a power of two
+    // of MiB, at least twice Docker's default 64 MiB.
+    // Saturating: a size near 2**64 suggests the largest size, never wraps around.
+    const std::uint64_t used = s.total > s.free ? s.total - s.free : 0;
+    const std::uint64_t want = bytes > ~std::uint64_t(0) - used ? ~std::uint64_t(0) : used + bytes;
+    std::uint64_t mib = 128;
+    while (mib < (std::uint64_t(1) << 43) && (mib << 20) < want) mib *= 2;
+    const std::string size = mib >= 1024 ? std::to_string(mib / 1024) + "g" : std::to_string(mib) + "m";
+    std::string msg = what + ": it needs " + describe_bytes(bytes) + " of shared memory and " + s.path + " has ";
+    msg += s.ok ? describe_bytes(s.free) + " free of " + describe_bytes(s.total) : std::string("an unknown amount free");
+    msg += ". In Docker, give the container a larger " + s.path + " (docker run --shm-size=" + size +
+           "); in Kubernetes, mount an emptyDir volume with medium: Memory at " + s.path +
+           "; elsewhere, free space in " + s.path +
+           " (python -m fastcopy shm --doctor lists stale segments, shm --clean removes them) or use smaller "
+           "capacities";
+    return ShmNoSpace(bytes, s.free, s.path, msg);
+}
+
+std::uint64_t preflight(std::uint64_t bytes, const std::string& what) {
+    const ShmSpace s = shm_space();
+    if (!s.ok) return 0;
+    // Whole pages; a size within a page of 2**64 stays as it is (larger than any free space).
+    const std::uint64_t need =
+        bytes > ~std::uint64_t(0) - kPageBytes ? bytes : (bytes + kPageBytes - 1) / kPageBytes * kPageBytes;
+    if (need > s.free) throw no_space(need, what);
+    return s.free;
+}
 
 Mapping::~Mapping() {
     if (base) ::munmap(base, bytes);
@@ -55,6 +106,9 @@ MappedSegment create_segment(const std::string& name, std::uint64_t bytes, const
     // A name that exists fails before anything is allocated; link() below decides for certain.
     if (::access((kShmDir + name).c_str(), F_OK) == 0)
         throw ShmOsError(EEXIST, "cannot create shared memory segment '" + name + "': " + std::strerror(EEXIST));
+    // Room for every page before any is touched or the name exists: a clear error now instead
+    // of a SIGBUS or an ENOSPC later.
+    preflight(bytes, "cannot create shared memory segment '" + name + "'");
     // The segment is made and initialised under a name of its own, then linked to `name`, so that
     // an attach never finds `name` half made.
     static std::atomic<std::uint64_t> counter{0};
@@ -73,6 +127,11 @@ MappedSegment create_segment(const std::string& name, std::uint64_t bytes, const
         if (fd >= 0) ::close(fd);
         ::shm_unlink(temp_path.c_str());
         keep_on_fatal_signal(temp);
+        // ENOSPC here is space another process took after the preflight: the preflight's error,
+        // saying so.
+        if (e == ENOSPC)
+            throw no_space(bytes, "cannot create shared memory segment '" + name +
+                                      "' (the space was taken by another process after the check)");
         throw ShmOsError(e, what + (full ? " (is /dev/shm full or too small?): " : ": ") + std::strerror(e));
     };
     MappedSegment seg;
@@ -145,6 +204,7 @@ MappedSegment open_segment(const std::string& name, std::uint64_t min_bytes, std
     }
     if (int fe = allocate_pages(fd, size)) {
         ::close(fd);
+        if (fe == ENOSPC) throw no_space(size, "cannot attach to shared memory segment '" + name + "'");
         throw ShmOsError(fe, "cannot allocate the " + std::to_string(size) + " bytes of shared memory segment '" +
                                  name + "' (is /dev/shm full or too small?): " + std::strerror(fe));
     }

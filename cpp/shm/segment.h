@@ -16,6 +16,8 @@
 #include <memory>
 #include <string>
 
+#include "shm/errors.h"
+
 namespace fastcopy {
 namespace shm {
 
@@ -76,7 +78,8 @@ void check_segment_name(const std::string& name, const char* kind);
 // segment is made under a temporary name, zero-filled; init(base) writes the kind's own header
 // words, the prefix follows with the magic last (release), and only then is the segment linked
 // to `name`: whoever opens `name` finds it whole. An existing name is never replaced
-// (ShmOsError EEXIST). Registers the name for removal on a fatal signal.
+// (ShmOsError EEXIST). The free space is checked first (preflight: ShmNoSpace before anything
+// is created); ENOSPC from posix_fallocate is the same ShmNoSpace. Registers the name for removal on a fatal signal.
 MappedSegment create_segment(const std::string& name, std::uint64_t bytes, const SegmentKind& kind,
                              const std::function<void(std::uint8_t*)>& init);
 
@@ -95,6 +98,23 @@ std::string check_prefix(const std::uint8_t* base, const SegmentKind& kind);
 
 // shm_unlink(name); false when it was already gone, ShmOsError on another failure.
 bool unlink_segment(const std::string& name);
+
+// The filesystem that holds the segments: its path and, from statvfs, its size and the bytes an
+// unprivileged process may still allocate there (f_bavail). ok is false when statvfs fails.
+struct ShmSpace {
+    std::string path;
+    std::uint64_t total = 0, free = 0;
+    bool ok = false;
+};
+ShmSpace shm_space();
+// The preflight of every create_segment, and of a caller about to create several segments (the
+// sum of their sizes): ShmNoSpace unless `bytes`, rounded up to whole pages (tmpfs allocates
+// pages), fit in the free space of /dev/shm now. Nothing is created or touched. Returns the free
+// bytes; when statvfs fails it returns 0 and lets posix_fallocate decide.
+std::uint64_t preflight(std::uint64_t bytes, const std::string& what);
+// The ShmNoSpace for `bytes` that do not fit, `what` first: the bytes needed and free, the path,
+// and the fixes (docker run --shm-size with a suggested size, a Kubernetes emptyDir in memory).
+ShmNoSpace no_space(std::uint64_t bytes, const std::string& what);
 
 // MAP_POPULATE for segments up to 256 MiB, 0 above: the first pass over the data takes no
 // page faults (costs about 1 ms per MiB at create/attach).

@@ -1,5 +1,5 @@
 """Command line: ``python -m fastcopy info [--json | --profile]``, ``bench [...]``, ``tune [...]``,
-``compare BASE.json NEW.json``, ``shm --list`` / ``shm --clean`` (fastcopy channel segments in /dev/shm).
+``compare BASE.json NEW.json``, ``shm --list`` / ``shm --clean`` / ``shm --doctor`` (fastcopy channel segments in /dev/shm).
 
 See docs/benchmarks.md for the benchmark, the tune command and the comparison.
 """
@@ -46,6 +46,11 @@ def _build_parser() -> argparse.ArgumentParser:
     action = p_shm.add_mutually_exclusive_group(required=True)
     action.add_argument("--list", action="store_true", help="list every channel segment and whether it is stale")
     action.add_argument("--clean", action="store_true", help="remove the stale segments")
+    action.add_argument("--doctor", action="store_true",
+                        help="report /dev/shm's size and free space, live and stale segments and systemd-logind's "
+                             "RemoveIPC; exit status 1 when a problem is found (stale segments, RemoveIPC that "
+                             "applies to this user, /dev/shm unreadable)")
+    p_shm.add_argument("--json", action="store_true", help="with --doctor: print the report as JSON")
     p_shm.add_argument("--prefix", default="", metavar="TEXT",
                        help="only segments whose name starts with TEXT (e.g. fastcopy-, the default names)")
     return parser
@@ -54,6 +59,14 @@ def _build_parser() -> argparse.ArgumentParser:
 def _shm(args: argparse.Namespace) -> int:
     from . import shm
 
+    if args.doctor:
+        import json
+
+        from .shm.space import doctor_report, format_doctor
+
+        report = doctor_report()
+        print(json.dumps(report, indent=2) if args.json else format_doctor(report))
+        return 1 if report["problems"] else 0
     if args.clean:
         removed = shm.clean_segments(args.prefix)
         for name in removed:

@@ -222,9 +222,9 @@ def shm_scenarios(tmp_path):
         name = f"{PREFIX}fm-big"
         try:
             shm.Channel.create(name, capacity=cap)
-        except OSError as e:
+        except shm.ShmSpaceError as e:
             assert e.errno == 28 and not os.path.exists("/dev/shm/" + name)
-            return "OSError (ENOSPC) nothing is left behind"
+            return "ShmSpaceError OSError ENOSPC nothing is left behind"
         return "created"
 
     def attach_no_pages():
@@ -235,8 +235,10 @@ def shm_scenarios(tmp_path):
             f.truncate(CHANNEL["header_bytes"] + cap)  # sparse: no page of the ring exists, and they cannot
         try:
             shm.Channel.attach(name)
+        except shm.ShmSpaceError as e:
+            return "ShmSpaceError OSError ENOSPC" if e.errno == 28 else f"ShmSpaceError {e.errno}"
         except OSError as e:
-            return "OSError (ENOSPC)" if e.errno == 28 else f"OSError {e.errno}"
+            return f"OSError {e.errno}"
         finally:
             os.unlink("/dev/shm/" + name)
         return "attached"

@@ -22,7 +22,9 @@ process exited while we waited for it) and :class:`ChannelClosed` (the other end
 shape or length (``TypeError`` when it is not a writable C-contiguous buffer at all; the
 message stays in the channel either way) or use after ``close()``; ``TypeError`` naming the
 argument for a wrong argument type; :class:`ChannelArgumentError` (both a ChannelError and a
-ValueError) for an invalid name or a capacity out of range. docs/shm.md has a table of every
+ValueError) for an invalid name or a capacity out of range; :class:`ShmSpaceError` (an OSError
+ENOSPC and a ChannelError) when /dev/shm has no room, checked before anything is created
+(:func:`preflight` checks several segments' sum at once). docs/shm.md has a table of every
 failure mode.
 
 Names in /dev/shm are removed by the creating process (``unlink()``, ``with``, interpreter
@@ -41,10 +43,12 @@ if sys.platform != "linux":  # pragma: no cover
 
 # The modules by concern: errors (the exceptions), dtypes (the dtype wire text), names (the
 # names this process created), channel (Channel, LoanedArray), topic (Topic, Subscriber),
-# segments (finding and removing stale segments).
+# segments (finding and removing stale segments), space (preflight, the doctor's report).
 from .channel import DEFAULT_CAPACITY, Channel, LoanedArray
-from .errors import ChannelArgumentError, ChannelClosed, ChannelCorrupted, ChannelError, MessagesLost, PeerDied
+from .errors import (ChannelArgumentError, ChannelClosed, ChannelCorrupted, ChannelError, MessagesLost, PeerDied,
+                     ShmSpaceError)
 from .segments import clean_segments, list_segments
+from .space import preflight
 from .topic import DEFAULT_MAX_SUBSCRIBERS, Subscriber, Topic  # noqa: F401 (DEFAULT_MAX_SUBSCRIBERS: public, not in __all__)
 
 __all__ = [
@@ -56,6 +60,8 @@ __all__ = [
     "PeerDied",
     "ChannelClosed",
     "MessagesLost",
+    "ShmSpaceError",
+    "preflight",
     "Topic",
     "Subscriber",
     "DEFAULT_CAPACITY",
@@ -66,7 +72,7 @@ __all__ = [
 # The public classes and functions are fastcopy.shm's: that is the name tracebacks, reprs and
 # pickles show, whichever module defines them.
 for _obj in (Channel, LoanedArray, ChannelError, ChannelArgumentError, ChannelCorrupted, PeerDied, ChannelClosed,
-             MessagesLost, Topic, Subscriber, list_segments, clean_segments):
+             MessagesLost, ShmSpaceError, Topic, Subscriber, list_segments, clean_segments, preflight):
     _obj.__module__ = __name__
 del _obj
 

@@ -10,7 +10,8 @@ import numpy as np
 
 from .. import _core
 from .dtypes import _dtype_from_wire, _dtype_to_wire
-from .errors import ChannelArgumentError, ChannelClosed, ChannelCorrupted, ChannelError, MessagesLost, PeerDied
+from .errors import (ChannelArgumentError, ChannelClosed, ChannelCorrupted, ChannelError, MessagesLost, PeerDied,
+                     ShmSpaceError)
 from .names import _created, _default_name, _unlink_created_in_multiprocessing_child
 
 #: Ring size in bytes when Channel.create() is not given one.
@@ -47,6 +48,7 @@ _end_loan_block = _core._end_loan_block
 _core._shm_set_loaned_array_type(LoanedArray)
 _core._shm_set_messages_lost_type(MessagesLost)
 _core._shm_set_bad_argument_type(ChannelArgumentError)
+_core._shm_set_space_error_type(ShmSpaceError)
 
 _ShapeArg = Union[int, Sequence[int]]
 
