@@ -91,9 +91,9 @@ def build_profile(m: Dict[str, Any], body: Dict[str, Any], command: str, note: O
     method = (f"{command}: hot caches below the {human_size(m['l3'])} L3 (L2 {human_size(m['l2'])}), cold at and "
               f"above it (rotation of >= {engine.COLD_L3_FACTOR}x L3); {m['repeats']} interleaved repeats of "
               f">= {m['min_time'] * 1e3:g} ms loops per placement, medians, "
-              f"{'-'.join(str(x) for x in m.get('placements', [1]))} placements (fresh allocations, offsets drawn "
-              f"from the class); a band changes only beyond the measured spread and by a sign test over the "
-              f"placements; validated off the grid and by a held-out check (provenance.check); sizes {human_size(m['sizes'][0])} to {human_size(m['sizes'][-1])}"
+              f"{'-'.join(str(x) for x in m.get('placements', [1]))} placements (fresh buffers, offsets drawn "
+              f"from the class); a band changes only beyond the spread, by a sign test over placements; "
+              f"validated off the grid and by a held-out check; sizes {human_size(m['sizes'][0])} to {human_size(m['sizes'][-1])}"
               + (f"; {note}" if note else ""))
     profile: Dict[str, Any] = {
         "format": PROFILE_FORMAT,
