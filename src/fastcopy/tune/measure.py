@@ -255,7 +255,10 @@ def _measure_sizes(sizes: Sequence[int], arena: Arena, l3: int, cfg: Dict[str, f
         cold = size >= l3
         cache_of[str(size)] = "cold" if cold else "hot"
         count = engine.cold_rotation_count(size, l3) if cold else 1
-        reps_here = int(cfg["cold_repeats"]) if cold and not repeats else reps
+        # cold and large copies (no fresh allocations: the placements differ by their offset only,
+        # and one copy takes milliseconds) at the cold settings' placements and repeats
+        large = cold or size >= FRESH_MAX
+        reps_here = int(cfg["cold_repeats"]) if large and not repeats else reps
         t_here = cfg["cold_min_time"] if cold else hot_time
         mem = SizeMemory(size, count, shared=True, arena=arena)
         try:
@@ -274,7 +277,7 @@ def _measure_sizes(sizes: Sequence[int], arena: Arena, l3: int, cfg: Dict[str, f
                                 if k in plain or cold:
                                     variants[f"{k}@{t}"] = f
                     res = measure_cell(variants, mem, region, cls, reps_here, t_here, rng,
-                                       cfg["cold_placements"] if cold else cfg["placements"],
+                                       cfg["cold_placements"] if large else cfg["placements"],
                                        builtin.kernel(region, cls, size) if builtin is not None else None)
                     cells[region][cls][str(size)] = {k: v for k, v in res.items() if k in plain}
                     if widen:
