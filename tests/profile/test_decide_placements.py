@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from test_decide import BELOW, KB, builtin, measurements, st
+from test_decide import BELOW, KB, KEPT_2K, builtin, measurements, st
 
 from fastcopy.tune import decide
 
@@ -51,9 +51,10 @@ def test_a_placement_dependent_cell_is_a_tie_and_changes_nothing():
     cells["far"][str(4 * KB)] = {"avx2": placed([10.0, 10.0, 3.0, 3.0]), "generic": placed([5.0] * 4),
                                  "erms": placed([15.0, 14.0, 5.0, 4.5])}
     body = decide.decide(m, builtin(SIZES), {})["body"]["regions"]["private"]
-    assert body["near"] == [BELOW, {"from": 4096, "kernel": "avx2",
-                                    "why": "built-in choice kept: erms 1.41x but faster at 2 of 4 placements only "
-                                           "(a tie by the sign test)"}]
+    assert body["near"] == [BELOW, KEPT_2K]
+    near_4k = decide.decide_bands(m, builtin(SIZES))["private"]["near"][1]
+    assert (near_4k["kernel"], near_4k["why"]) == (
+        "avx2", "built-in choice kept: erms 1.41x but faster at 2 of 4 placements only (a tie by the sign test)")
     assert body["far"][-2:] == [
         {"from": 4096, "kernel": "erms", "why": "1.51x avx2 at 4 KiB hot (spread 1 %)"},
         {"from": 64 * KB, "kernel": "avx2", "why": "built-in choice kept: fastest at 64 KiB"}]
@@ -89,10 +90,10 @@ def test_a_band_the_held_out_check_contradicts_is_dropped():
                         "new": "erms", "points": [(5000, 0, 0.80)]}]
     body = decide.profile_body(m, bands, {r: {"threshold": None, "kernel": None, "why": "-"} for r in decide.REGIONS},
                                {"threshold": None, "threads": 0, "why": "-"}, builtin(SIZES))["regions"]["private"]
-    assert body["page_aligned"] == [BELOW, {
-        "from": 4096, "kernel": "avx2",
-        "why": "built-in choice kept: erms lost the held-out check to avx2 at 5000 B @ 0 0.80x [0.75, 0.85]"}]
-    assert [b["kernel"] for b in body["far"]] == ["generic", "erms", "avx2"]
+    assert body["page_aligned"] == [BELOW, KEPT_2K]
+    assert bands["private"]["page_aligned"][1]["why"] == (
+        "built-in choice kept: erms lost the held-out check to avx2 at 5000 B @ 0 0.80x [0.75, 0.85]")
+    assert [b["kernel"] for b in body["far"]] == ["generic", "avx2", "erms", "avx2"]
 
 
 def test_the_check_judges_only_points_where_the_profile_picked_the_bands_kernel():

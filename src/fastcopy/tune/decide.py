@@ -175,17 +175,24 @@ def _fill_gaps(points: List[Dict[str, Any]]) -> None:
                            f"spread), between two sizes where {k} won beyond it")
 
 
-def bands_from_points(points: List[Dict[str, Any]], below: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+def bands_from_points(points: List[Dict[str, Any]], builtin_bands: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """Bands from per-size decisions (a decision holds from its size to the next); the sizes
-    below the grid keep the built-in bands (``below``: those that start under the first measured
-    size); adjacent equal kernels merge."""
+    below the grid keep the built-in bands, and so does the stretch after a grid size whose
+    decision is the built-in kernel (a built-in boundary between two grid sizes stays where it
+    is: the grid measured nothing there to move it); adjacent equal kernels merge."""
+    first = points[0]["size"] if points else None
     bands: List[Dict[str, Any]] = [{"from": b["from"], "kernel": b["kernel"],
                                     "why": ("below the measured grid, the built-in choice: " + b.get("why", ""))[:MAX_WHY]}
-                                   for b in below]
-    for p in points:
-        if p["kernel"] == bands[-1]["kernel"]:
-            continue
-        bands.append({"from": p["size"], "kernel": p["kernel"], "why": p["why"][:MAX_WHY]})
+                                   for b in builtin_bands if first is None or b["from"] < first]
+    for n, p in enumerate(points):
+        if p["kernel"] != bands[-1]["kernel"]:
+            bands.append({"from": p["size"], "kernel": p["kernel"], "why": p["why"][:MAX_WHY]})
+        if p["kernel"] == p["builtin"]:
+            end = points[n + 1]["size"] if n + 1 < len(points) else None
+            for b in builtin_bands:
+                if b["from"] > p["size"] and (end is None or b["from"] < end) and b["kernel"] != bands[-1]["kernel"]:
+                    bands.append({"from": b["from"], "kernel": b["kernel"],
+                                  "why": ("between the grid sizes, the built-in choice: " + b.get("why", ""))[:MAX_WHY]})
     merged: List[Dict[str, Any]] = []
     for b in bands:
         if merged and merged[-1]["kernel"] == b["kernel"]:
@@ -401,11 +408,10 @@ def profile_body(m: Dict[str, Any], bands: Dict[str, Any], nt: Dict[str, Any], p
     """The profile's ``regions`` and ``parallel`` from the decisions: per region and class the
     bands (below the first measured size the built-in bands), per region the non-temporal rule."""
     regions: Dict[str, Any] = {}
-    first = m["sizes"][0]
     for region in REGIONS:
         r: Dict[str, Any] = {}
         for cls in CLASSES:
-            r[cls] = bands_from_points(bands[region][cls], builtin.bands_below(region, cls, first))
+            r[cls] = bands_from_points(bands[region][cls], builtin.bands[region][cls])
         r["nt"] = {"threshold": nt[region]["threshold"], "kernel": nt[region]["kernel"], "why": nt[region]["why"]}
         regions[region] = r
     return {"regions": regions,
