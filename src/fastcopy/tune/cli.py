@@ -13,7 +13,8 @@ from .. import _core
 from ..bench.cli import MAX_REPEATS, int_at_least, positive_float, subparser, typed
 from ..bench.paths import not_regular, output_problem
 from ..bench.units import MAX_MIN_TIME, parse_sizes
-from .profile import default_output, format_profile, not_a_profile, profile_text, read_profile, tune, write_profile
+from .profile import (check_words, default_output, format_profile, not_a_profile, profile_text, read_profile, tune,
+                      write_profile)
 
 
 def add_tune_parser(sub: Any) -> argparse.ArgumentParser:
@@ -61,6 +62,12 @@ def _show(path: str) -> int:
         else:
             print(f"tuned profile {path}:")
             print(format_profile(profile))
+            rec = (profile.get("provenance") or {}).get("check")
+            if rec is not None:
+                try:
+                    print(check_words(rec))
+                except (KeyError, TypeError, ValueError, IndexError):
+                    print("held-out check: the record in the file is not in tune's format")
     else:
         print(f"no tuned profile at {path} (run python -m fastcopy tune)")
     print()
