@@ -56,10 +56,6 @@ class Builtin:
         """The band kernel for a copy of ``size`` bytes (a size of the measured grid)."""
         return self.kernels[region][cls][size]
 
-    def bands_below(self, region: str, cls: str, size: int) -> List[Dict[str, Any]]:
-        """The built-in bands that start below ``size`` (the first one starts at 0)."""
-        return [b for b in self.bands[region][cls] if b["from"] < size]
-
     def uses_nt(self, size: int) -> bool:
         return self.nt_threshold is not None and size >= self.nt_threshold
 
