@@ -77,21 +77,21 @@ RATIOS = {("private", "page_aligned", 0): [(1249, 1.2), (1873, 1.1)],
           ("private", "far", 1): [(4999, 1.01)]}
 
 BELOW = {"from": 0, "kernel": "generic", "why": "below the measured grid, the built-in choice: small: the C library"}
-KEPT_4K = {"from": 4096, "kernel": "avx2", "why": "built-in choice kept: fastest at 4 KiB"}
+# The built-in boundary at 2 KiB lies between the grid sizes 1 and 4 KiB: where the decision at
+# 1 KiB is the built-in kernel, the boundary stays where the built-in profile has it.
+KEPT_2K = {"from": 2048, "kernel": "avx2", "why": "between the grid sizes, the built-in choice: from 2 KiB: AVX2"}
 NT_KEPT = {"threshold": 16 * MB, "kernel": "avx2_nt",
            "why": "built-in threshold kept (no loss beyond the spread): avx2_nt 1.33-1.33x the band kernel cold "
                   "from 64 MiB"}
 
 
 def expected_body():
-    regions = {r: {c: [BELOW, KEPT_4K] for c in decide.CLASSES} for r in decide.REGIONS}
+    regions = {r: {c: [BELOW, KEPT_2K] for c in decide.CLASSES} for r in decide.REGIONS}
     regions["private"]["page_aligned"] = [
         BELOW, {"from": 1024, "kernel": "avx2",
                 "why": "1.50x generic at 1 KiB hot (spread 1 %); validated 1249 B 1.20x, 1873 B 1.10x"}]
-    regions["private"]["far"] = [
-        BELOW, {"from": 4096, "kernel": "avx2", "why": "built-in choice kept: generic lost the validation at 4999 B 1.01x"}]
     regions["from_shared"]["near"] = [
-        BELOW, KEPT_4K, {"from": 1 * MB, "kernel": "erms", "why": "1.30x avx2 at 1 MiB hot (spread 1 %)"},
+        BELOW, KEPT_2K, {"from": 1 * MB, "kernel": "erms", "why": "1.30x avx2 at 1 MiB hot (spread 1 %)"},
         {"from": 64 * MB, "kernel": "avx2", "why": "built-in choice kept: fastest at 64 MiB"}]
     regions["private"]["nt"] = {"threshold": 128 * MB, "kernel": "avx2_nt",
                                 "why": "avx2_nt 1.20-1.20x the band kernel cold from 128 MiB"}
@@ -141,7 +141,7 @@ def test_below_the_l3_and_the_pool_grid_the_builtin_rules_stand():
         for c in decide.CLASSES:
             assert body["regions"][r][c] == [
                 {"from": 0, "kernel": "generic", "why": "below the measured grid, the built-in choice: small: the C library"},
-                {"from": 4096, "kernel": "avx2", "why": "built-in choice kept: fastest at 4 KiB"}]
+                KEPT_2K]
     assert body["parallel"] == {"threshold": 1 * MB, "threads": 0,
                                 "why": "not measured (grid below 256 KiB or one CPU): the built-in rule"}
     assert d["report"] == []
@@ -174,11 +174,11 @@ def test_an_unusable_builtin_kernel_gives_way_to_the_fastest_and_a_gap_is_filled
     assert body["page_aligned"] == [
         {"from": 0, "kernel": "generic", "why": "below the measured grid, the built-in choice: small: the C library"},
         {"from": 256, "kernel": "erms", "why": "fastest measured; built-in generic unusable here"},
-        {"from": 384, "kernel": "generic", "why": "built-in choice kept: fastest at 384 B"}]
+        {"from": 384, "kernel": "generic", "why": "built-in choice kept: fastest at 384 B"}, KEPT_2K]
     assert body["near"] == [
         {"from": 0, "kernel": "generic", "why": "below the measured grid, the built-in choice: small: the C library"},
         {"from": 256, "kernel": "erms", "why": "1.50x generic at 256 B hot (spread 10 %)"},
-        {"from": 768, "kernel": "generic", "why": "built-in choice kept: fastest at 768 B"}]
+        {"from": 768, "kernel": "generic", "why": "built-in choice kept: fastest at 768 B"}, KEPT_2K]
 
 
 def test_below_the_grid_every_builtin_band_stands():
@@ -200,4 +200,4 @@ def test_below_the_grid_every_builtin_band_stands():
             assert body["regions"][r][c] == [
                 {"from": 0, "kernel": "generic", "why": "below the measured grid, the built-in choice: tiny"},
                 {"from": 128, "kernel": "erms", "why": "below the measured grid, the built-in choice: short"},
-                {"from": 4096, "kernel": "avx2", "why": "built-in choice kept: fastest at 4 KiB"}]
+                {"from": 2048, "kernel": "avx2", "why": "between the grid sizes, the built-in choice: long"}]

@@ -6,8 +6,12 @@ timing, no files, no state: fixed tables give a fixed profile (tests/profile/tes
 
 - ``decide_bands``: per region, address class and grid size, the kernel: the built-in one unless
   another wins beyond the larger of the two measured spreads (and ``MIN_GAIN``);
+- ``placement_verdict``: the sequential sign test over buffer placements that resolves a cell
+  (a win) or declares it a tie (a kernel that wins at some placements only changes nothing);
 - ``apply_validation``: a changed band whose new kernel does not also win off the grid by more
   than ``MIN_GAIN`` goes back to the built-in kernel;
+- ``apply_check``: a changed band whose kernel loses to the built-in one, beyond the interval, at
+  a point of the held-out check (``fastcopy.tune.check``) inside it goes back to the built-in kernel;
 - ``decide_parallel``: the thread pool's threshold and thread count;
 - ``decide_nt``: per region, the non-temporal threshold, from the cold measurements;
 - ``profile_body``: the profile's ``regions`` and ``parallel`` (docs/profile-format.md).
@@ -15,6 +19,7 @@ timing, no files, no state: fixed tables give a fixed profile (tests/profile/tes
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
@@ -30,7 +35,9 @@ PARALLEL_MIN_GRID = 256 << 10
 # The longest "why" the profile format takes (the loader's limit, read from C++).
 MAX_WHY = _core.profile_limits()["max_why_chars"]
 
-Stat = Dict[str, float]  # {"gbps": median, "spread": relative}
+# {"gbps": geometric mean over placements of the medians, "spread": relative,
+#  "placements": [median GB/s at each buffer placement, the same placements for every kernel of a cell]}
+Stat = Dict[str, Any]
 
 
 @dataclass
@@ -49,10 +56,6 @@ class Builtin:
         """The band kernel for a copy of ``size`` bytes (a size of the measured grid)."""
         return self.kernels[region][cls][size]
 
-    def bands_below(self, region: str, cls: str, size: int) -> List[Dict[str, Any]]:
-        """The built-in bands that start below ``size`` (the first one starts at 0)."""
-        return [b for b in self.bands[region][cls] if b["from"] < size]
-
     def uses_nt(self, size: int) -> bool:
         return self.nt_threshold is not None and size >= self.nt_threshold
 
@@ -65,9 +68,50 @@ class Builtin:
 MIN_GAIN = 0.03
 
 
+# The sign test over placements: a kernel wins a cell only when it is faster than the incumbent at
+# so many of the placements that a coin would do that as often as this at most (one-sided).
+SIGN_ALPHA = 0.10
+
+
+def sign_needed(n: int, alpha: float = SIGN_ALPHA) -> Optional[int]:
+    """The fewest wins out of ``n`` paired placements that a fair coin reaches with probability
+    at most ``alpha`` (P(Binomial(n, 1/2) >= k) <= alpha); None when even n out of n does not."""
+    tail = 0
+    for k in range(n, -1, -1):
+        tail += math.comb(n, k)
+        if tail / 2 ** n > alpha:
+            return k + 1 if k < n else None
+    return 0
+
+
+def placement_verdict(ratios: List[float], max_placements: int, alpha: float = SIGN_ALPHA) -> str:
+    """The sequential rule of a cell, from the paired ratios challenger / incumbent at each placement
+    measured so far: "win" when the challenger is faster at ``sign_needed(len(ratios))`` of them;
+    "tie" when it can no longer reach ``sign_needed(max_placements)`` even if it won every placement
+    still to come (or none can be enough); "open" otherwise (measure another placement)."""
+    n, wins = len(ratios), sum(r > 1 for r in ratios)
+    k = sign_needed(n, alpha) if n else None
+    if k is not None and wins >= k:
+        return "win"
+    k_max = sign_needed(max(max_placements, n), alpha)
+    if k_max is None or wins + max(max_placements - n, 0) < k_max:
+        return "tie"
+    return "open"
+
+
+def paired_ratios(w: Stat, inc: Stat) -> List[float]:
+    """w / inc at each placement (empty when the cell was measured without placements)."""
+    a, b = w.get("placements") or [], inc.get("placements") or []
+    return [x / y for x, y in zip(a, b) if y > 0] if len(a) == len(b) else []
+
+
 def _beats(w: Stat, inc: Stat) -> bool:
-    """True when w is faster than inc by more than the larger of their spreads (and MIN_GAIN)."""
-    return w["gbps"] > inc["gbps"] * (1 + max(w["spread"], inc["spread"], MIN_GAIN))
+    """True when w is faster than inc by more than the larger of their spreads (and MIN_GAIN) and,
+    when measured at several placements, the sign test calls it a win there (not a tie)."""
+    if not w["gbps"] > inc["gbps"] * (1 + max(w["spread"], inc["spread"], MIN_GAIN)):
+        return False
+    ratios = paired_ratios(w, inc)
+    return not ratios or placement_verdict(ratios, len(ratios)) == "win"
 
 
 def _pct(x: float) -> str:
@@ -98,9 +142,14 @@ def decide_bands(m: Dict[str, Any], builtin: Builtin) -> Dict[str, Dict[str, Lis
                                     f"(spread {_pct(max(stats[best]['spread'], stats[inc]['spread']))})")
                 else:
                     r = stats[best]["gbps"] / stats[inc]["gbps"]
+                    ratios = paired_ratios(stats[best], stats[inc])
+                    faster = sum(x > 1 for x in ratios)
                     point["why"] = (f"built-in choice kept: fastest at {human_size(size)}" if best == inc else
-                                    f"built-in choice kept: {best} {r:.2f}x within the spread "
-                                    f"({_pct(max(stats[best]['spread'], stats[inc]['spread']))})")
+                                    f"built-in choice kept: {best} {r:.2f}x but faster at {faster} of {len(ratios)} "
+                                    f"placements only (a tie by the sign test)"
+                                    if ratios and r > 1 + max(stats[best]["spread"], stats[inc]["spread"], MIN_GAIN)
+                                    else f"built-in choice kept: {best} {r:.2f}x within the spread "
+                                         f"({_pct(max(stats[best]['spread'], stats[inc]['spread']))})")
                 points.append(point)
             _fill_gaps(points)
             out[region][cls] = points
@@ -122,17 +171,24 @@ def _fill_gaps(points: List[Dict[str, Any]]) -> None:
                            f"spread), between two sizes where {k} won beyond it")
 
 
-def bands_from_points(points: List[Dict[str, Any]], below: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+def bands_from_points(points: List[Dict[str, Any]], builtin_bands: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """Bands from per-size decisions (a decision holds from its size to the next); the sizes
-    below the grid keep the built-in bands (``below``: those that start under the first measured
-    size); adjacent equal kernels merge."""
+    below the grid keep the built-in bands, and so does the stretch after a grid size whose
+    decision is the built-in kernel (a built-in boundary between two grid sizes stays where it
+    is: the grid measured nothing there to move it); adjacent equal kernels merge."""
+    first = points[0]["size"] if points else None
     bands: List[Dict[str, Any]] = [{"from": b["from"], "kernel": b["kernel"],
                                     "why": ("below the measured grid, the built-in choice: " + b.get("why", ""))[:MAX_WHY]}
-                                   for b in below]
-    for p in points:
-        if p["kernel"] == bands[-1]["kernel"]:
-            continue
-        bands.append({"from": p["size"], "kernel": p["kernel"], "why": p["why"][:MAX_WHY]})
+                                   for b in builtin_bands if first is None or b["from"] < first]
+    for n, p in enumerate(points):
+        if p["kernel"] != bands[-1]["kernel"]:
+            bands.append({"from": p["size"], "kernel": p["kernel"], "why": p["why"][:MAX_WHY]})
+        if p["kernel"] == p["builtin"]:
+            end = points[n + 1]["size"] if n + 1 < len(points) else None
+            for b in builtin_bands:
+                if b["from"] > p["size"] and (end is None or b["from"] < end) and b["kernel"] != bands[-1]["kernel"]:
+                    bands.append({"from": b["from"], "kernel": b["kernel"],
+                                  "why": ("between the grid sizes, the built-in choice: " + b.get("why", ""))[:MAX_WHY]})
     merged: List[Dict[str, Any]] = []
     for b in bands:
         if merged and merged[-1]["kernel"] == b["kernel"]:
@@ -308,16 +364,50 @@ def apply_validation(bands: Dict[str, Any], ratios: Ratios) -> List[Dict[str, An
     return report
 
 
+def offset_class(offset: int) -> str:
+    """The address class of a forward copy at (dst - src) mod 4096 = ``offset`` (docs/profile-format.md)."""
+    return "page_aligned" if offset == 0 else ("near" if offset < 64 else "far")
+
+
+def apply_check(bands: Dict[str, Any], points: List[Dict[str, Any]], region: str = "private") -> List[Dict[str, Any]]:
+    """Drops each changed run of ``bands[region]`` (``changed_runs``) that the held-out check
+    contradicts: a point inside the run's sizes and class where the profile picked the run's kernel
+    and the built-in kernel, forced, was faster beyond the interval (``vs_builtin``'s upper bound
+    below 1). ``points``: the check's points, each with ``size``, ``offset``, ``picked`` and
+    ``vs_builtin`` = {"kernel", "ratio": the built-in kernel's median time / the profile's (its speed
+    relative to the built-in kernel), "ci": [low, high]}. Updates ``bands`` in place; returns one entry per dropped run."""
+    dropped = []
+    for cls in CLASSES:
+        rows = bands[region][cls]
+        for i, j in changed_runs(rows):
+            lo = rows[i]["size"]
+            hi = rows[j + 1]["size"] if j + 1 < len(rows) else None
+            new, old = rows[i]["kernel"], rows[i]["builtin"]
+            against = [p for p in points
+                       if offset_class(p["offset"]) == cls and lo <= p["size"] and (hi is None or p["size"] < hi)
+                       and p["picked"].split(" x")[0] == new and p.get("vs_builtin")
+                       and p["vs_builtin"]["kernel"] == old and p["vs_builtin"]["ci"][1] < 1.0]
+            if not against:
+                continue
+            words = ", ".join(f"{p['size']} B @ {p['offset']} {p['vs_builtin']['ratio']:.2f}x "
+                              f"[{p['vs_builtin']['ci'][0]:.2f}, {p['vs_builtin']['ci'][1]:.2f}]" for p in against)
+            for p in rows[i:j + 1]:
+                p["kernel"] = p["builtin"]
+                p["why"] = f"built-in choice kept: {new} lost the held-out check to {old} at {words}"[:MAX_WHY]
+            dropped.append({"region": region, "class": cls, "from": lo, "to": hi, "builtin": old, "new": new,
+                            "points": [(p["size"], p["offset"], p["vs_builtin"]["ratio"]) for p in against]})
+    return dropped
+
+
 def profile_body(m: Dict[str, Any], bands: Dict[str, Any], nt: Dict[str, Any], parallel: Dict[str, Any],
                  builtin: Builtin) -> Dict[str, Any]:
     """The profile's ``regions`` and ``parallel`` from the decisions: per region and class the
     bands (below the first measured size the built-in bands), per region the non-temporal rule."""
     regions: Dict[str, Any] = {}
-    first = m["sizes"][0]
     for region in REGIONS:
         r: Dict[str, Any] = {}
         for cls in CLASSES:
-            r[cls] = bands_from_points(bands[region][cls], builtin.bands_below(region, cls, first))
+            r[cls] = bands_from_points(bands[region][cls], builtin.bands[region][cls])
         r["nt"] = {"threshold": nt[region]["threshold"], "kernel": nt[region]["kernel"], "why": nt[region]["why"]}
         regions[region] = r
     return {"regions": regions,

@@ -37,24 +37,33 @@ from .. import _core
 from ..bench import engine, system
 from ..bench.engine import Arena, SizeMemory, slot_bytes
 from ..bench.units import human_size
-from .decide import CLASSES, PARALLEL_MIN_GRID, REGIONS, Ratios, Stat, changed_runs
+from .decide import CLASSES, PARALLEL_MIN_GRID, REGIONS, Builtin, Ratios, Stat, changed_runs, placement_verdict
 
-# (dst - src) mod 4096 per class; a cell cycles through its offsets, one per repeat.
+# (dst - src) mod 4096 per class: a representative offset (where the built-in choice is read)
+# and the range a placement draws its offset from (docs/profile-format.md: near 1..63, far 64..).
 CLASS_OFFSETS = {"page_aligned": [0], "near": [16, 31], "far": [64, 2048 + 16]}
+CLASS_RANGES = {"page_aligned": (0, 0), "near": (1, 63), "far": (64, 4095), "backward": (0, 0)}
+# Hot private cells below this size get fresh numpy allocations per placement (above it, the
+# arena: allocating and filling tens of MiB per placement costs more than the copies measured).
+FRESH_MAX = 4 << 20
 
 GRID_MIN = 256
 GRID_MAX = 256 << 20
 QUICK_GRID_MAX = 64 << 20
 
 
-# Loop length per sample (hot) and repeats; quick uses fewer. Many short samples rather than a
-# few long ones: on a shared machine a sample that another process preempts runs several times
-# slower, and short loops are hit less often, so their medians agree from run to run
-# (evidence: tune-short-samples).
-SETTINGS = {
-    "default": {"repeats": 11, "min_time": 0.0002, "cold_repeats": 5, "cold_min_time": 0.002},
-    "quick": {"repeats": 7, "min_time": 0.0002, "cold_repeats": 3, "cold_min_time": 0.001},
+# Per cell: loops of ``min_time`` (milliseconds: a loop is long against the timer and the call
+# overhead), ``repeats`` interleaved repeats per placement, placements (first, most) for the
+# sequential rule (``measure_cell``); cold cells (slow to measure) at a fixed number of offsets.
+SETTINGS: Dict[str, Dict[str, Any]] = {
+    "default": {"repeats": 3, "min_time": 0.001, "placements": (4, 8), "cold_repeats": 3, "cold_min_time": 0.002,
+                "cold_placements": (2, 2), "check_points": 60, "check_repeats": 11},
+    "quick": {"repeats": 3, "min_time": 0.0005, "placements": (4, 6), "cold_repeats": 2, "cold_min_time": 0.001,
+              "cold_placements": (2, 2), "check_points": 24, "check_repeats": 7},
 }
+# The held-out check at the end of tune draws its points with this seed (recorded in the profile):
+# points tune never measured, the same ones on every run, so two runs' figures compare.
+CHECK_SEED = 20261204
 
 
 # ----------------------------------------------------------------------------- grid
@@ -116,37 +125,81 @@ def _check(copy: Callable[[Any, Any], Any], pairs: List[Tuple[np.ndarray, np.nda
     return bool(np.array_equal(d[::4099], s[::4099]) and np.array_equal(d[-4096:], s[-4096:]))
 
 
+def placement_offset(cls: str, rng: random.Random) -> int:
+    """A (dst - src) mod 4096 drawn from the whole of the class's range (``CLASS_RANGES``)."""
+    lo, hi = CLASS_RANGES.get(cls, (0, 0))
+    return rng.randint(lo, hi)
+
+
+def _placement(memory: SizeMemory, region: str, cls: str, rng: random.Random
+               ) -> Tuple[int, List[Tuple[np.ndarray, np.ndarray]]]:
+    """(offset, pairs) of one placement: hot private forward copies on fresh numpy allocations
+    (where the allocator puts them is part of what a user's arrays see), the rest in ``memory``
+    (shared memory, cold rotations, overlapping copies) at an offset drawn from the class."""
+    from .check import place
+
+    off = placement_offset(cls, rng)
+    if region == "private" and cls != "backward" and memory.count == 1 and memory.size < FRESH_MAX:
+        return off, [place(memory.size, off, rng.randrange(1 << 30))]
+    return off, memory.pairs(region, off, backward=cls == "backward")
+
+
 def measure_cell(variants: Dict[str, Callable[[Any, Any], Any]], memory: SizeMemory, region: str, cls: str,
-                 repeats: int, min_time: float, rng: random.Random) -> Dict[str, Stat]:
-    """Median throughput and spread of each variant for one (size, region, class): the variants
-    interleaved in a new order each repeat, each repeat at the class's next offset; with several
-    offsets, the geometric mean of the per-offset medians."""
-    offsets = CLASS_OFFSETS.get(cls, [0])
-    per_offset = {off: memory.pairs(region, off, backward=cls == "backward") for off in offsets}
-    ok = {name: _check(f, per_offset[offsets[0]], cls == "backward") for name, f in variants.items()}
-    names = [k for k in variants if ok[k]]
-    timers = {off: {k: _timer(variants[k], pairs) for k in names} for off, pairs in per_offset.items()}
-    first = timers[offsets[0]][names[0]]
-    if memory.count > 1 or memory.size >= 4 << 20:
-        # large copies: one pass over the rotation warms up and times in one go
-        per_copy = first(memory.count) / memory.count
-        iterations = max(memory.count, math.ceil(min_time / max(per_copy, 1e-9)))
-    else:
-        iterations = engine.calibrate(first, min_time)
-    samples: Dict[Tuple[str, int], List[float]] = {(k, off): [] for k in names for off in offsets}
-    for r in range(max(repeats, len(offsets))):
-        off = offsets[r % len(offsets)]
-        got = engine.time_interleaved(timers[off], iterations, 1, rng)
-        for k, v in got.items():
-            samples[(k, off)].append(memory.size / v[0] / 1e9)
-    # Per offset a median; a class with several offsets scores the geometric mean of them (a kernel
-    # that collapses at one offset of the class must not hide in a median of mixed samples) and
-    # the largest of their spreads.
+                 repeats: int, min_time: float, rng: random.Random, placements: Tuple[int, int] = (1, 1),
+                 incumbent: Optional[str] = None) -> Dict[str, Stat]:
+    """Throughput of each variant for one (size, region, class) over buffer placements: per
+    placement (a fresh allocation or offset, ``_placement``) the variants interleaved in a new order
+    each of ``repeats`` repeats, medians. ``placements`` = (first, most): after the first, another
+    placement is measured while ``decide.placement_verdict`` of the leader against ``incumbent`` is
+    "open" (neither a win nor a tie yet), up to the most. A variant scores the geometric mean of its
+    per-placement medians (one that collapses at some placements must not hide in a median of mixed
+    samples), the median of its per-placement spreads, and the medians themselves ("placements")."""
+    first_n, most = placements
+    names: List[str] = []
+    iterations = 0
+    samples: Dict[str, List[List[float]]] = {}
+    while True:
+        off, pairs = _placement(memory, region, cls, rng)
+        if not names:
+            ok = {name: _check(f, pairs, cls == "backward") for name, f in variants.items()}
+            names = [k for k in variants if ok[k]]
+            samples = {k: [] for k in names}
+        timers = {k: _timer(variants[k], pairs) for k in names}
+        if not iterations:
+            first = timers[names[0]]
+            if memory.count > 1 or memory.size >= 4 << 20:
+                # large copies: one pass over the rotation warms up and times in one go
+                per_copy = first(memory.count) / memory.count
+                iterations = max(memory.count, math.ceil(min_time / max(per_copy, 1e-9)))
+            else:
+                iterations = engine.calibrate(first, min_time)
+        here: Dict[str, List[float]] = {k: [] for k in names}
+        for _ in range(max(repeats, 1)):
+            got = engine.time_interleaved(timers, iterations, 1, rng)
+            for k, v in got.items():
+                here[k].append(memory.size / v[0] / 1e9)
+        for k in names:
+            samples[k].append(here[k])
+        n = len(samples[names[0]])
+        if n >= most or n < first_n:
+            if n >= most:
+                break
+            continue
+        if incumbent is None or incumbent not in samples:
+            break
+        leader = max(names, key=lambda k: statistics.geometric_mean([statistics.median(v) for v in samples[k]]))
+        if leader == incumbent:
+            break
+        ratios = [statistics.median(a) / statistics.median(b) for a, b in zip(samples[leader], samples[incumbent])]
+        if placement_verdict(ratios, most) != "open":
+            break
     out: Dict[str, Stat] = {}
     for k in names:
-        per = [samples[(k, off)] for off in offsets if samples[(k, off)]]
-        out[k] = {"gbps": statistics.geometric_mean([statistics.median(v) for v in per]),
-                  "spread": max(engine.spread(v) for v in per)}
+        medians = [statistics.median(v) for v in samples[k]]
+        # the median of the per-placement spreads: one placement's preempted repeat does not make the
+        # whole cell a tie (the sign test over the placements judges how placement-dependent it is)
+        out[k] = {"gbps": statistics.geometric_mean(medians),
+                  "spread": statistics.median(engine.spread(v) for v in samples[k]), "placements": medians}
     return out
 
 
@@ -154,8 +207,9 @@ def measure_cell(variants: Dict[str, Callable[[Any, Any], Any]], memory: SizeMem
 
 def measure(quick: bool = False, grid: Optional[Sequence[int]] = None, repeats: Optional[int] = None,
             min_time: Optional[float] = None, progress: Optional[engine.Progress] = None,
-            thread_counts: Optional[Sequence[int]] = None) -> Dict[str, Any]:
-    """Every measurement tune decides from, as plain data (see ``decide``)."""
+            thread_counts: Optional[Sequence[int]] = None, builtin: Optional[Builtin] = None) -> Dict[str, Any]:
+    """Every measurement tune decides from, as plain data (see ``decide``). ``builtin``: the
+    built-in choices, the incumbent of each cell's sequential rule (None: the first placements only)."""
     import fastcopy
 
     table = {k["name"]: k for k in _core.kernel_table() if k["supported"]}
@@ -181,12 +235,12 @@ def measure(quick: bool = False, grid: Optional[Sequence[int]] = None, repeats: 
     probes: List[Optional[float]] = []
     try:
         _measure_sizes(sizes, arena, l3, cfg, reps, hot_time, repeats, plain, streaming, kernels, pooled, cells,
-                       wide, cache_of, rng, progress, lambda: probes.append(system.cache_line_round_trip(pair)))
+                       wide, cache_of, rng, progress, builtin, lambda: probes.append(system.cache_line_round_trip(pair)))
     finally:
         arena.close()
     return {"sizes": sizes, "cells": cells, "wide": wide, "cache": cache_of, "plain": plain,
             "streaming": streaming, "threads": list(thread_counts), "l2": l2, "l3": l3,
-            "repeats": reps, "min_time": hot_time, "quick": quick,
+            "repeats": reps, "min_time": hot_time, "quick": quick, "placements": list(cfg["placements"]),
             "cpu_distance": system.cpu_distance_record(pair, probes)}
 
 
@@ -195,13 +249,16 @@ def _measure_sizes(sizes: Sequence[int], arena: Arena, l3: int, cfg: Dict[str, f
                    kernels: Dict[str, Callable[[Any, Any], Any]],
                    pooled: Dict[Tuple[str, int], Callable[[Any, Any], Any]], cells: Dict[str, Any],
                    wide: Dict[str, Dict[str, Stat]], cache_of: Dict[str, str], rng: random.Random,
-                   progress: Optional[engine.Progress], probe: Callable[[], None]) -> None:
+                   progress: Optional[engine.Progress], builtin: Optional[Builtin], probe: Callable[[], None]) -> None:
     for size in sizes:
         probe()  # how far apart the first two CPUs are now (the pool's gain depends on it)
         cold = size >= l3
         cache_of[str(size)] = "cold" if cold else "hot"
         count = engine.cold_rotation_count(size, l3) if cold else 1
-        reps_here = int(cfg["cold_repeats"]) if cold and not repeats else reps
+        # cold and large copies (no fresh allocations: the placements differ by their offset only,
+        # and one copy takes milliseconds) at the cold settings' placements and repeats
+        large = cold or size >= FRESH_MAX
+        reps_here = int(cfg["cold_repeats"]) if large and not repeats else reps
         t_here = cfg["cold_min_time"] if cold else hot_time
         mem = SizeMemory(size, count, shared=True, arena=arena)
         try:
@@ -219,7 +276,9 @@ def _measure_sizes(sizes: Sequence[int], arena: Arena, l3: int, cfg: Dict[str, f
                             for (k, t), f in pooled.items():
                                 if k in plain or cold:
                                     variants[f"{k}@{t}"] = f
-                    res = measure_cell(variants, mem, region, cls, reps_here, t_here, rng)
+                    res = measure_cell(variants, mem, region, cls, reps_here, t_here, rng,
+                                       cfg["cold_placements"] if large else cfg["placements"],
+                                       builtin.kernel(region, cls, size) if builtin is not None else None)
                     cells[region][cls][str(size)] = {k: v for k, v in res.items() if k in plain}
                     if widen:
                         wide.setdefault(region, {})
@@ -266,7 +325,7 @@ def validation_ratios(m: Dict[str, Any], bands: Dict[str, Any], repeats: int, mi
                     try:
                         res = measure_cell({new: fastcopy.kernel(new), old: fastcopy.kernel(old)}, mem, region, cls,
                                            cold_repeats if cold else repeats,
-                                           cold_min_time if cold else min_time, rng)
+                                           cold_min_time if cold else min_time, rng, (2, 2))
                     finally:
                         mem.close()
                     if new in res and old in res:

@@ -90,8 +90,10 @@ def build_profile(m: Dict[str, Any], body: Dict[str, Any], command: str, note: O
 
     method = (f"{command}: hot caches below the {human_size(m['l3'])} L3 (L2 {human_size(m['l2'])}), cold at and "
               f"above it (rotation of >= {engine.COLD_L3_FACTOR}x L3); {m['repeats']} interleaved repeats of "
-              f">= {m['min_time'] * 1e3:g} ms loops, medians; a band changes only beyond the measured spread; "
-              f"validated off the grid; sizes {human_size(m['sizes'][0])} to {human_size(m['sizes'][-1])}"
+              f">= {m['min_time'] * 1e3:g} ms loops per placement, medians, "
+              f"{'-'.join(str(x) for x in m.get('placements', [1]))} placements (fresh buffers, offsets drawn "
+              f"from the class); a band changes only beyond the spread, by a sign test over placements; "
+              f"validated off the grid and by a held-out check; sizes {human_size(m['sizes'][0])} to {human_size(m['sizes'][-1])}"
               + (f"; {note}" if note else ""))
     profile: Dict[str, Any] = {
         "format": PROFILE_FORMAT,
@@ -196,9 +198,10 @@ def format_profile(profile: Dict[str, Any]) -> str:
 
 
 def format_changes(report: List[Dict[str, Any]], nt: Dict[str, Any], parallel: Dict[str, Any],
-                   builtin: Builtin) -> str:
+                   builtin: Builtin, dropped: Sequence[Dict[str, Any]] = ()) -> str:
     lines = ["changes against the built-in profile:"]
-    kept = [c for c in report if c["kept"]]
+    gone = {(c["region"], c["class"], c["from"]) for c in dropped}
+    kept = [c for c in report if c["kept"] and (c["region"], c["class"], c["from"]) not in gone]
     for c in kept:
         v = (f", validated {c['validation_gain']:.2f}x off the grid" if c["validation_gain"] is not None
              else ", not validated (no size off the grid in the band)")
@@ -209,6 +212,10 @@ def format_changes(report: List[Dict[str, Any]], nt: Dict[str, Any], parallel: D
             lines.append(f"  {c['region']:<11} {c['class']:<13} {_range_words(c['from'], c['to']):<22} "
                          f"{c['builtin']} kept: {c['new']} measured {c['grid_gain']:.2f}x on the grid but "
                          f"{c['validation_gain']:.2f}x off it")
+    for c in dropped:
+        where = ", ".join(f"{s} B @ {o} {r:.2f}x" for s, o, r in c["points"])
+        lines.append(f"  {c['region']:<11} {c['class']:<13} {_range_words(c['from'], c['to']):<22} "
+                     f"{c['builtin']} kept: {c['new']} lost the held-out check at {where}")
     for region in REGIONS:
         if nt[region].get("changed"):
             old = builtin.nt_threshold
@@ -223,6 +230,65 @@ def format_changes(report: List[Dict[str, Any]], nt: Dict[str, Any], parallel: D
     if len(lines) == 1:
         lines.append("  none: the built-in profile was as fast as anything measured, within the spread")
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- the held-out check
+
+def builtin_band_kernel(builtin: Builtin, region: str, cls: str, size: int) -> str:
+    """The built-in band kernel for a copy of ``size`` bytes (any size, not only the grid's)."""
+    return [b for b in builtin.bands[region][cls] if b["from"] <= size][-1]["kernel"]
+
+
+def held_out_check(profile: Dict[str, Any], sizes: Sequence[int], cfg: Dict[str, Any], builtin: Builtin
+                   ) -> Dict[str, Any]:
+    """Runs ``fastcopy.tune.check`` with ``profile`` active at ``measure.CHECK_SEED``'s points
+    (sizes within the grid's range), then puts the built-in profile back. Each point gets
+    ``vs_builtin``: the profile's speed relative to the built-in band kernel forced (on the pool
+    when the profile's pick is), with its bootstrap interval, for ``decide.apply_check``."""
+    from . import check
+
+    lo = min(max(check.MIN_SIZE, sizes[0]), check.MAX_SIZE)
+    hi = max(lo, min(check.MAX_SIZE, sizes[-1]))
+    _core.load_profile(profile_text(profile), "tune (held-out check)")
+    try:
+        result = check.check_dispatch(points=int(cfg["check_points"]), seed=measure.CHECK_SEED,
+                                      repeats=int(cfg["check_repeats"]), min_time=check.DEFAULT_MIN_TIME,
+                                      min_size=lo, max_size=hi,
+                                      command="python -m fastcopy tune (held-out check)")
+    finally:
+        _core.use_builtin_profile("")
+    for i, p in enumerate(result["points"]):
+        old = builtin_band_kernel(builtin, "private", decide.offset_class(p["offset"]), p["size"])
+        suffix = p["picked"][len(p["picked"].split(" x")[0]):]
+        name = old + suffix if old + suffix in p["seconds"] else old
+        if name in p["seconds"]:
+            r, lo, hi = check.ratio_ci(p["seconds"][check.AUTO], p["seconds"][name], seed=measure.CHECK_SEED + i)
+            p["vs_builtin"] = {"kernel": old, "ratio": r, "ci": [lo, hi]}
+    return result
+
+
+def check_record(result: Dict[str, Any], dropped: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    """The held-out check as the profile's provenance keeps it: seed, points, geometric mean with its
+    interval, the lowest points, the bands it dropped (its figures are those of the profile before)."""
+    s, pts = result["summary"], result["points"]
+    return {"seed": result["config"]["seed"], "points": len(pts), "repeats": result["config"]["repeats"],
+            "sizes": [result["config"]["min_size"], result["config"]["max_size"]],
+            "geomean": round(s["geomean"], 4), "geomean_ci": [round(x, 4) for x in s["geomean_ci"]],
+            "lowest": [[pts[i]["size"], pts[i]["offset"], round(pts[i]["ratio"], 4),
+                        [round(x, 4) for x in pts[i]["ci"]]] for i in s["lowest"]],
+            "below_0_90": s["below_0_90"], "seconds": round(result["elapsed_seconds"], 1),
+            "load": [result["load_before"], result["load_after"]],
+            "dropped": [f"{c['region']} {c['class']} from {c['from']}: {c['new']} -> {c['builtin']}" for c in dropped]}
+
+
+def check_words(rec: Dict[str, Any]) -> str:
+    """The provenance's check record in one paragraph."""
+    lo, hi = rec["geomean_ci"]
+    low = "; ".join(f"{r:.3f} [{c[0]:.3f}, {c[1]:.3f}] at {s} B @ {o}" for s, o, r, c in rec["lowest"][:3])
+    drop = "; ".join(rec["dropped"]) or "none"
+    return (f"held-out check (seed {rec['seed']}, {rec['points']} points {rec['sizes'][0]} B to {rec['sizes'][1]} B, "
+            f"{rec['seconds']} s): geometric mean {rec['geomean']:.3f} [{lo:.3f}, {hi:.3f}] of the best other "
+            f"variant; lowest {low}; bands dropped: {drop}")
 
 
 # ----------------------------------------------------------------------------- entry points
@@ -287,7 +353,7 @@ def _tune(quick: bool, output: Optional[str], grid: Optional[Sequence[int]], rep
     bar = engine.Progress(measure.cell_count(sizes) + 8, enabled=progress, delay=0.5)
     t0 = time.monotonic()
     try:
-        m = measure.measure(quick=quick, grid=sizes, repeats=repeats, min_time=min_time, progress=bar)
+        m = measure.measure(quick=quick, grid=sizes, repeats=repeats, min_time=min_time, progress=bar, builtin=builtin)
         bands = decide.decide_bands(m, builtin)
         ratios = measure.validation_ratios(m, bands, repeats or int(cfg["repeats"]), min_time or cfg["min_time"],
                                            bar, int(cfg["cold_repeats"]), cfg["cold_min_time"])
@@ -297,12 +363,21 @@ def _tune(quick: bool, output: Optional[str], grid: Optional[Sequence[int]], rep
     note = load.split(":")[0] + ": the pool and large copies measured other work too" if load else None
     profile = build_profile(m, d["body"], command, note)
     validate_profile(profile)
+    checked = held_out_check(profile, sizes, cfg, builtin)
+    dropped = decide.apply_check(d["bands"], checked["points"])
+    if dropped:
+        d["body"] = decide.profile_body(m, d["bands"], d["nt"], d["parallel"], builtin)
+        profile = build_profile(m, d["body"], command, note)
+    profile["provenance"]["check"] = check_record(checked, dropped)
+    validate_profile(profile)
     if verbose:
         for words in profile.get("notes", []):
             print(f"warning: {words}", file=sys.stderr)
         print(format_profile(profile))
         print()
-        print(format_changes(d["report"], d["nt"], d["parallel"], builtin))
+        print(format_changes(d["report"], d["nt"], d["parallel"], builtin, dropped))
+        print()
+        print(check_words(profile["provenance"]["check"]))
         print(f"\nmeasured in {time.monotonic() - t0:.1f} s")
     if write:
         path = output if output is not None else default_output()

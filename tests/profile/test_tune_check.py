@@ -1,0 +1,132 @@
+"""tune's placements and its held-out check, end to end: a cell is measured over fresh buffer
+placements of its class, ``tune --quick`` records the held-out check in the profile's provenance,
+and a band the check contradicts is dropped from the profile tune writes. The kernels and the
+check's verdicts are forced where a result would otherwise depend on the CPU."""
+from __future__ import annotations
+
+import json
+import os
+import random
+
+import pytest
+
+import fastcopy
+from fastcopy import _core, _profile
+from fastcopy.bench.engine import Arena, SizeMemory, slot_bytes
+from fastcopy.tune import decide, measure
+from fastcopy.tune import profile as tune
+
+from _cli import cli
+
+
+@pytest.fixture(autouse=True)
+def builtin_profile(tmp_path, monkeypatch):
+    """Each test starts from the built-in profile (an empty cache, FASTCOPY_PROFILE unset)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("FASTCOPY_PROFILE", raising=False)
+    _profile.load_at_import()
+    yield
+    monkeypatch.undo()
+    _profile.load_at_import()
+
+
+@pytest.mark.parametrize("cls", ["page_aligned", "near", "far"])
+def test_placements_draw_offsets_from_the_whole_class_on_fresh_buffers(cls):
+    arena = Arena(slot_bytes(4096))
+    mem = SizeMemory(4096, 1, shared=True, arena=arena)
+    try:
+        rng = random.Random(1)
+        lo, hi = measure.CLASS_RANGES[cls]
+        seen = set()
+        for _ in range(40):
+            off, pairs = measure._placement(mem, "private", cls, rng)
+            (d, s), = pairs
+            assert (d.ctypes.data - s.ctypes.data) % 4096 == off and lo <= off <= hi
+            assert d.base is not arena.private and s.base is not arena.private  # numpy's own allocations
+            seen.add(off)
+        assert len(seen) > 10 if cls != "page_aligned" else seen == {0}
+        # shared regions stay in the mapping, at a drawn offset
+        off, ((d, s),) = measure._placement(mem, "to_shared", cls, rng)
+        assert (d.ctypes.data - s.ctypes.data) % 4096 == off and lo <= off <= hi
+    finally:
+        mem.close()
+        arena.close()
+
+
+def test_a_cell_measures_more_placements_only_while_the_leader_is_open():
+    fast, slow = fastcopy.kernel("generic"), fastcopy.kernel("generic")
+    arena = Arena(slot_bytes(1024))
+    mem = SizeMemory(1024, 1, shared=True, arena=arena)
+    try:
+        # the incumbent is the only variant: the leader from the first placements, no more measured
+        one = measure.measure_cell({"generic": fast}, mem, "private", "far", 2, 1e-5, random.Random(2), (3, 8),
+                                   "generic")
+        assert len(one["generic"]["placements"]) == 3
+        # no incumbent: the first placements only; the score is the geometric mean of the medians
+        two = measure.measure_cell({"a": fast, "b": slow}, mem, "private", "near", 2, 1e-5, random.Random(3), (2, 8))
+        assert {len(v["placements"]) for v in two.values()} == {2}
+        for v in two.values():
+            a, b = v["placements"]
+            assert v["gbps"] == pytest.approx((a * b) ** 0.5)
+    finally:
+        mem.close()
+        arena.close()
+
+
+def test_tune_quick_records_the_held_out_check_in_the_profile(tmp_path):
+    out = tmp_path / "tuned.json"
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "FASTCOPY_PROFILE": "off"}
+    r = cli("tune", "--quick", "--grid", "256,4K", "--output", str(out), "--no-progress", env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    profile = json.loads(out.read_text())
+    rec = profile["provenance"]["check"]
+    assert rec["seed"] == measure.CHECK_SEED and rec["points"] == measure.SETTINGS["quick"]["check_points"]
+    assert rec["sizes"] == [256, 4096] and rec["repeats"] == measure.SETTINGS["quick"]["check_repeats"]
+    lo, hi = rec["geomean_ci"]
+    assert 0 < lo <= rec["geomean"] <= hi
+    assert rec["lowest"] and all(256 <= s <= 4096 and 0 <= o < 4096 and c[0] <= x <= c[1]
+                                 for s, o, x, c in rec["lowest"])
+    assert f"held-out check (seed {measure.CHECK_SEED}, {rec['points']} points" in r.stdout
+    shown = cli("tune", "--show", "--output", str(out), env=env)
+    assert shown.returncode == 0 and f"held-out check (seed {measure.CHECK_SEED}" in shown.stdout
+    # the loader takes the profile with its check record (a new process, as a user runs it)
+    got = cli("info", "--json", env={"XDG_CACHE_HOME": str(tmp_path / "cache"), "FASTCOPY_PROFILE": str(out)})
+    assert got.returncode == 0, got.stderr
+    assert str(out) in got.stdout
+
+
+def test_tune_drops_a_band_the_held_out_check_contradicts(monkeypatch):
+    size = 4096
+    inc = tune.builtin_choices([size]).kernel("private", "page_aligned", size)
+    assert _core.active_profile()["source"] == "built-in"
+    other = next(k for k in fastcopy.kernels() if k != inc and not k.endswith("_nt"))
+    real = decide.decide_bands
+
+    def bands_with_a_change(m, builtin):  # the measurement "found" `other` faster at 4 KiB page-aligned
+        out = real(m, builtin)
+        p = out["private"]["page_aligned"][0]
+        p["kernel"], p["gain"], p["why"] = other, 1.5, "forced by the test"
+        return out
+
+    checked = {}
+
+    def check_says_it_loses(profile, sizes, cfg, builtin):
+        checked["band"] = [b["kernel"] for b in profile["regions"]["private"]["page_aligned"] if b["from"] == size]
+        pts = [{"size": 5000, "offset": 0, "picked": other,
+                "vs_builtin": {"kernel": inc, "ratio": 0.8, "ci": [0.75, 0.85]}}]
+        return {"points": pts, "config": {"seed": 5, "repeats": 2, "min_size": 4096, "max_size": 4096},
+                "summary": {"geomean": 0.8, "geomean_ci": [0.75, 0.85], "lowest": [], "below_0_90": 1},
+                "elapsed_seconds": 0.1, "load_before": None, "load_after": None}
+
+    monkeypatch.setattr(decide, "decide_bands", bands_with_a_change)
+    monkeypatch.setattr(tune, "held_out_check", check_says_it_loses)
+    monkeypatch.setattr(measure, "validation_ratios", lambda *a, **k: {})
+    profile = tune.tune(quick=True, grid=[size], write=False, progress=False)
+    assert checked["band"] == [other]  # the check ran on the profile with the band
+    # the band went back: the class holds exactly the built-in bands again
+    bands = profile["regions"]["private"]["page_aligned"]
+    want = tune.builtin_choices([size]).bands["private"]["page_aligned"]
+    assert [(b["from"], b["kernel"]) for b in bands] == [(b["from"], b["kernel"]) for b in want]
+    assert profile["provenance"]["check"]["dropped"] == [f"private page_aligned from {size}: {other} -> {inc}"]
+    tune.validate_profile(profile)
+    assert _core.active_profile()["source"] == "built-in"
