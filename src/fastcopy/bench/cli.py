@@ -325,12 +325,14 @@ def _ipc(p: argparse.ArgumentParser, args: argparse.Namespace, argv: List[str]) 
             p.error("argument --net: does not apply to --variants topic")
         return _topic(p, args, argv, kwargs)
     if args.net:
-        import importlib.util
+        import importlib
 
         from .ipc_transports import DEFAULT_TRANSPORTS, NET_TRANSPORTS
 
         for _name, module, pip, _words in NET_TRANSPORTS:
-            if importlib.util.find_spec(module) is None:
+            try:
+                importlib.import_module(module)
+            except ImportError:
                 p.error(f"argument --net: {module} is not installed: pip install 'fastcopy[net]' "
                         f"(the net extra) or pip install {pip.split()[0]}")
         names = kwargs.get("transports", list(DEFAULT_TRANSPORTS))
