@@ -188,7 +188,11 @@ class IpcEnds:
             import queue
 
             self._q: "queue.Queue" = queue.Queue(8)
-            self._zpub = self.pub = self.session.declare_publisher(out_key)
+            # Blocking congestion control, as fastcopy.net's default: Zenoh's default drops, and a
+            # dropped message would leave the receiving end waiting.
+            zenoh = __import__("zenoh")
+            self._zpub = self.pub = self.session.declare_publisher(
+                out_key, congestion_control=zenoh.CongestionControl.BLOCK)
             self.sub = self.session.declare_subscriber(in_key, lambda s: self._q.put(s.payload))
 
     def _wait_matched(self) -> None:
