@@ -126,6 +126,10 @@ def add_bench_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--view-fill", choices=list(VIEW_FILLS), default=None,
                    help="--ipc: how the zero-copy transports (channel_view, iceoryx2; with --variants topic the "
                         "*_view configurations) fill a loaned slot, the same for all: memmove (glibc memmove: ctypes.memmove or np.copyto; default) or fastcopy (fastcopy.copy)")
+    p.add_argument("--net", action="store_true",
+                   help="--ipc: also the network transports of fastcopy.net.bench over loopback tcp (net: "
+                        "fastcopy.net, zenoh_plain: Zenoh put of tobytes, zmq_pubsub: pyzmq PUB/SUB copy=False); "
+                        "needs the net extra (eclipse-zenoh) and pyzmq")
     p.add_argument("--cache", choices=list(engine.CACHE_MODES), default="hot",
                    help="hot: the same buffers every iteration (default); cold: each copy reads a different source "
                         "from a rotation of buffers holding at least twice the L3, so the source is not cached")
@@ -208,6 +212,8 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: List[st
 
     if args.view_fill and not args.ipc:
         p.error("argument --view-fill: applies only to --ipc")
+    if args.net and not args.ipc:
+        p.error("argument --net: applies only to --ipc")
     if args.loader:
         from .loader import run_cli as run_loader
 
@@ -322,7 +328,22 @@ def _ipc(p: argparse.ArgumentParser, args: argparse.Namespace, argv: List[str]) 
     if args.view_fill:
         kwargs["view_fill"] = args.view_fill
     if kwargs.get("transports") == ["topic"]:
+        if args.net:
+            p.error("argument --net: does not apply to --variants topic")
         return _topic(p, args, argv, kwargs)
+    if args.net:
+        import importlib
+
+        from .ipc_transports import DEFAULT_TRANSPORTS, NET_TRANSPORTS
+
+        for _name, module, pip, _words in NET_TRANSPORTS:
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                p.error(f"argument --net: {module} is not installed: pip install 'fastcopy[net]' "
+                        f"(the net extra) or pip install {pip.split()[0]}")
+        names = kwargs.get("transports", list(DEFAULT_TRANSPORTS))
+        kwargs["transports"] = names + [n for n, *_ in NET_TRANSPORTS if n not in names]
     try:
         results = run_ipc_bench(**kwargs)
     except ValueError as e:

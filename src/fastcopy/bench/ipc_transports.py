@@ -346,5 +346,31 @@ _ALL = [
     Transport("pipe", "multiprocessing.Pipe: send_bytes, recv_bytes",
               lambda e, buf: e.pipe[1].recv_bytes(), lambda e, m: e.pipe[0].send_bytes(m)),
 ]
+
+# The network transports of fastcopy.net.bench (``bench --ipc --net``): run only when named or with
+# --net; zenoh and pyzmq are imported by their make/attach, never by this module.
+def _net_resource(kind: str) -> Resource:
+    def make(ctx: Any, tag: str, max_size: int) -> Tuple[Any, Any]:
+        from ..net import bench as net_bench
+        return net_bench.ipc_make(kind)(ctx, tag, max_size)
+
+    def attach(got: Any) -> Any:
+        from ..net import bench as net_bench
+        return net_bench.ipc_attach(got)
+
+    return Resource(make, attach, lambda ends, parent: ends.close())
+
+
+NET_TRANSPORTS = (("net", "zenoh", "eclipse-zenoh (the fastcopy[net] extra)",
+                   "fastcopy.net Publisher.send; Subscriber.recv_view (tcp/127.0.0.1)"),
+                  ("zenoh_plain", "zenoh", "eclipse-zenoh (the fastcopy[net] extra)",
+                   "plain Zenoh: put(arr.tobytes()); np.frombuffer(payload.to_bytes()).reshape (tcp/127.0.0.1)"),
+                  ("zmq_pubsub", "zmq", "pyzmq",
+                   "pyzmq XPUB/SUB over tcp://127.0.0.1, copy=False, no-drop, np.frombuffer of the frame"))
+for _name, _module, _pip, _words in NET_TRANSPORTS:
+    RESOURCES[_name] = _net_resource(_name)
+    _ALL.append(Transport(_name, _words, lambda e, buf, k=_name: e.extra[k].recv(),
+                          lambda e, m, k=_name: e.extra[k].send(m), resource=_name, package=(_module, _pip),
+                          array_ack=True, default=False))
 TRANSPORTS: Dict[str, Transport] = {t.name: t for t in _ALL}
 DEFAULT_TRANSPORTS = tuple(t.name for t in _ALL if t.default)
