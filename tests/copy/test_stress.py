@@ -174,16 +174,22 @@ shared = []
 
 def copier():
     rng = np.random.default_rng(3)
+    exposed = False
+    private = []
     while time.monotonic() < deadline:
         n = int(rng.integers(8, 33)) << 20
         src = (np.arange(n, dtype=np.uint32) * 2654435761 >> 13).astype(np.uint8)
         expected = np.zeros(n, np.uint8)
         np.copyto(expected, src)
-        shared.append(np.zeros(n, np.uint8))
+        # Every other destination is out of the resizer's reach, so some copies are always
+        # byte-checked however the threads are scheduled (a loaded machine let the resizer win
+        # all 11 races of one run).
+        exposed = not exposed
+        (shared if exposed else private).append(np.zeros(n, np.uint8))
         # A weak reference: holding the array itself would make every resize refuse.
-        target = weakref.ref(shared[-1])
+        target = weakref.ref((shared if exposed else private)[-1])
         try:
-            fastcopy.copy(shared[-1], src)
+            fastcopy.copy((shared if exposed else private)[-1], src)
             copied = True
         except (ValueError, IndexError):
             copied = False           # the resizer came first: a clean error (or nothing to copy)
@@ -205,6 +211,7 @@ def copier():
             stats["copies"] += 1
             stats["strided_checked"] += 1
         shared.clear()
+        private.clear()
 
 
 def resizer():
