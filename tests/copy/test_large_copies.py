@@ -225,7 +225,7 @@ def test_isolated_copies_under_2_mib_do_not_wake_sleeping_workers():
     # the worker slept) passed with the gap check removed while CI compiled beside it: a starved
     # worker had not reached its sleep, so every copy split.
     shown = []
-    give_up = time.perf_counter() + 10  # natively 10 tries take 10 ms; under a CPU hog, seconds
+    give_up = time.perf_counter() + 30  # natively 10 tries take 10 ms; under a CPU hog, seconds
     while len(shown) < 10 and time.perf_counter() < give_up:
         t = time.perf_counter()
         while time.perf_counter() - t < 0.0006:
@@ -243,7 +243,9 @@ def test_isolated_copies_under_2_mib_do_not_wake_sleeping_workers():
         after = fastcopy._core.pool_stats()
         if after["backoff_fallbacks"] == before["backoff_fallbacks"]:
             shown.append(after["asleep_fallbacks"] - before["asleep_fallbacks"])
-    assert len(shown) >= 3 and not any(shown), shown  # too few: no try fitted in 450 us for 5 s
+    # Each try that fits is a whole observation (with the gap check removed, every such 1 MiB
+    # copy goes alone): one is enough; a CI run beside a mutation check got 2 in 10 s.
+    assert len(shown) >= 1 and not any(shown), shown  # none: no try fitted in 450 us for 30 s
     assert np.array_equal(out_small, small) and np.array_equal(out_large, large)
     before = asleep_fallbacks()
     for _ in range(200):  # back to back (a preemption of over 500 us on a loaded machine may count)
