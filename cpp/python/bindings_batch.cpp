@@ -172,87 +172,6 @@ int copyto_fast(PyObject* dst, PyObject* src) {
     return 1;
 }
 
-// ---- arrays of other libraries ------------------------------------------------------------------
-
-bool is_foreign(PyObject* o) {
-    return !PyArray_Check(o) && o != Py_None && !PyObject_CheckBuffer(o) && exports_foreign_array(o);
-}
-
-// `o` itself, or a numpy array over its memory when it is a foreign array (held by `held`);
-// nullptr with an exception set when the foreign array cannot be read.
-PyObject* as_numpy(PyObject* o, const char* who, Held& held) {
-    if (!is_foreign(o)) return o;
-    PyObject* arr = foreign_array(o, who);
-    if (!arr) return nullptr;
-    held.refs.push_back(arr);  // steals the new reference
-    return arr;
-}
-
-// The call's arguments with foreign arrays replaced: positions `first`..`last` of the
-// positional ones, and (join = true: stack, concatenate) the items of the arrays sequence and
-// out= (positional 2 or keyword). `out_given` is the caller's out= object when it was foreign.
-// 1: something was replaced (`out` holds the new arguments); 0: nothing foreign; -1: error.
-int without_foreign(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, bool join, const char* fn,
-                    std::vector<PyObject*>& out, PyObject*& out_given, Held& held) {
-    const Py_ssize_t nk = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    out.assign(args, args + nargs + nk);
-    bool replaced = false;
-    auto replace = [&](Py_ssize_t i, const std::string& who) {
-        PyObject* r = as_numpy(out[static_cast<std::size_t>(i)], who.c_str(), held);
-        if (!r) return false;
-        if (r != out[static_cast<std::size_t>(i)]) {
-            if (join && (i == 2 || (i >= nargs && key_is(PyTuple_GET_ITEM(kwnames, i - nargs), g_name_out))))
-                out_given = out[static_cast<std::size_t>(i)];
-            out[static_cast<std::size_t>(i)] = r;
-            replaced = true;
-        }
-        return true;
-    };
-    const std::string site = std::string("fastcopy.") + fn + ": ";
-    if (!join) {
-        for (Py_ssize_t i = 0; i < std::min<Py_ssize_t>(nargs, 2); ++i)
-            if (!replace(i, site + (i == 0 ? "dst" : "src"))) return -1;
-        return replaced ? 1 : 0;
-    }
-    if (nargs >= 3 && !replace(2, site + "out")) return -1;
-    for (Py_ssize_t k = 0; k < nk; ++k)
-        if (key_is(PyTuple_GET_ITEM(kwnames, k), g_name_out) && !replace(nargs + k, site + "out")) return -1;
-    if (nargs >= 1 && (PyList_Check(args[0]) || PyTuple_Check(args[0]))) {
-        const Py_ssize_t n = PySequence_Size(args[0]);
-        PyObject* items = nullptr;
-        for (Py_ssize_t i = 0; i < n; ++i) {
-            PyObject* item = PySequence_GetItem(args[0], i);
-            if (!item) {
-                Py_XDECREF(items);
-                return -1;
-            }
-            if (is_foreign(item)) {
-                if (!items) {
-                    items = PySequence_List(args[0]);
-                    if (!items) {
-                        Py_DECREF(item);
-                        return -1;
-                    }
-                }
-                PyObject* arr = foreign_array(item, site + "arrays[" + std::to_string(i) + "]");
-                if (!arr) {
-                    Py_DECREF(item);
-                    Py_DECREF(items);
-                    return -1;
-                }
-                PyList_SetItem(items, i, arr);  // steals arr
-            }
-            Py_DECREF(item);
-        }
-        if (items) {
-            held.refs.push_back(items);  // steals the new reference
-            out[0] = items;
-            replaced = true;
-        }
-    }
-    return replaced ? 1 : 0;
-}
-
 PyObject* py_copyto(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
     // The fast path takes (dst, src[, casting[, where]]) with casting/where also as keywords,
     // a valid casting name and where=True; anything else is numpy's to judge.
@@ -279,33 +198,11 @@ PyObject* py_copyto(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject
             if (r < 0) return nullptr;
         }
     }
-    if (nargs >= 2 && (!PyArray_Check(args[0]) || !PyArray_Check(args[1]))) {
-        std::vector<PyObject*> plain;
-        PyObject* out_given = nullptr;
-        Held held;
-        const int r = without_foreign(args, nargs, kwnames, false, "copyto", plain, out_given, held);
-        if (r < 0) return nullptr;
-        if (r > 0) return py_copyto(nullptr, plain.data(), nargs, kwnames);
-    }
+    if (nargs >= 2 && (!PyArray_Check(args[0]) || !PyArray_Check(args[1])))
+        if (PyObject* r = call_on_numpy_views(py_copyto, "copyto", false, args, nargs, kwnames); r || PyErr_Occurred())
+            return r;
     ++g_stats.copyto_numpy;
     return PyObject_Vectorcall(g_np_copyto, args, static_cast<size_t>(nargs), kwnames);
-}
-
-// stack and concatenate with foreign arrays among their arguments: the call on numpy arrays
-// over their memory, returning the caller's out= object when it was one. nullptr with no
-// exception: nothing foreign.
-PyObject* join_foreign(PyObject* (*join)(PyObject*, PyObject* const*, Py_ssize_t, PyObject*), const char* fn,
-                       PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-    std::vector<PyObject*> plain;
-    PyObject* out_given = nullptr;
-    Held held;
-    const int r = without_foreign(args, nargs, kwnames, true, fn, plain, out_given, held);
-    if (r <= 0) return nullptr;
-    PyObject* result = join(nullptr, plain.data(), nargs, kwnames);
-    if (!result || !out_given) return result;
-    Py_DECREF(result);
-    Py_INCREF(out_given);
-    return out_given;
 }
 
 // ---- stack and concatenate ------------------------------------------------------------------
@@ -549,7 +446,7 @@ PyObject* py_stack(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject*
         if (r) ++g_stats.stack_fast;
         if (r || PyErr_Occurred()) return r;
     }
-    if (PyObject* r = join_foreign(py_stack, "stack", args, nargs, kwnames); r || PyErr_Occurred()) return r;
+    if (PyObject* r = call_on_numpy_views(py_stack, "stack", true, args, nargs, kwnames); r || PyErr_Occurred()) return r;
     ++g_stats.stack_numpy;
     return PyObject_Vectorcall(g_np_stack, args, static_cast<size_t>(nargs), kwnames);
 }
@@ -561,7 +458,7 @@ PyObject* py_concatenate(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyO
         if (r) ++g_stats.concatenate_fast;
         if (r || PyErr_Occurred()) return r;
     }
-    if (PyObject* r = join_foreign(py_concatenate, "concatenate", args, nargs, kwnames); r || PyErr_Occurred())
+    if (PyObject* r = call_on_numpy_views(py_concatenate, "concatenate", true, args, nargs, kwnames); r || PyErr_Occurred())
         return r;
     ++g_stats.concatenate_numpy;
     return PyObject_Vectorcall(g_np_concatenate, args, static_cast<size_t>(nargs), kwnames);

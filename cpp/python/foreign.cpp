@@ -1,5 +1,6 @@
 // Arrays of other libraries read as numpy arrays (foreign.h).
 #include "python/foreign.h"
+#include "python/pyerr.h"
 
 #include <cstring>
 
@@ -45,37 +46,15 @@ PyObject* numpy_function(const char* name) {
     return f;
 }
 
-std::string text_of(PyObject* o) {
-    PyObject* s = o ? PyObject_Str(o) : nullptr;
-    if (!s) {
-        PyErr_Clear();
-        return "error";
-    }
-    const char* c = PyUnicode_AsUTF8(s);
-    std::string out = c ? c : "error";
-    if (!c) PyErr_Clear();
-    Py_DECREF(s);
-    return out;
-}
+constexpr const char* kNothingCopied = "; nothing was copied";
+constexpr const char* kNoSuchDtypeHint =
+    " (numpy has no such dtype, e.g. bfloat16: view it as an integer type of the same size first, e.g. "
+    "tensor.view(torch.int16)); nothing was copied";
 
-// Re-raises the pending exception with the same type and `prefix()` before its text; the
-// original stays as __cause__.
-// `prefix` is called with no exception pending (it may look attributes up).
-void reraise_with(const std::function<std::string()>& prefix, const std::string& hint) {
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyErr_NormalizeException(&type, &value, &tb);
-    const std::string msg = prefix() + text_of(value) + hint;
-    PyErr_SetString(type ? type : PyExc_TypeError, msg.c_str());
-    if (value) {
-        PyObject *t2, *v2, *tb2;
-        PyErr_Fetch(&t2, &v2, &tb2);
-        PyErr_NormalizeException(&t2, &v2, &tb2);
-        PyException_SetCause(v2, value);  // steals value
-        PyErr_Restore(t2, v2, tb2);
-    }
-    Py_XDECREF(type);
-    Py_XDECREF(tb);
+// Re-raises the pending exception as "<prefix()><its text><hint>", same type, original as
+// __cause__ (prefix() runs with no exception pending: it may look attributes up).
+void reraise_with_prefix(const std::function<std::string()>& prefix, const char* hint) {
+    reraise_with_message([&](const std::string& original) { return prefix() + original + hint; });
 }
 
 // torch.Tensor when torch is imported (never imported here), else nullptr. Looked up again
@@ -105,12 +84,10 @@ PyObject* torch_array(PyObject* obj, const std::function<std::string()>& named) 
     PyObject *t, *v, *tb;
     PyErr_Fetch(&t, &v, &tb);
     PyErr_NormalizeException(&t, &v, &tb);
-    const bool dtype = text_of(v).find("ScalarType") != std::string::npos;
+    const bool dtype = str_or(v, "error").find("ScalarType") != std::string::npos;
     PyErr_Restore(t, v, tb);
-    reraise_with([&] { return named() + " cannot be read as a numpy array: "; },
-                 dtype ? " (numpy has no such dtype, e.g. bfloat16: view it as an integer type of the same size "
-                         "first, e.g. tensor.view(torch.int16)); nothing was copied"
-                       : "; nothing was copied");
+    reraise_with_prefix([&] { return named() + " cannot be read as a numpy array: "; },
+                        dtype ? kNoSuchDtypeHint : kNothingCopied);
     return nullptr;
 }
 
@@ -150,7 +127,7 @@ PyObject* foreign_array(PyObject* obj, const std::function<std::string()>& who) 
         if (PyObject_HasAttr(obj, device)) {
             PyObject* dev = PyObject_CallMethodNoArgs(obj, device);
             if (!dev) {
-                reraise_with([&] { return named() + ": __dlpack_device__() failed: "; }, "");
+                reraise_with_prefix([&] { return named() + ": __dlpack_device__() failed: "; }, "");
                 return nullptr;
             }
             long type = -1;
@@ -171,19 +148,11 @@ PyObject* foreign_array(PyObject* obj, const std::function<std::string()>& who) 
         PyObject* arr = PyObject_CallOneArg(from_dlpack, obj);
         Py_DECREF(from_dlpack);
         if (!arr) {
-            const std::string text = [] {
-                PyObject *t, *v, *tb;
-                PyErr_Fetch(&t, &v, &tb);
-                PyErr_NormalizeException(&t, &v, &tb);
-                std::string s = text_of(v);
-                PyErr_Restore(t, v, tb);
-                return s;
-            }();
-            const bool dtype = text.find("dtype") != std::string::npos;
-            reraise_with([&] { return named() + " cannot be read through DLPack: "; },
-                         dtype ? " (numpy has no such dtype, e.g. bfloat16: view it as an integer type of the same "
-                                 "size first, e.g. tensor.view(torch.int16)); nothing was copied"
-                               : "; nothing was copied");
+            reraise_with_message([&](const std::string& original) {
+                const bool dtype = original.find("dtype") != std::string::npos;
+                return named() + " cannot be read through DLPack: " + original +
+                       (dtype ? kNoSuchDtypeHint : kNothingCopied);
+            });
             return nullptr;
         }
         return arr;
@@ -193,7 +162,9 @@ PyObject* foreign_array(PyObject* obj, const std::function<std::string()>& who) 
         if (!asarray) return nullptr;
         PyObject* arr = PyObject_CallOneArg(asarray, obj);
         Py_DECREF(asarray);
-        if (!arr) reraise_with([&] { return named() + " cannot be read through __array_interface__: "; }, "; nothing was copied");
+        if (!arr)
+            reraise_with_prefix([&] { return named() + " cannot be read through __array_interface__: "; },
+                                kNothingCopied);
         return arr;
     }
     return nullptr;

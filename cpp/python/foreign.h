@@ -25,6 +25,21 @@ inline PyObject* foreign_array(PyObject* obj, const std::string& who) {
     return foreign_array(obj, [&who] { return who; });
 }
 
+// True for an object the numpy and buffer paths do not take and that exports a foreign array
+// (not None, not a numpy array, no buffer protocol; exports_foreign_array).
+bool is_foreign_array(PyObject* obj);
+
+// A numpy drop-in (copyto, stack, concatenate) as a vectorcall function.
+using DropInFunction = PyObject* (*)(PyObject*, PyObject* const*, Py_ssize_t, PyObject*);
+
+// `fn` called with the foreign arrays among its arguments read as numpy arrays over their
+// memory: dst and src of copyto (join = false), or the items of the arrays sequence and out=
+// of stack and concatenate (join = true), which then return the caller's own out= object.
+// nullptr with no exception set when no argument is foreign; nullptr with one when a foreign
+// array cannot be read (its error names `name` and the argument) or `fn` raised.
+PyObject* call_on_numpy_views(DropInFunction fn, const char* name, bool join, PyObject* const* args,
+                               Py_ssize_t nargs, PyObject* kwnames);
+
 // "torch.Tensor": the module-qualified name of obj's type.
 std::string qualified_type_name(PyObject* obj);
 

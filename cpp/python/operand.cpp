@@ -3,6 +3,7 @@
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include "python/operand.h"
 #include "python/foreign.h"
+#include "python/pyerr.h"
 
 #include <numpy/arrayobject.h>
 
@@ -18,21 +19,8 @@ using core::ErrorSite;
 
 namespace {
 
-std::string obj_str(PyObject* o) {
-    PyObject* s = PyObject_Str(o);
-    if (!s) {
-        PyErr_Clear();
-        return "?";
-    }
-    const char* c = PyUnicode_AsUTF8(s);
-    std::string out = c ? c : "?";
-    if (!c) PyErr_Clear();
-    Py_DECREF(s);
-    return out;
-}
-
 std::string descr_str(PyObject* arr) {
-    return obj_str(reinterpret_cast<PyObject*>(PyArray_DESCR(reinterpret_cast<PyArrayObject*>(arr))));
+    return str_or(reinterpret_cast<PyObject*>(PyArray_DESCR(reinterpret_cast<PyArrayObject*>(arr))), "?");
 }
 
 PyObject* exception_type(core::ErrorType t) {
@@ -46,23 +34,12 @@ PyObject* exception_type(core::ErrorType t) {
 // ExportFailed: re-raises the pending exception with the same type and the site's text in
 // front; the original stays as __cause__.
 PyObject* reraise_export_error(const ErrorSite& site, const char* which) {
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyErr_NormalizeException(&type, &value, &tb);
-    ErrorFacts f;
-    f.which = which;
-    f.detail = value ? obj_str(value) : std::string("error");
-    const std::string msg = core::error_message(site, CopyError::ExportFailed, f);
-    PyErr_SetString(type ? type : PyExc_TypeError, msg.c_str());
-    if (value) {
-        PyObject *t2, *v2, *tb2;
-        PyErr_Fetch(&t2, &v2, &tb2);
-        PyErr_NormalizeException(&t2, &v2, &tb2);
-        PyException_SetCause(v2, value);  // steals value
-        PyErr_Restore(t2, v2, tb2);
-    }
-    Py_XDECREF(type);
-    Py_XDECREF(tb);
+    reraise_with_message([&](const std::string& original) {
+        ErrorFacts f;
+        f.which = which;
+        f.detail = original;
+        return core::error_message(site, CopyError::ExportFailed, f);
+    });
     return nullptr;
 }
 

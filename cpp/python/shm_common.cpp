@@ -186,8 +186,7 @@ void check_out_type(const py::object& out) {
 }
 
 py::object foreign_as_numpy(const py::handle& obj, const char* what) {
-    if (py::isinstance<py::array>(obj) || PyObject_CheckBuffer(obj.ptr()) || !exports_foreign_array(obj.ptr()))
-        return py::object();
+    if (!is_foreign_array(obj.ptr())) return py::object();
     PyObject* arr = foreign_array(obj.ptr(), what);
     if (!arr) throw py::error_already_set();
     return py::reinterpret_steal<py::object>(arr);
