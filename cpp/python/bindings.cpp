@@ -23,6 +23,7 @@
 #include "core/strided_copy.h"
 #include "pool/pool.h"
 #include "python/copy_gil.h"
+#include "python/foreign.h"
 #include "python/gil.h"
 #include "python/operand.h"
 
@@ -210,11 +211,23 @@ PyObject* copy_general(PyObject* dst, PyObject* src) {
     return do_copy("copy", dst, src, nullptr, shared ? Region::ToShared : Region::Private, 1, shared);
 }
 
+// Two small contiguous torch tensors of one dtype and shape (foreign.h): copied with the GIL
+// held, like try_fast's small copies. True when it copied.
+bool try_small_tensors(PyObject* dst, PyObject* src) {
+    void* dp;
+    const void* sp;
+    std::size_t n;
+    if (torch_contiguous_pair(dst, src, dp, sp, n) != 1 || n >= kCopyReleaseGilBytes) return false;
+    copy_bytes(dp, sp, n, Region::Private);
+    return true;
+}
+
 PyObject* py_copy(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
     if (nargs == 2 && !kwnames) {
         int r = try_fast(args[0], args[1], nullptr, Region::Private);
         if (r > 0) Py_RETURN_NONE;
         if (r < 0) return nullptr;
+        if (try_small_tensors(args[0], args[1])) Py_RETURN_NONE;
         return copy_general(args[0], args[1]);
     }
     PyObject* a[2];

@@ -75,7 +75,97 @@ PyTypeObject* torch_tensor_type() {
     return cached;
 }
 
-// A torch tensor through Tensor.numpy(), which shares its memory and costs a fifth of
+// What the direct tensor route needs of torch, looked up once torch.Tensor is known.
+struct TorchFacts {
+    PyObject* strided = nullptr;                 // torch.strided
+    PyObject* dtypes[16] = {};                   // the dtypes Tensor.numpy() accepts
+    Py_ssize_t itemsize[16] = {};
+    bool complex[16] = {};
+    int count = 0;
+};
+
+const TorchFacts* torch_facts() {
+    static TorchFacts facts;
+    static bool tried = false;
+    if (tried) return facts.count ? &facts : nullptr;
+    PyObject* modules = PyImport_GetModuleDict();  // borrowed
+    PyObject* torch = modules ? PyDict_GetItemString(modules, "torch") : nullptr;  // borrowed
+    if (!torch) return nullptr;
+    tried = true;
+    struct Named {
+        const char* name;
+        Py_ssize_t itemsize;
+        bool complex;
+    };
+    static const Named names[] = {{"bool", 1, false},    {"uint8", 1, false},     {"int8", 1, false},
+                                  {"int16", 2, false},   {"int32", 4, false},     {"int64", 8, false},
+                                  {"float16", 2, false}, {"float32", 4, false},   {"float64", 8, false},
+                                  {"complex64", 8, true}, {"complex128", 16, true}};
+    facts.strided = PyObject_GetAttrString(torch, "strided");  // kept for the process
+    if (!facts.strided) {
+        PyErr_Clear();
+        return nullptr;
+    }
+    for (const Named& n : names) {
+        PyObject* dtype = PyObject_GetAttrString(torch, n.name);  // kept for the process
+        if (!dtype) {
+            PyErr_Clear();
+            continue;
+        }
+        facts.dtypes[facts.count] = dtype;
+        facts.itemsize[facts.count] = n.itemsize;
+        facts.complex[facts.count] = n.complex;
+        ++facts.count;
+    }
+    return facts.count ? &facts : nullptr;
+}
+
+// The value of attribute `name` (a method called with no arguments when `call`) is exactly `want`.
+bool attr_is(PyObject* obj, PyObject* name, bool call, PyObject* want) {
+    PyObject* v = call ? PyObject_CallMethodNoArgs(obj, name) : PyObject_GetAttr(obj, name);
+    if (!v) {
+        PyErr_Clear();
+        return false;
+    }
+    const bool same = v == want;
+    Py_DECREF(v);
+    return same;
+}
+
+// One tensor of the pair: the checks that Tensor.numpy() makes, and C-contiguity. Tensors
+// without plain storage (sparse, nested, MKL-DNN, functorch wrappers) raise in one of these
+// reads or in shape/data_ptr(), and so take the general path.
+bool plain_cpu_tensor(PyObject* t, const TorchFacts& f, bool complex) {
+    static PyObject* is_cpu = PyUnicode_InternFromString("is_cpu");
+    static PyObject* layout = PyUnicode_InternFromString("layout");
+    static PyObject* requires_grad = PyUnicode_InternFromString("requires_grad");
+    static PyObject* is_contiguous = PyUnicode_InternFromString("is_contiguous");
+    static PyObject* is_neg = PyUnicode_InternFromString("is_neg");
+    static PyObject* is_conj = PyUnicode_InternFromString("is_conj");
+    return attr_is(t, is_cpu, false, Py_True) && attr_is(t, layout, false, f.strided) &&
+           attr_is(t, requires_grad, false, Py_False) &&
+           attr_is(t, is_contiguous, true, Py_True) && attr_is(t, is_neg, true, Py_False) &&
+           (!complex || attr_is(t, is_conj, true, Py_False));
+}
+
+// data_ptr() as a pointer; nullptr when it cannot be read.
+void* data_pointer(PyObject* t) {
+    static PyObject* data_ptr = PyUnicode_InternFromString("data_ptr");
+    PyObject* v = PyObject_CallMethodNoArgs(t, data_ptr);
+    if (!v) {
+        PyErr_Clear();
+        return nullptr;
+    }
+    void* p = PyLong_AsVoidPtr(v);
+    Py_DECREF(v);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return nullptr;
+    }
+    return p;
+}
+
+// A torch tensor through Tensor.numpy(), which shares its memory and costs a tenth of
 // numpy.from_dlpack (evidence: copy-foreign-array-cost); torch's own errors name what to do
 // (a GPU tensor, requires grad, bfloat16, conjugate or negative views).
 PyObject* torch_array(PyObject* obj, const std::function<std::string()>& named) {
@@ -106,6 +196,55 @@ std::string qualified_type_name(PyObject* obj) {
     }
     Py_XDECREF(module);
     return name;
+}
+
+int torch_contiguous_pair(PyObject* dst, PyObject* src, void*& dst_ptr, const void*& src_ptr, std::size_t& nbytes) {
+    static PyObject* dtype_name = PyUnicode_InternFromString("dtype");
+    static PyObject* shape_name = PyUnicode_InternFromString("shape");
+    // The type's name first: a string compare costs less than looking torch up.
+    if (std::strcmp(Py_TYPE(dst)->tp_name, "Tensor") != 0) return 0;
+    PyTypeObject* tensor = torch_tensor_type();
+    if (!tensor || Py_TYPE(dst) != tensor || Py_TYPE(src) != tensor) return 0;
+    const TorchFacts* f = torch_facts();
+    if (!f) return 0;
+    // One dtype object for both (torch's dtypes are singletons), among those numpy has.
+    PyObject* dd = PyObject_GetAttr(dst, dtype_name);
+    PyObject* sd = dd ? PyObject_GetAttr(src, dtype_name) : nullptr;
+    Py_XDECREF(dd);
+    Py_XDECREF(sd);  // torch keeps its dtype objects alive: identity stays meaningful
+    if (!sd) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (dd != sd) return 0;
+    int k = 0;
+    while (k < f->count && f->dtypes[k] != dd) ++k;
+    if (k == f->count) return 0;
+    if (!plain_cpu_tensor(dst, *f, f->complex[k]) || !plain_cpu_tensor(src, *f, f->complex[k])) return 0;
+    // The same shape (torch.Size is a tuple), and its element count.
+    PyObject* ds = PyObject_GetAttr(dst, shape_name);
+    PyObject* ss = ds ? PyObject_GetAttr(src, shape_name) : nullptr;
+    int same = -1;
+    std::size_t count = 1;
+    if (ss && PyTuple_Check(ds) && PyTuple_Check(ss)) {
+        same = PyObject_RichCompareBool(ds, ss, Py_EQ);
+        for (Py_ssize_t i = 0; same == 1 && i < PyTuple_GET_SIZE(ds); ++i) {
+            const Py_ssize_t n = PyLong_AsSsize_t(PyTuple_GET_ITEM(ds, i));
+            if (n < 0) same = -1;
+            else count *= static_cast<std::size_t>(n);
+        }
+    }
+    Py_XDECREF(ds);
+    Py_XDECREF(ss);
+    if (same != 1) {
+        PyErr_Clear();
+        return 0;
+    }
+    nbytes = count * static_cast<std::size_t>(f->itemsize[k]);
+    if (nbytes == 0) return 0;  // an empty copy: the general path's rules
+    dst_ptr = data_pointer(dst);
+    src_ptr = dst_ptr ? data_pointer(src) : nullptr;
+    return dst_ptr && src_ptr ? 1 : 0;
 }
 
 bool exports_foreign_array(PyObject* obj) {

@@ -5,6 +5,7 @@
 #pragma once
 #include <Python.h>
 
+#include <cstddef>
 #include <functional>
 #include <string>
 
@@ -39,6 +40,15 @@ using DropInFunction = PyObject* (*)(PyObject*, PyObject* const*, Py_ssize_t, Py
 // array cannot be read (its error names `name` and the argument) or `fn` raised.
 PyObject* call_on_numpy_views(DropInFunction fn, const char* name, bool join, PyObject* const* args,
                                Py_ssize_t nargs, PyObject* kwnames);
+
+// A copy between two torch tensors that Tensor.numpy() would read without complaint (CPU,
+// strided, no grad, no negative or conjugate bit, a dtype numpy has) and that are both
+// C-contiguous, of the same dtype and shape: the direct route, which reads a handful of
+// tensor attributes instead of building two numpy arrays (evidence: copy-foreign-array-cost).
+// 1: `dst_ptr`, `src_ptr` and `nbytes` are
+// filled; 0: not such a pair, or torch is not imported (the general path decides, and raises
+// any error); never raises.
+int torch_contiguous_pair(PyObject* dst, PyObject* src, void*& dst_ptr, const void*& src_ptr, std::size_t& nbytes);
 
 // "torch.Tensor": the module-qualified name of obj's type.
 std::string qualified_type_name(PyObject* obj);

@@ -181,6 +181,99 @@ def test_no_warning_from_torch_on_the_way():
         fastcopy.copy(torch.zeros(4), torch.ones(4))
 
 
+# ---- small torch tensor pairs: the direct route ------------------------------------------------
+# Two small C-contiguous tensors of one dtype and shape are copied from a few tensor attributes,
+# without building numpy arrays. Every pair the route must pass on gets the general path's
+# answer: the same exception, and nothing written.
+
+def _direct_route_refusals(torch):
+    """{case: (dst, src, exception of copy(), exception of copyto() or None when it copies)}"""
+    return {
+        "dst-requires-grad": (lambda: (torch.zeros(3, requires_grad=True), torch.ones(3)),
+                              (RuntimeError, "requires grad"), (RuntimeError, "requires grad")),
+        "src-requires-grad": (lambda: (torch.zeros(3), torch.ones(3, requires_grad=True)),
+                              (RuntimeError, "requires grad"), (RuntimeError, "requires grad")),
+        "parameter": (lambda: (torch.nn.Parameter(torch.zeros(3)), torch.ones(3)),
+                      (RuntimeError, "requires grad"), (RuntimeError, "requires grad")),
+        # a contiguous view with the negative bit (t.conj().imag has it too, but is strided)
+        "negative-bit": (lambda: (torch.zeros(3), torch._neg_view(torch.tensor([1.0, 2.0, 3.0]))),
+                         (RuntimeError, "negative bit"), (RuntimeError, "negative bit")),
+        "conjugate-bit": (lambda: (torch.zeros(2, dtype=torch.complex64),
+                                   torch.tensor([1 + 2j, 3 + 4j], dtype=torch.complex64).conj()),
+                          (RuntimeError, "conjugate bit"), (RuntimeError, "conjugate bit")),
+        "meta-device": (lambda: (torch.zeros(3), torch.empty(3, device="meta")),
+                        (TypeError, "meta device"), (TypeError, "meta device")),
+        "sparse": (lambda: (torch.zeros(3), torch.ones(3).to_sparse()),
+                   (TypeError, "Sparse layout"), (TypeError, "Sparse layout")),
+        "bfloat16": (lambda: (torch.zeros(3, dtype=torch.bfloat16), torch.ones(3, dtype=torch.bfloat16)),
+                     (TypeError, "view it as an integer type"), (TypeError, "view it as an integer type")),
+        "other-dtype": (lambda: (torch.zeros(3), torch.tensor([1, 2, 3], dtype=torch.int32)),
+                        (TypeError, "dtype mismatch"), None),
+        "other-shape": (lambda: (torch.zeros(1, 3), torch.tensor([1.0, 2.0, 3.0])),
+                        (ValueError, "shape mismatch"), None),
+    }
+
+
+@pytest.mark.parametrize("case", ["dst-requires-grad", "src-requires-grad", "parameter", "negative-bit",
+                                  "conjugate-bit", "meta-device", "sparse", "bfloat16", "other-dtype",
+                                  "other-shape"])
+@pytest.mark.parametrize("entry", ["copy", "copyto"])
+def test_small_tensor_pairs_the_direct_route_passes_on_get_the_general_answer(case, entry):
+    torch = _torch()
+    make, copy_error, copyto_error = _direct_route_refusals(torch)[case]
+    dst, src = make()
+    before = dst.detach().clone() if dst.device.type == "cpu" and dst.layout == torch.strided else None
+    error = copy_error if entry == "copy" else copyto_error
+    if error is None:                                # copyto casts or broadcasts, as np.copyto does
+        fastcopy.copyto(dst, src)
+        expected = before.numpy().copy()
+        np.copyto(expected, src.numpy())
+        assert np.array_equal(dst.detach().numpy(), expected)
+        return
+    with pytest.raises(error[0], match=error[1]):
+        getattr(fastcopy, entry)(dst, src)
+    if before is not None:
+        assert torch.equal(dst.detach(), before)
+
+
+def test_small_tensor_pairs_take_the_direct_route_and_copy_every_shared_dtype():
+    torch = _torch()
+    from fastcopy import _core
+
+    for name in TORCH_DTYPES:
+        dt = getattr(torch, name)
+        src = (torch.arange(6) % 2).to(dt) if name == "bool" else (torch.arange(6) + 1).to(dt)
+        for shape in ((6,), (2, 3), (1, 6, 1)):
+            s = src.reshape(shape)
+            dst = torch.zeros_like(s)
+            fastcopy.copy(dst, s)
+            assert torch.equal(dst, s), (name, shape)
+            dst = torch.zeros_like(s)
+            before = _core._drop_in_stats()["copyto_fast"]
+            fastcopy.copyto(dst, s)
+            assert torch.equal(dst, s), (name, shape)
+            assert _core._drop_in_stats()["copyto_fast"] == before + 1, (name, shape)
+
+
+def test_small_tensor_pairs_that_are_not_contiguous_or_overlap_are_copied_right():
+    torch = _torch()
+    base = torch.arange(12, dtype=torch.float32)
+    dst = torch.zeros(6)
+    fastcopy.copy(dst, base[::2])                    # same shape and dtype, not contiguous
+    assert dst.tolist() == base[::2].tolist()
+    dst = torch.zeros(6)
+    fastcopy.copyto(dst, base[1::2])
+    assert dst.tolist() == base[1::2].tolist()
+    t = torch.arange(10, dtype=torch.int64)          # one storage, shifted either way
+    ref = t.numpy().copy()
+    fastcopy.copy(t[2:], t[:-2])
+    np.copyto(ref[2:], ref[:-2])
+    assert t.tolist() == ref.tolist()
+    fastcopy.copyto(t[:-3], t[3:])
+    np.copyto(ref[:-3], ref[3:])
+    assert t.tolist() == ref.tolist()
+
+
 # ---- pyarrow and JAX --------------------------------------------------------------------------
 def test_pyarrow_arrays_buffers_and_tensors_as_sources():
     pa = pytest.importorskip("pyarrow")
