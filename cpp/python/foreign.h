@@ -45,9 +45,8 @@ PyObject* call_on_numpy_views(DropInFunction fn, const char* name, bool join, Py
 // strided, no grad, no negative or conjugate bit, a dtype numpy has) and that are both
 // C-contiguous, of the same dtype and shape: the direct route, which reads a handful of
 // tensor attributes instead of building two numpy arrays (evidence: copy-foreign-array-cost).
-// 1: `dst_ptr`, `src_ptr` and `nbytes` are
-// filled; 0: not such a pair, or torch is not imported (the general path decides, and raises
-// any error); never raises.
+// 1: `dst_ptr`, `src_ptr` and `nbytes` are filled; 0: not such a pair, or torch is not
+// imported (the general path decides, and raises any error); never raises.
 int torch_contiguous_pair(PyObject* dst, PyObject* src, void*& dst_ptr, const void*& src_ptr, std::size_t& nbytes);
 
 // "torch.Tensor": the module-qualified name of obj's type.
