@@ -151,20 +151,14 @@ int copyto_fast(PyObject* dst, PyObject* src) {
             copy_bytes(dp, sp, n);
             return 1;
         }
-        // Our references keep both arrays from being resized by another thread meanwhile.
-        Py_INCREF(dst);
-        Py_INCREF(src);
-        Py_BEGIN_ALLOW_THREADS
-        copy_bytes(dp, sp, n);
-        Py_END_ALLOW_THREADS
-        Py_DECREF(dst);
-        Py_DECREF(src);
-        return 1;
+        // Larger copies go through copy() (below), for its GIL rules: released, Ctrl-C between
+        // steps of a huge copy, references held, the interpreter's exit survived (copy_gil.h).
+    } else if (arrays_overlap(d, s)) {
+        // Overlapping strided views: np.copyto's result depends on its loop order (numpy 2.4
+        // only reverses the loop for some 1-d cases instead of buffering), which copy() does
+        // not imitate; numpy serves them. Other strided pairs: copy() gives np.copyto's bytes.
+        return 0;
     }
-    // Overlapping strided views: np.copyto's result depends on its loop order (numpy 2.4
-    // only reverses the loop for some 1-d cases instead of buffering), which copy() does not
-    // imitate; numpy serves them. Other strided pairs: copy() gives np.copyto's bytes.
-    if (arrays_overlap(d, s)) return 0;
     PyObject* args[2] = {dst, src};
     PyObject* r = PyObject_Vectorcall(g_copy, args, 2, nullptr);
     if (!r) return -1;

@@ -400,9 +400,11 @@ def test_ctrl_c_interrupts_one_large_copy():
         n = 3 << 29  # 1.5 GiB each: 3 GiB in all
         src = np.ones(n, np.uint8)
         dst = np.zeros(n, np.uint8)
-        for kind in ("copy", "kernel"):
+        for kind in ("copy", "kernel", "copyto", "stack"):
             dst[:] = 0
-            f = fastcopy.copy if kind == "copy" else fastcopy.kernel("generic", threads=2)
+            f = {"copy": fastcopy.copy, "kernel": fastcopy.kernel("generic", threads=2),
+                 "copyto": fastcopy.copyto,
+                 "stack": lambda d, s: fastcopy.stack([s], out=d.reshape(1, -1))}[kind]
             signal.setitimer(signal.ITIMER_PROF, 0.002)
             try:
                 f(dst, src)
@@ -418,4 +420,5 @@ def test_ctrl_c_interrupts_one_large_copy():
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     # started (the first byte written), stopped before the end (the last byte not)
-    assert p.stdout.split("\n")[:2] == ["copy interrupted 1 0", "kernel interrupted 1 0"], p.stdout
+    assert p.stdout.split("\n")[:4] == ["copy interrupted 1 0", "kernel interrupted 1 0", "copyto interrupted 1 0",
+                                         "stack interrupted 1 0"], p.stdout
