@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import fnmatch
+import json
 import os
 import re
 import shutil
@@ -521,6 +522,46 @@ def run_mutants(runner: "Runner", mutants: List[Mutant], stale: Dict[str, str]) 
     return results
 
 
+SHM_DIR = "/dev/shm"
+
+
+def shm_names() -> set:
+    try:
+        return set(os.listdir(SHM_DIR))
+    except OSError:
+        return set()
+
+
+# Run by the Python that runs this check (fastcopy installed, or on PYTHONPATH): the names read
+# on stdin that are stale fastcopy segments (creator gone, no end running) are removed.
+_REMOVE_STALE = """
+import json, os, sys
+from fastcopy.shm import segments
+names = set(json.load(sys.stdin))
+for seg in segments.list_segments():
+    if seg["stale"] and seg["name"] in names:
+        try:
+            os.unlink(os.path.join(segments._SEGMENT_DIR, seg["name"]))
+            print(seg["name"])
+        except OSError:
+            pass
+"""
+
+
+def remove_stale_segments(new_names: set) -> int:
+    """A planted bug can crash or hang a test before it removes its channel: of the /dev/shm
+    names that appeared during the run, removes those that are stale fastcopy segments (nobody
+    can use them). Returns how many."""
+    if not new_names:
+        return 0
+    try:
+        p = subprocess.run([sys.executable, "-c", _REMOVE_STALE], input=json.dumps(sorted(new_names)),
+                           capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return len(p.stdout.split()) if p.returncode == 0 else 0
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--list", action="store_true", help="print the catalogue and exit")
@@ -604,10 +645,14 @@ def main(argv: Optional[List[str]] = None) -> int:
               f"({time.monotonic() - t0:.0f} s)", flush=True)
 
     results: Dict[str, str] = {}
+    shm_before = shm_names()
     shares = deal_out(mutants, jobs)
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         for part in pool.map(lambda rs: run_mutants(rs[0], rs[1], stale), zip(runners, shares)):
             results.update(part)
+    removed = remove_stale_segments(shm_names() - shm_before)
+    if removed:
+        print(f"removed {removed} stale segments that the mutants' tests left in {SHM_DIR}")
     killed = sum(1 for v in results.values() if v == "killed")
     print(f"{len(mutants)} mutants, {killed} killed ({time.monotonic() - t_start:.0f} s)")
     bad = {k: v for k, v in results.items() if v != "killed"}

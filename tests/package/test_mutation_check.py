@@ -3,6 +3,7 @@ that exist, and --jobs deals the mutants out so that no two workers edit the sam
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import sys
 from pathlib import Path
@@ -168,3 +169,34 @@ def test_a_catalogue_folder_loads_every_file_and_refuses_a_name_used_twice(tmp_p
     (tmp_path / "c.toml").write_text(entry.format(n="first"))
     with pytest.raises(SystemExit, match="duplicate mutant name first"):
         mutation_check.load_catalogue(tmp_path)
+
+
+@pytest.mark.skipif(os.environ.get("FASTCOPY_NO_SUBPROCESS") == "1",
+                    reason="FASTCOPY_NO_SUBPROCESS=1: tests that start processes are skipped")
+def test_the_run_removes_the_stale_segments_its_tests_left_and_nothing_else(tmp_path):
+    """A planted bug can kill a test before it removes its channel; the run removes what became
+    stale (its creator killed), and leaves a live channel and a file that is not a segment."""
+    import subprocess
+
+    from _child import child_env, shm_names
+
+    from fastcopy import shm
+
+    prefix = f"fcmut-{os.getpid()}-"
+    killed = (f"import os, signal\nfrom fastcopy import shm\nch = shm.Channel.create({prefix + 'killed'!r}, "
+              "capacity=1 << 16)\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    proc = subprocess.run([sys.executable, "-c", killed], env=child_env(), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -9, proc.stderr
+    stale = shm_names(prefix)
+    assert stale == {prefix + "killed"}
+    live = shm.Channel.create(f"{prefix}live", capacity=1 << 16)
+    other = Path("/dev/shm") / f"{prefix}other"
+    other.write_bytes(b"not a segment")
+    try:
+        assert mutation_check.remove_stale_segments(stale | {live.name, other.name}) == 1
+        assert shm_names(prefix) == {live.name, other.name}
+    finally:
+        for name in shm_names(prefix) - {live.name}:
+            os.unlink("/dev/shm/" + name)
+        live.close()
+        live.unlink()
