@@ -32,6 +32,28 @@ def test_round_trip(dtype, shape, order):
     assert not got.flags.writeable
 
 
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_messages_of_every_size_class_carry_their_bytes(order):
+    """The message body is copied by fastcopy's kernels, with the GIL released from 64 KiB."""
+    rng = np.random.default_rng(7)
+    for n in (1, 63, 4096, 65535, 65536, 3 << 20):
+        a = rng.integers(0, 256, n, dtype=np.uint8)
+        if order == "F" and n >= 6:                  # a true Fortran-order block (3 rows)
+            a = np.asfortranarray(a[:n - n % 3].reshape(3, -1))
+        buf = encode(a, n)
+        assert buf[-a.nbytes:] == a.tobytes(order="A")
+        seq, back = decode(buf)
+        assert seq == n and np.array_equal(back, a)
+
+
+def test_concat_bytes_refuses_a_buffer_that_is_not_contiguous():
+    from fastcopy import _core
+
+    with pytest.raises((BufferError, ValueError)):
+        _core.concat_bytes(b"head", np.arange(10)[::2])
+    assert _core.concat_bytes(b"", b"xyz") == b"xyz"
+
+
 def test_non_contiguous_is_sent_as_its_values():
     arr = np.arange(60, dtype=np.int32).reshape(6, 10)[::2, 1::3]
     _, got = decode(encode(arr, 0))

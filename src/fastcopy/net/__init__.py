@@ -19,7 +19,7 @@ from typing import Any, Deque, Iterator, List, Optional, Sequence
 
 import numpy as np
 
-from ._wire import WireError, decode, encode_header
+from ._wire import WireError, decode, encode
 
 __all__ = ["Publisher", "Subscriber", "Bridge", "WireError", "MessagesLost", "open_session", "zenoh_module"]
 
@@ -84,14 +84,7 @@ class Publisher:
         if self.closed:
             raise ValueError("fastcopy.net.Publisher: send on a closed publisher")
         a = np.asarray(arr)
-        head, block = encode_header(a, self.sent)
-        payload = bytearray(len(head) + block.nbytes)
-        payload[:len(head)] = head
-        if block.nbytes:
-            from .. import copy as fcopy
-            dst = np.frombuffer(payload, dtype=np.uint8, offset=len(head))
-            fcopy(dst, block.reshape(-1, order="A").view(np.uint8))
-        self._pub.put(bytes(payload) if len(payload) < 4096 else payload)
+        self._pub.put(encode(a, self.sent))
         self.sent += 1
 
     def close(self) -> None:
@@ -137,7 +130,9 @@ class Subscriber:
         self._sub = self.session.declare_subscriber(key, self._on_sample)
 
     def _on_sample(self, sample: Any) -> None:
-        data = sample.payload.to_bytes()
+        # The payload as Zenoh hands it over; its bytes are taken in recv, on the receiving
+        # thread, so Zenoh's own thread goes on receiving meanwhile.
+        data = sample.payload
         with self._cv:
             if self.overflow == "block":
                 while len(self._q) >= self.capacity and not self.closed:
@@ -169,7 +164,7 @@ class Subscriber:
         if self._pending is not None:
             arr, self._pending = self._pending, None
             return arr
-        data = self._take(timeout)
+        data = self._take(timeout).to_bytes()
         try:
             seq, arr = decode(data)
         except WireError:

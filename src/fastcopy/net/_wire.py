@@ -15,6 +15,8 @@ from typing import Tuple
 
 import numpy as np
 
+from .. import _core
+
 MAGIC = b"FCN1"
 VERSION = 1
 _HEAD = struct.Struct("<4sBcBBQQ")
@@ -53,8 +55,10 @@ def encode_header(arr: np.ndarray, seq: int) -> Tuple[bytes, np.ndarray]:
 
 
 def encode(arr: np.ndarray, seq: int) -> bytes:
+    """The message: one copy of the array's bytes, into a bytes object, which Zenoh takes at
+    half the cost of a bytearray (evidence: net-send-payload-type)."""
     head, block = encode_header(arr, seq)
-    return head + block.tobytes(order="A")
+    return _core.concat_bytes(head, block)
 
 
 def decode(buf: bytes) -> Tuple[int, np.ndarray]:
