@@ -1,4 +1,4 @@
-"""The mutation check's own rules (tools/mutation_check.py): the catalogue loads and names tests
+"""The mutation check's own rules (tools/mutation_check.py, tools/mutation_catalogue.py): the catalogue loads and names tests
 that exist, and --jobs deals the mutants out so that no two workers edit the same file."""
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ spec = importlib.util.spec_from_file_location("mutation_check", ROOT / "tools" /
 mutation_check = importlib.util.module_from_spec(spec)
 sys.modules["mutation_check"] = mutation_check  # its dataclasses look their module up there
 spec.loader.exec_module(mutation_check)
+import mutation_catalogue  # noqa: E402 (beside it: loading mutation_check put tools/ on sys.path)
 
 
 @pytest.fixture(scope="module")
 def catalogue():
-    return mutation_check.load_catalogue(mutation_check.CATALOGUE)
+    return mutation_catalogue.load_catalogue(mutation_catalogue.CATALOGUE)
 
 
 def test_every_catalogue_entry_names_a_test_file_that_exists_and_a_ctest_that_is_registered(catalogue):
@@ -29,7 +30,7 @@ def test_every_catalogue_entry_names_a_test_file_that_exists_and_a_ctest_that_is
     for m in catalogue:
         assert (ROOT / m.file).is_file(), f"{m.name}: {m.file} does not exist"
         for test_id in m.pytest:
-            assert mutation_check.missing_test(test_id, ROOT) is None, f"{m.name}: {test_id} names no test"
+            assert mutation_catalogue.missing_test(test_id, ROOT) is None, f"{m.name}: {test_id} names no test"
         for name in m.ctest:
             assert name in registered, f"{m.name}: ctest {name} is not registered"
 
@@ -40,14 +41,14 @@ def test_a_test_id_is_found_by_its_file_and_its_function(tmp_path):
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_a.py").write_text("def test_one():\n    pass\n\nModel = object\n"
                                                   "test_machine = Model\n")
-    assert mutation_check.missing_test("tests/test_a.py::test_one", tmp_path) is None
-    assert mutation_check.missing_test("tests/test_a.py::test_one[param-1]", tmp_path) is None
-    assert mutation_check.missing_test("tests/test_a.py::test_machine", tmp_path) is None
-    assert "no test test_two" in mutation_check.missing_test("tests/test_a.py::test_two", tmp_path)
-    assert "does not exist" in mutation_check.missing_test("tests/test_b.py::test_one", tmp_path)
-    m = mutation_check.Mutant("m", "f.py", "x", "y", "why", ["tests/test_a.py::test_two"], [], None)
+    assert mutation_catalogue.missing_test("tests/test_a.py::test_one", tmp_path) is None
+    assert mutation_catalogue.missing_test("tests/test_a.py::test_one[param-1]", tmp_path) is None
+    assert mutation_catalogue.missing_test("tests/test_a.py::test_machine", tmp_path) is None
+    assert "no test test_two" in mutation_catalogue.missing_test("tests/test_a.py::test_two", tmp_path)
+    assert "does not exist" in mutation_catalogue.missing_test("tests/test_b.py::test_one", tmp_path)
+    m = mutation_catalogue.Mutant("m", "f.py", "x", "y", "why", ["tests/test_a.py::test_two"], [], None)
     (tmp_path / "f.py").write_text("x\n")
-    stale, _ = mutation_check.resolve([m], tmp_path)
+    stale, _ = mutation_catalogue.resolve([m], tmp_path)
     assert "no test test_two" in stale["m"]
 
 
@@ -79,7 +80,7 @@ def test_deal_out_balances_the_estimated_time_within_the_largest_file(catalogue)
 
 
 def _mutant(file, original, function=None):
-    return mutation_check.Mutant("m", file, original, original + " ", "why", ["tests/x.py::t"], [], function)
+    return mutation_catalogue.Mutant("m", file, original, original + " ", "why", ["tests/x.py::t"], [], function)
 
 
 CPP_TWO_FUNCTIONS = """\
@@ -119,22 +120,22 @@ def test_a_snippet_that_repeats_is_found_inside_the_function_the_entry_names(tmp
     second = text.rindex(snippet)
     first = text.index(snippet)
     assert first != second
-    assert mutation_check.locate(_mutant(file, snippet), tmp_path, [file])[0] is None  # twice: stale
-    assert mutation_check.locate(_mutant(file, snippet, "second"), tmp_path, [file]) == (file, second, None)
-    assert mutation_check.locate(_mutant(file, snippet, "first"), tmp_path, [file]) == (file, first, None)
-    _, _, why = mutation_check.locate(_mutant(file, snippet, "third"), tmp_path, [file])
+    assert mutation_catalogue.locate(_mutant(file, snippet), tmp_path, [file])[0] is None  # twice: stale
+    assert mutation_catalogue.locate(_mutant(file, snippet, "second"), tmp_path, [file]) == (file, second, None)
+    assert mutation_catalogue.locate(_mutant(file, snippet, "first"), tmp_path, [file]) == (file, first, None)
+    _, _, why = mutation_catalogue.locate(_mutant(file, snippet, "third"), tmp_path, [file])
     assert why is not None and "third()" in why
 
 
 def test_cpp_bodies_skip_declarations_comments_strings_and_member_initialisers():
-    bodies = mutation_check._cpp_bodies(CPP_TWO_FUNCTIONS, "first")
+    bodies = mutation_catalogue._cpp_bodies(CPP_TWO_FUNCTIONS, "first")
     assert len(bodies) == 1
     a, b = bodies[0]
     assert CPP_TWO_FUNCTIONS[a] == "{" and CPP_TWO_FUNCTIONS[b - 1] == "}"
     assert "return a + 1;" in CPP_TWO_FUNCTIONS[a:b] and "Ring::Ring" not in CPP_TWO_FUNCTIONS[a:b]
-    (ctor,) = mutation_check._cpp_bodies(CPP_TWO_FUNCTIONS, "Ring")
+    (ctor,) = mutation_catalogue._cpp_bodies(CPP_TWO_FUNCTIONS, "Ring")
     assert "v = n + 1;" in CPP_TWO_FUNCTIONS[ctor[0]:ctor[1]]
-    assert mutation_check._cpp_bodies(CPP_TWO_FUNCTIONS, "helper") == []
+    assert mutation_catalogue._cpp_bodies(CPP_TWO_FUNCTIONS, "helper") == []
 
 
 def test_a_snippet_whose_file_moved_is_found_in_the_one_file_of_its_kind_that_has_it(tmp_path):
@@ -143,20 +144,20 @@ def test_a_snippet_whose_file_moved_is_found_in_the_one_file_of_its_kind_that_ha
     (tmp_path / "cpp" / "other.py").write_text("return a + 1;\n")  # another kind: not looked at
     files = ["cpp/shm/ring.cpp", "cpp/other.py"]
     m = _mutant("cpp/shm/shm_sync.cpp", "return a + 1;", "second")
-    file, offset, why = mutation_check.locate(m, tmp_path, files)
+    file, offset, why = mutation_catalogue.locate(m, tmp_path, files)
     assert (file, why) == ("cpp/shm/ring.cpp", None)
     assert offset == CPP_TWO_FUNCTIONS.rindex("return a + 1;")
     # Without the function the snippet is ambiguous in the new file: stale, naming where it is.
-    _, _, why = mutation_check.locate(_mutant("cpp/shm/shm_sync.cpp", "return a + 1;"), tmp_path, files)
+    _, _, why = mutation_catalogue.locate(_mutant("cpp/shm/shm_sync.cpp", "return a + 1;"), tmp_path, files)
     assert why is not None and "cpp/shm/ring.cpp" in why and "does not exist" in why
 
 
 def test_a_test_id_whose_file_moved_under_tests_is_found_by_its_name(tmp_path):
     (tmp_path / "tests" / "shm").mkdir(parents=True)
     (tmp_path / "tests" / "shm" / "test_ring.py").write_text("")
-    assert (mutation_check.resolve_test_id("tests/test_ring.py::test_a[x]", tmp_path)
+    assert (mutation_catalogue.resolve_test_id("tests/test_ring.py::test_a[x]", tmp_path)
             == "tests/shm/test_ring.py::test_a[x]")
-    assert mutation_check.resolve_test_id("tests/test_gone.py::t", tmp_path) == "tests/test_gone.py::t"
+    assert mutation_catalogue.resolve_test_id("tests/test_gone.py::t", tmp_path) == "tests/test_gone.py::t"
 
 
 def test_a_catalogue_folder_loads_every_file_and_refuses_a_name_used_twice(tmp_path):
@@ -164,11 +165,11 @@ def test_a_catalogue_folder_loads_every_file_and_refuses_a_name_used_twice(tmp_p
              "pytest = ['tests/t.py::t']\n")
     (tmp_path / "b.toml").write_text(entry.format(n="second"))
     (tmp_path / "a.toml").write_text(entry.format(n="first") + "function = 'f'\n")
-    ms = mutation_check.load_catalogue(tmp_path)
+    ms = mutation_catalogue.load_catalogue(tmp_path)
     assert [(m.name, m.function) for m in ms] == [("first", "f"), ("second", None)]
     (tmp_path / "c.toml").write_text(entry.format(n="first"))
     with pytest.raises(SystemExit, match="duplicate mutant name first"):
-        mutation_check.load_catalogue(tmp_path)
+        mutation_catalogue.load_catalogue(tmp_path)
 
 
 @pytest.mark.skipif(os.environ.get("FASTCOPY_NO_SUBPROCESS") == "1",
