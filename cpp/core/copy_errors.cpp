@@ -14,6 +14,7 @@ ErrorType error_type(CopyError e) {
         case CopyError::DtypeMismatch: return ErrorType::TypeError;
         case CopyError::ReadOnlyArray:
         case CopyError::ReadOnlyBuffer:
+        case CopyError::ReadOnlyShared:
         case CopyError::TooManyDims:
         case CopyError::ShapeMismatch:
         case CopyError::SizeMismatch: return ErrorType::ValueError;
@@ -52,6 +53,10 @@ std::string error_message(const ErrorSite& site, CopyError e, const ErrorFacts& 
             break;
         case CopyError::ReadOnlyBuffer:
             m += "dst (" + f.dst_text + ") is read-only; nothing was copied";
+            says_nothing_copied = true;
+            break;
+        case CopyError::ReadOnlyShared:
+            m += "dst (" + f.dst_text + ") " + kReadOnlySharedText + "; nothing was copied";
             says_nothing_copied = true;
             break;
         case CopyError::ObjectDtype:

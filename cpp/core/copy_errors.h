@@ -15,6 +15,7 @@ enum class CopyError {
     NotBuffer,       // not an array, a buffer exporter or a DLPack / __array_interface__ exporter
     ReadOnlyArray,   // dst is a numpy array with flags.writeable False
     ReadOnlyBuffer,  // dst exports only a read-only buffer
+    ReadOnlyShared,  // dst is memory fastcopy.shm maps read-only (a received view's pages)
     ObjectDtype,     // a numpy dtype holding Python object references
     ObjectFormat,    // a buffer format with 'O' items
     TooManyDims,     // more than kMaxOperandDims dimensions
@@ -24,6 +25,12 @@ enum class CopyError {
     SizeMismatch,    // other operands with different byte counts
     NativeFailure,   // the copy failed inside the native core
 };
+
+// Why a destination in the pages of a received view is refused (read_only_ranges.h): the text
+// of every message that refuses one, after the destination's name.
+inline constexpr const char* kReadOnlySharedText =
+    "is memory fastcopy.shm maps read-only (a message received with recv_view, which other processes read "
+    "too): writing it would crash the process; use recv_view(cow=True) for a writable view, or recv(out=...)";
 
 enum class ErrorType { TypeError, ValueError, RuntimeError, Original };
 ErrorType error_type(CopyError e);

@@ -20,6 +20,7 @@
 
 #include "core/dispatch.h"
 #include "core/layout.h"
+#include "core/read_only_ranges.h"
 #include "core/strided_copy.h"
 #include "pool/pool.h"
 #include "python/copy_gil.h"
@@ -144,6 +145,7 @@ inline int try_fast(PyObject* dst, PyObject* src, CopyFn forced, Region region, 
     }
     void* dp = PyArray_DATA(d);
     const void* sp = PyArray_DATA(s);
+    if (core::dst_is_read_only_shared(dp, n)) return 0;  // the general path refuses it
     if (n < kCopyReleaseGilBytes) {
         if (forced && forced_threads > 1) CopyCtx{forced, region, forced_threads}(dp, sp, n);
         else if (forced) copy_bytes_with(forced, dp, sp, n);
@@ -217,7 +219,9 @@ bool try_small_tensors(PyObject* dst, PyObject* src) {
     void* dp;
     const void* sp;
     std::size_t n;
-    if (torch_contiguous_pair(dst, src, dp, sp, n) != 1 || n >= kCopyReleaseGilBytes) return false;
+    if (torch_contiguous_pair(dst, src, dp, sp, n) != 1 || n >= kCopyReleaseGilBytes ||
+        core::dst_is_read_only_shared(dp, n))
+        return false;
     copy_bytes(dp, sp, n, Region::Private);
     return true;
 }

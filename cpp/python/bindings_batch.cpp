@@ -30,8 +30,10 @@
 #include <vector>
 
 #include "core/batch.h"
+#include "core/copy_errors.h"
 #include "core/dispatch.h"
 #include "core/layout.h"
+#include "core/read_only_ranges.h"
 #include "pool/pool.h"
 #include "python/copy_gil.h"
 #include "python/foreign.h"
@@ -119,6 +121,31 @@ bool arrays_overlap(PyArrayObject* a, PyArrayObject* b) {
 }
 
 
+// ---- destinations in received views ----------------------------------------------------------
+
+// True, with ValueError set, when `dst` is a numpy array over pages fastcopy.shm maps read-only
+// (core/read_only_ranges.h): numpy would write them and crash, so the call is refused first.
+bool refuse_read_only_shared(PyObject* dst, const char* fn, const char* which) {
+    if (core::g_read_only_range_count.load(std::memory_order_relaxed) == 0 || !dst || !PyArray_Check(dst))
+        return false;
+    std::uintptr_t lo, hi;
+    core::operand_extent(array_desc(reinterpret_cast<PyArrayObject*>(dst)), lo, hi);
+    if (!core::dst_is_read_only_shared(lo, hi)) return false;
+    const std::string msg = std::string("fastcopy.") + fn + ": " + which + " (" + qualified_type_name(dst) + ") " +
+                            core::kReadOnlySharedText + "; nothing was copied";
+    PyErr_SetString(PyExc_ValueError, msg.c_str());
+    return true;
+}
+
+// out= of stack or concatenate: positional 2, or the keyword.
+PyObject* join_out(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    if (nargs >= 3) return args[2];
+    const Py_ssize_t nk = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t k = 0; k < nk; ++k)
+        if (key_is(PyTuple_GET_ITEM(kwnames, k), g_name_out)) return args[nargs + k];
+    return nullptr;
+}
+
 // ---- copyto ---------------------------------------------------------------------------------
 
 // 1: copied; 0: not a fast-path case (nothing done); -1: exception set.
@@ -167,6 +194,7 @@ int copyto_fast(PyObject* dst, PyObject* src) {
 }
 
 PyObject* py_copyto(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    if (nargs >= 1 && refuse_read_only_shared(args[0], "copyto", "dst")) return nullptr;
     // The fast path takes (dst, src[, casting[, where]]) with casting/where also as keywords,
     // a valid casting name and where=True; anything else is numpy's to judge.
     if (nargs >= 2 && nargs <= 4) {
@@ -194,7 +222,8 @@ PyObject* py_copyto(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject
             void* dp;
             const void* sp;
             std::size_t n;
-            if (torch_contiguous_pair(args[0], args[1], dp, sp, n) == 1 && n < kCopyReleaseGilBytes) {
+            if (torch_contiguous_pair(args[0], args[1], dp, sp, n) == 1 && n < kCopyReleaseGilBytes &&
+                !core::dst_is_read_only_shared(dp, n)) {
                 copy_bytes(dp, sp, n, Region::Private);
                 ++g_stats.copyto_fast;
                 Py_RETURN_NONE;
@@ -443,6 +472,7 @@ PyObject* concatenate_fast(JoinArgs& a) {
 }
 
 PyObject* py_stack(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    if (refuse_read_only_shared(join_out(args, nargs, kwnames), "stack", "out")) return nullptr;
     JoinArgs a;
     if (parse_join(args, nargs, kwnames, a)) {
         PyObject* r = stack_fast(a);
@@ -455,6 +485,7 @@ PyObject* py_stack(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject*
 }
 
 PyObject* py_concatenate(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    if (refuse_read_only_shared(join_out(args, nargs, kwnames), "concatenate", "out")) return nullptr;
     JoinArgs a;
     if (parse_join(args, nargs, kwnames, a)) {
         PyObject* r = concatenate_fast(a);

@@ -4,6 +4,7 @@
 #include "python/operand.h"
 #include "python/foreign.h"
 #include "python/pyerr.h"
+#include "core/read_only_ranges.h"
 
 #include <numpy/arrayobject.h>
 
@@ -53,7 +54,29 @@ PyObject* raise_copy_error(const ErrorSite& site, CopyError e, const ErrorFacts&
     return nullptr;
 }
 
+namespace {
+bool resolve_operand_facts(const ErrorSite& site, PyObject* obj, bool writable, PyOperand& op);
+}  // namespace
+
 bool resolve_operand(const ErrorSite& site, PyObject* obj, bool writable, PyOperand& op) {
+    if (!resolve_operand_facts(site, obj, writable, op)) return false;
+    if (writable && op.desc.nbytes) {
+        std::uintptr_t lo, hi;
+        core::operand_extent(op.desc, lo, hi);
+        if (core::dst_is_read_only_shared(lo, hi)) {
+            ErrorFacts f;
+            f.which = "dst";
+            f.dst_text = qualified_type_name(obj);
+            return raise_copy_error(site, CopyError::ReadOnlyShared, f), false;
+        }
+    }
+    return true;
+}
+
+namespace {
+
+// The operand's facts and the checks of its kind (numpy array, buffer, foreign array).
+bool resolve_operand_facts(const ErrorSite& site, PyObject* obj, bool writable, PyOperand& op) {
     const char* which = writable ? "dst" : "src";
     core::OperandDesc& d = op.desc;
     // The facts of an error, built only when one is raised.
@@ -92,7 +115,7 @@ bool resolve_operand(const ErrorSite& site, PyObject* obj, bool writable, PyOper
             });
             if (arr) {
                 op.owned = arr;
-                return resolve_operand(site, arr, writable, op);
+                return resolve_operand_facts(site, arr, writable, op);
             }
             if (PyErr_Occurred()) return false;
         }
@@ -137,6 +160,8 @@ bool resolve_operand(const ErrorSite& site, PyObject* obj, bool writable, PyOper
     }
     return true;
 }
+
+}  // namespace
 
 bool check_operands(const ErrorSite& site, PyObject* dst, PyObject* src, const PyOperand& d, const PyOperand& s) {
     const bool both = d.array && s.array;

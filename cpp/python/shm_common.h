@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/copy_errors.h"
+#include "core/read_only_ranges.h"
 #include "policy/shared_writes.h"
 #include "shm/channel.h"
 #include "shm/topic.h"
@@ -282,6 +284,8 @@ py::object deliver(const MsgInfo& info, const DtypeEntry& de, const py::object& 
                                         " (" + stays + ")");
         if (!(o.flags() & py::array::c_style)) raise(PyExc_ValueError, "recv: out must be C-contiguous");
         if (!o.writeable()) raise(PyExc_ValueError, "recv: out is read-only");
+        if (core::dst_is_read_only_shared(o.mutable_data(), info.payload_len))
+            raise(PyExc_ValueError, std::string("recv: out ") + core::kReadOnlySharedText + " (" + stays + ")");
         return fill(o.mutable_data(), py::object()) ? out : py::object();
     }
     Py_buffer view;
@@ -298,6 +302,8 @@ py::object deliver(const MsgInfo& info, const DtypeEntry& de, const py::object& 
         raise(PyExc_ValueError, "recv: out has " + std::to_string(view.len) + " bytes but the message has " +
                                     std::to_string(info.payload_len) + " (dtype " + py::str(de.dtype).cast<std::string>() +
                                     ", shape " + shape_words(info) + "; " + stays + ")");
+    if (core::dst_is_read_only_shared(view.buf, info.payload_len))
+        raise(PyExc_ValueError, std::string("recv: out ") + core::kReadOnlySharedText + " (" + stays + ")");
     return fill(view.buf, py::object()) ? out : py::object();
 }
 

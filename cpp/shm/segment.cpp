@@ -1,6 +1,8 @@
 // Named shared-memory segments: see segment.h.
 #include "shm/segment.h"
 
+#include "core/read_only_ranges.h"
+
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -11,6 +13,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "core/read_only_ranges.h"
 #include "shm/errors.h"
 #include "shm/os.h"
 
@@ -83,11 +86,13 @@ std::uint64_t preflight(std::uint64_t bytes, const std::string& what) {
 }
 
 Mapping::~Mapping() {
+    if (base) core::forget_read_only_ranges_in(base, bytes);
     if (base) ::munmap(base, bytes);
     if (fd >= 0) ::close(fd);
 }
 
 void release_segment(const MappedSegment& seg) {
+    if (seg.base) core::forget_read_only_ranges_in(seg.base, seg.bytes);
     if (seg.base) ::munmap(seg.base, seg.bytes);
     if (seg.fd >= 0) ::close(seg.fd);
 }
@@ -256,6 +261,8 @@ void protect_data(std::uint8_t* base, std::size_t data_offset, std::size_t map_b
         throw ShmOsError(e, "cannot map the data of shared memory segment '" + name + "' " +
                                 (read_only ? "read-only" : "writable") + ": " + std::strerror(e));
     }
+    // Copies refuse a destination in these pages instead of faulting (core/read_only_ranges.h).
+    core::set_read_only_range(base + data_offset, map_bytes - data_offset, read_only);
 }
 
 std::unique_ptr<Mapping> map_private_pages(const Mapping& seg, const std::uint8_t* p, std::size_t n,
