@@ -11,6 +11,7 @@
 #include "core/batch.h"
 #include "core/copy_errors.h"
 #include "core/layout.h"
+#include "core/read_only_ranges.h"
 #include "core/strided_copy.h"
 #include "policy/profile.h"
 
@@ -292,6 +293,27 @@ void test_address_class() {
     CHECK(policy::address_class(src, src, 1) == AddressClass::PageAligned);
 }
 
+void test_read_only_ranges() {
+    static char buf[4 * 4096];
+    const auto at = [](std::size_t off) { return reinterpret_cast<std::uintptr_t>(buf) + off; };
+    CHECK(!dst_is_read_only_shared(buf, sizeof buf));
+    set_read_only_range(buf + 4096, 2 * 4096, true);
+    CHECK(g_read_only_range_count.load() == 1);
+    CHECK(dst_is_read_only_shared(buf + 4096, 1));
+    CHECK(dst_is_read_only_shared(buf, 4097));                // ends one byte inside
+    CHECK(dst_is_read_only_shared(buf + 3 * 4096 - 1, 100));  // starts one byte inside
+    CHECK(!dst_is_read_only_shared(buf, 4096));               // ends where the range starts
+    CHECK(!dst_is_read_only_shared(buf + 3 * 4096, 4096));    // starts where it ends
+    CHECK(!dst_is_read_only_shared(buf + 4096, 0));           // nothing to write
+    CHECK(overlaps_read_only_range(at(0), at(sizeof buf)));
+    set_read_only_range(buf + 4096, 2 * 4096, false);        // writable again: forgotten
+    CHECK(g_read_only_range_count.load() == 0 && !dst_is_read_only_shared(buf + 4096, 1));
+    set_read_only_range(buf + 4096, 4096, true);
+    set_read_only_range(buf + 2 * 4096, 4096, true);
+    forget_read_only_ranges_in(buf, sizeof buf);             // the region is unmapped
+    CHECK(g_read_only_range_count.load() == 0 && !dst_is_read_only_shared(buf, sizeof buf));
+}
+
 }  // namespace
 
 int main() {
@@ -302,6 +324,7 @@ int main() {
     test_batch();
     test_pairs_interfere();
     test_errors();
+    test_read_only_ranges();
     if (g_failures) {
         std::fprintf(stderr, "core_tests: %d check(s) failed\n", g_failures);
         return 1;
