@@ -133,6 +133,7 @@ py::dict shm_layout() {
     py::dict out;
     out["page_bytes"] = shm::kPageBytes;
     out["page_aligned_loan_min"] = shm::kPageAlignedLoanMin;
+    out["creating_prefix"] = shm::kCreatingPrefix;
     out["channel"] = channel;
     out["message"] = message;
     out["topic"] = topic;
@@ -149,5 +150,6 @@ void bind_shm_layout(py::module_& m) {
           "'message' (a message header), the magic number, version and sizes, and 'fields': "
           "name -> (byte offset, size in bytes) of each header word (a topic also has "
           "'record_fields' of a subscriber record, 'record_bytes' apart after 'header_bytes'). "
-          "Words are in the machine's byte order.");
+          "Words are in the machine's byte order. 'creating_prefix': the name a segment has while "
+          "it is made ('<prefix><pid>-<n>'), before it is linked to its own.");
 }

@@ -117,7 +117,7 @@ MappedSegment create_segment(const std::string& name, std::uint64_t bytes, const
     // The segment is made and initialised under a name of its own, then linked to `name`, so that
     // an attach never finds `name` half made.
     static std::atomic<std::uint64_t> counter{0};
-    const std::string temp = ".fastcopy-new-" + std::to_string(::getpid()) + "-" +
+    const std::string temp = kCreatingPrefix + std::to_string(::getpid()) + "-" +
                              std::to_string(counter.fetch_add(1, std::memory_order_relaxed));
     const std::string temp_path = shm_path(temp);
     int fd = ::shm_open(temp_path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);

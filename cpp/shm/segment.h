@@ -25,6 +25,10 @@ namespace shm {
 // header writable (protect_data).
 constexpr std::size_t kHeaderBytes = 4096;
 constexpr std::size_t kPageBytes = 4096;
+// A segment is made under "<kCreatingPrefix><pid>-<n>" and linked to its name once initialised;
+// a process killed (SIGKILL) in between leaves that name, which `shm --clean` removes once the
+// pid is gone.
+constexpr const char* kCreatingPrefix = ".fastcopy-new-";
 static_assert(kHeaderBytes % kPageBytes == 0, "the data starts on a page (protect_data)");
 
 enum SegmentOff : std::size_t {

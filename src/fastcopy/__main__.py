@@ -84,6 +84,8 @@ def _shm(args: argparse.Namespace) -> int:
         state = "stale" if seg["stale"] else ("in use" if seg["creator_alive"] or seg["ends_alive"] else "unknown")
         if seg.get("kind") == "topic":
             state += f" (topic, {len(seg['subscriber_pids'])} subscriber records)"
+        elif seg.get("kind") == "unfinished":
+            state += " (creation never finished)"
         print(f"{seg['name']:<40} {seg['bytes']:>12} {creator:>16} {seg['producer_pid'] or '-':>9} "
               f"{seg['consumer_pid'] or '-':>9}  {state}")
     return 0

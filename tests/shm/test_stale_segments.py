@@ -195,3 +195,38 @@ def test_list_segments_reads_the_layout_from_the_core(tmp_path):
         ("channel", 1 << 20, me, 1, me), ch
     assert (top["kind"], top["capacity"], top["creator_pid"], top["producer_pid"], top["subscriber_pids"]) == \
         ("topic", 3 * 512, me, me, [me]), top
+
+
+@subprocess_only
+def test_a_segment_whose_creator_was_killed_while_making_it_is_listed_and_cleaned():
+    """A segment is made under a name of its own and linked to its name once initialised; a
+    creator killed in between (SIGKILL: no handler runs) leaves that first name, with no header
+    to read. It is listed as unfinished, stale once its creator's pid is gone, and removed by
+    --clean; one of a running process stays."""
+    creating = _core.shm_layout()["creating_prefix"]
+    exited = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                            text=True, timeout=60)
+    dead_pid = int(exited.stdout)
+    gone, running = f"{creating}{dead_pid}-0", f"{creating}{os.getpid()}-987654"
+    for name in (gone, running):
+        fd = os.open("/dev/shm/" + name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        os.ftruncate(fd, 8192)
+        os.close(fd)
+    try:
+        rows = {s["name"]: s for p in (gone, running) for s in shm.list_segments(p)}
+        assert rows[gone]["kind"] == "unfinished" and rows[gone]["stale"] and rows[gone]["creator_pid"] == dead_pid
+        assert rows[running]["kind"] == "unfinished" and not rows[running]["stale"]
+        cli = [sys.executable, "-m", "fastcopy", "shm"]
+        listing = subprocess.run(cli + ["--list", "--prefix", gone], capture_output=True, text=True,
+                                 env=child_env(), timeout=60)
+        assert "stale (creation never finished)" in listing.stdout, listing.stdout + listing.stderr
+        for p in (gone, running):
+            cleaned = subprocess.run(cli + ["--clean", "--prefix", p], capture_output=True, text=True,
+                                     env=child_env(), timeout=60)
+            assert cleaned.returncode == 0, cleaned.stderr
+        assert not os.path.exists("/dev/shm/" + gone)
+        assert os.path.exists("/dev/shm/" + running)
+    finally:
+        for name in (gone, running):
+            if os.path.exists("/dev/shm/" + name):
+                os.unlink("/dev/shm/" + name)

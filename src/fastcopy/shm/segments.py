@@ -19,6 +19,7 @@ _SEGMENT_DIR = "/dev/shm"
 _LAYOUT = _core.shm_layout()
 _CHANNEL = _LAYOUT["channel"]
 _TOPIC = _LAYOUT["topic"]
+_CREATING_PREFIX = _LAYOUT["creating_prefix"]
 # The header words are unsigned integers in the machine's byte order.
 _WORD_FORMATS = {4: "=I", 8: "=Q"}
 
@@ -96,11 +97,37 @@ def _read_header(path: str) -> Optional[Dict[str, Any]]:
     }
 
 
+def _creator_of_unfinished(name: str) -> int:
+    """The pid in a segment's name while it is made ("<creating_prefix><pid>-<n>"); 0 for any
+    other name."""
+    if not name.startswith(_CREATING_PREFIX):
+        return 0
+    pid, sep, n = name[len(_CREATING_PREFIX):].partition("-")
+    return int(pid) if pid.isdigit() and sep and n.isdigit() and 0 < int(pid) < 1 << 32 else 0
+
+
+def _unfinished(name: str, directory: str) -> Optional[Dict[str, Any]]:
+    """A segment whose creator was killed while making it (a regular file under the name a
+    segment has before it is linked to its own), or None. Stale once that pid is gone; it never
+    had a producer or a consumer."""
+    pid = _creator_of_unfinished(name)
+    if not pid:
+        return None
+    got = _read_regular(os.path.join(directory, name), 0)
+    if got is None:
+        return None
+    alive = _core.shm_process_alive(pid)
+    return {"name": name, "kind": "unfinished", "bytes": got[1], "capacity": 0, "creator_pid": pid,
+            "creator_alive": alive, "producer_pid": 0, "consumer_pid": 0, "subscriber_pids": [],
+            "ends_alive": False, "stale": not alive}
+
+
 def list_segments(prefix: str = "", directory: str = _SEGMENT_DIR) -> List[Dict[str, Any]]:
     """Every fastcopy channel or topic segment in /dev/shm (found by its header, whatever its name)
     whose name starts with ``prefix``.
 
-    Each entry: ``name``, ``kind`` (``"channel"`` or ``"topic"``), ``bytes``, ``capacity``
+    Each entry: ``name``, ``kind`` (``"channel"``, ``"topic"``, or ``"unfinished"``: a segment
+    whose creator was killed while making it, under the name it has until then), ``bytes``, ``capacity``
     (a topic: slots x slot_bytes), ``creator_pid`` (0: not recorded, made by an older
     fastcopy), ``creator_alive``, ``producer_pid``/``consumer_pid`` (0: none yet; a topic's
     publisher and first subscriber), ``subscriber_pids`` (a topic's subscriber records),
@@ -116,6 +143,10 @@ def list_segments(prefix: str = "", directory: str = _SEGMENT_DIR) -> List[Dict[
         return out
     for name in names:
         if not name.startswith(prefix):
+            continue
+        unfinished = _unfinished(name, directory)
+        if unfinished is not None:
+            out.append(unfinished)
             continue
         header = _read_header(os.path.join(directory, name))
         if header is None:
@@ -145,9 +176,10 @@ def clean_segments(prefix: str = "", directory: str = _SEGMENT_DIR) -> List[str]
         if not seg["stale"]:
             continue
         path = os.path.join(directory, seg["name"])
-        header = _read_header(path)  # re-check: the name may have been reused meanwhile
-        if header is None or header["creator"][0] != seg["creator_pid"]:
-            continue
+        if seg["kind"] != "unfinished":
+            header = _read_header(path)  # re-check: the name may have been reused meanwhile
+            if header is None or header["creator"][0] != seg["creator_pid"]:
+                continue
         try:
             os.unlink(path)
         except FileNotFoundError:
