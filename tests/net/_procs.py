@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from typing import List
 
 from _child import child_env
@@ -61,12 +62,14 @@ class Child:
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      env=child_env(), preexec_fn=_sigint_default)
         self.lines: "queue.Queue[str]" = queue.Queue()
+        self.arrivals: List[float] = []  # time.monotonic() of each line, as it came
         self.stderr: List[str] = []
         threading.Thread(target=self._pump, daemon=True).start()
         threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
 
     def _pump(self) -> None:
         for line in self.proc.stdout:
+            self.arrivals.append(time.monotonic())
             self.lines.put(line.rstrip("\n"))
         self.lines.put("<eof>")
 
