@@ -2,10 +2,12 @@
 // normalize_joint, to_byte_runs, extents), copy_layouts against a naive element loop
 // (overlap, negative strides, zero-size dimensions, broadcast-style zero strides), step
 // checks, the batch engine (items, aliasing pairs, checks) and the error kinds and texts.
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/batch.h"
@@ -312,6 +314,41 @@ void test_read_only_ranges() {
     set_read_only_range(buf + 2 * 4096, 4096, true);
     forget_read_only_ranges_in(buf, sizeof buf);             // the region is unmapped
     CHECK(g_read_only_range_count.load() == 0 && !dst_is_read_only_shared(buf, sizeof buf));
+    // More ranges than the lock-free table holds: the rest are found too.
+    static char many[300 * 32];
+    for (int i = 0; i < 300; ++i) set_read_only_range(many + 32 * i, 16, true);
+    CHECK(g_read_only_range_count.load() == 300);
+    CHECK(dst_is_read_only_shared(many, 1) && dst_is_read_only_shared(many + 32 * 299 + 15, 1));
+    CHECK(!dst_is_read_only_shared(many + 32 * 299 + 16, 16));  // the gap after the last range
+    set_read_only_range(many + 32 * 299, 16, false);
+    CHECK(!dst_is_read_only_shared(many + 32 * 299, 16) && g_read_only_range_count.load() == 299);
+    forget_read_only_ranges_in(many, sizeof many);
+    CHECK(g_read_only_range_count.load() == 0 && !dst_is_read_only_shared(many, sizeof many));
+}
+
+// Copies read the table while consumer ends come and go on other threads: a range that stays is
+// always found, one never registered never is (and, under TSan, no data race).
+void test_read_only_ranges_under_change() {
+    static char fixed[4096], moving[4096], never[4096];
+    set_read_only_range(fixed, sizeof fixed, true);
+    std::atomic<bool> stop{false};
+    std::thread writer([&] {
+        for (int i = 0; i < 20000; ++i) {
+            set_read_only_range(moving, sizeof moving, true);
+            forget_read_only_ranges_in(moving, sizeof moving);
+        }
+        stop.store(true);
+    });
+    long wrong = 0, reads = 0;
+    while (!stop.load()) {
+        wrong += !dst_is_read_only_shared(fixed + 100, 8);
+        wrong += dst_is_read_only_shared(never, sizeof never);
+        ++reads;
+    }
+    writer.join();
+    CHECK(reads > 0 && wrong == 0);
+    set_read_only_range(fixed, sizeof fixed, false);
+    CHECK(g_read_only_range_count.load() == 0);
 }
 
 }  // namespace
@@ -325,6 +362,7 @@ int main() {
     test_pairs_interfere();
     test_errors();
     test_read_only_ranges();
+    test_read_only_ranges_under_change();
     if (g_failures) {
         std::fprintf(stderr, "core_tests: %d check(s) failed\n", g_failures);
         return 1;
