@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "shm/channel.h"
+#include "shm/rules.h"
 #include "shm/topic.h"
 
 using namespace fastcopy::shm;
@@ -191,6 +192,59 @@ void view_of_a_slot_overwritten_after_the_peek_is_refused() {
     pub->unlink();
 }
 
+// The publisher overwrites the slot while the subscriber copies it (drop mode): the copy must
+// not be handed out (its bytes are partly another message's). consume()'s second look at the
+// slot after the copy is what catches this; the copy of a message of kShmReleaseGilBytes or more
+// runs with the GIL released, and the hook that takes it back lets the publisher lap the slot
+// right then, so the race in drop_mode_never_tears is hit every time here.
+struct LapTheSlot {
+    Topic* pub;
+    std::vector<std::uint64_t>* msg;
+    const Header* h;
+    std::uint32_t slots;
+    int laps = 0;
+};
+
+void copy_of_a_slot_overwritten_while_it_is_copied_is_refused() {
+    const std::string name = name_of("copy-lapped");
+    constexpr std::uint64_t kElems = kShmReleaseGilBytes / 8;  // the copy releases the GIL
+    constexpr std::uint32_t kSlots = 4;
+    std::unique_ptr<Topic> pub(Topic::create(name, kElems * 8, kSlots, 0, Overflow::Drop, 2));
+    std::unique_ptr<Topic> sub(Topic::subscribe(name));
+    std::vector<std::uint64_t> msg(kElems, 0);
+    Header h(kElems);
+    CHECK(pub->send(h.bytes, h.len, msg.data(), kElems * 8, 1.0, kNoGil));
+    TopicMsg m;
+    CHECK(sub->next(m, 1.0, kNoGil));
+    CHECK(m.seq == 0);
+    LapTheSlot lap{pub.get(), &msg, &h, kSlots};
+    const Ring::GilHooks hooks{
+        [](void*) {},
+        [](void* ctx) {  // "the GIL comes back" after the copy: the publisher has lapped the slot
+            auto* l = static_cast<LapTheSlot*>(ctx);
+            for (std::uint64_t k = 1; k <= l->slots; ++k) {
+                for (auto& x : *l->msg) x = k;
+                l->pub->send(l->h->bytes, l->h->len, l->msg->data(), l->msg->size() * 8, 1.0, kNoGil);
+            }
+            ++l->laps;
+        },
+        &lap, nullptr};
+    std::vector<std::uint64_t> dst(kElems, ~std::uint64_t(0));
+    std::uint64_t lost = 0;
+    try {
+        sub->consume(m, dst.data(), hooks);
+    } catch (const ShmMessagesLost& e) {
+        lost = e.count;
+    }
+    CHECK(lap.laps == 1);
+    CHECK(lost >= 1);
+    TopicMsg next;
+    CHECK(sub->next(next, 1.0, kNoGil));  // the subscriber goes on with an intact message
+    CHECK(next.seq == lost);
+    sub->close();
+    pub->unlink();
+}
+
 // Another thread holds the ledger's lock (as a thread releasing a view, or moving the
 // consumer's tail with the GIL released, does for a moment) when this thread forks. The child
 // takes the lock (held_bytes / views) and must not hang: fork() waits until the holder is
@@ -257,6 +311,7 @@ int main() {
     block_mode_fan_out();
     drop_mode_never_tears();
     view_of_a_slot_overwritten_after_the_peek_is_refused();
+    copy_of_a_slot_overwritten_while_it_is_copied_is_refused();
     invalid_geometry_is_rejected();
     fork_while_a_ledger_is_locked();
     if (g_failures) {
