@@ -55,7 +55,10 @@ def two_hosts():
             ("-n", ns_a, "link", "set", link_a, "up"), ("-n", ns_b, "link", "set", link_b, "up"),
             ("-n", ns_a, "link", "set", "lo", "up"), ("-n", ns_b, "link", "set", "lo", "up"),
         ]
-        for step in steps:
+        r = _ip(*steps[0])
+        if r.returncode != 0:  # a kernel without veth, or namespaces without the right to add links
+            pytest.skip(f"cannot join two network namespaces with a veth pair here: {r.stderr.strip()}")
+        for step in steps[1:]:
             r = _ip(*step)
             assert r.returncode == 0, f"ip {' '.join(step)}: {r.stderr}"
         yield ns_a, ns_b, ip_a, ip_b, link_a
