@@ -18,7 +18,7 @@ from conftest import no_subprocess
 pytestmark = [pytest.mark.net, needs_zenoh, no_subprocess]
 
 DTYPES = ["u1", "<i2", ">i4", "f4", "<f8", "c8", "?", "S3", "m8[s]"]
-# 10000 messages pass in 2-3 s on a 2-vCPU machine; FASTCOPY_NET_STRESS sets another count.
+# Messages of the stress below; FASTCOPY_NET_STRESS sets another count.
 N_MESSAGES = int(os.environ.get("FASTCOPY_NET_STRESS", "10000"))
 
 
