@@ -142,3 +142,25 @@ def test_slow_subscriber_in_drop_mode_counts_every_loss(pair):
     assert lost > 0
     assert received + lost == n
     assert sub.lost == lost
+
+
+def test_open_session_applies_further_zenoh_settings():
+    """settings= reaches Zenoh's configuration: a path Zenoh does not know is refused by Zenoh,
+    a real one opens a session that carries arrays."""
+    import fastcopy.net as net
+
+    with pytest.raises(Exception, match="unknown key"):
+        net.open_session(settings={"transport/link/rx/no_such_setting": 1})
+    port = free_port()
+    settings = {"transport/link/rx/buffer_size": 1 << 20}
+    pub = net.Publisher("fastcopy/test/settings", net.open_session(listen=[endpoint(port)], settings=settings))
+    sub = net.Subscriber("fastcopy/test/settings", net.open_session(connect=[endpoint(port)], settings=settings))
+    try:
+        _wait_connected(pub, sub)
+        pub.send(np.arange(1000, dtype=np.int64))
+        assert sub.recv(timeout=20).tolist() == list(range(1000))
+    finally:
+        sub.close()
+        pub.close()
+        pub.session.close()
+        sub.session.close()

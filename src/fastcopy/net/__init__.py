@@ -12,10 +12,9 @@ imported when a session is opened, never by ``import fastcopy``.
 from __future__ import annotations
 
 import collections
-import sys
 import threading
 import time
-from typing import Any, Deque, Iterator, List, Optional, Sequence
+from typing import Any, Deque, Dict, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -39,10 +38,12 @@ def MessagesLost(count: int, message: Optional[str] = None) -> Exception:  # noq
     return _ML(count, message)
 
 
-def open_session(listen: Sequence[str] = (), connect: Sequence[str] = (), mode: str = "peer") -> Any:
+def open_session(listen: Sequence[str] = (), connect: Sequence[str] = (), mode: str = "peer",
+                 settings: Optional[Dict[str, Any]] = None) -> Any:
     """A Zenoh session: peer mode, multicast scouting off, listening on / connecting to the given
     endpoints (e.g. ``tcp/127.0.0.1:7447``). ``mode``: "peer", "client" (talks only to routers)
-    or "router"."""
+    or "router". ``settings``: further Zenoh configuration, path -> value (e.g.
+    ``{"transport/link/rx/buffer_size": 1 << 24}``), applied last."""
     import json
 
     zenoh = zenoh_module()
@@ -53,6 +54,8 @@ def open_session(listen: Sequence[str] = (), connect: Sequence[str] = (), mode: 
         conf.insert_json5("listen/endpoints", json.dumps(list(listen)))
     if connect:
         conf.insert_json5("connect/endpoints", json.dumps(list(connect)))
+    for path, value in (settings or {}).items():
+        conf.insert_json5(path, json.dumps(value))
     return zenoh.open(conf)
 
 

@@ -13,7 +13,7 @@ import socket
 import statistics
 import threading
 import time
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -24,12 +24,12 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
-def _zenoh_pair(port: int) -> Tuple:
+def _zenoh_pair(port: int, settings: Optional[Dict[str, Any]] = None) -> Tuple:
     from . import open_session
 
     ep = f"tcp/127.0.0.1:{port}"
-    a = open_session(listen=[ep])
-    b = open_session(connect=[ep])
+    a = open_session(listen=[ep], settings=settings)
+    b = open_session(connect=[ep], settings=settings)
     return a, b
 
 
@@ -69,11 +69,12 @@ def fastcopy_net(size: int, count: int) -> float:
         b.close()
 
 
-def zenoh_plain(size: int, count: int) -> float:
-    """Plain Zenoh: put(arr.tobytes()), receive np.frombuffer(payload.to_bytes()).reshape(shape)."""
+def zenoh_plain(size: int, count: int, settings: Optional[Dict[str, Any]] = None) -> float:
+    """Plain Zenoh: put(arr.tobytes()), receive np.frombuffer(payload.to_bytes()).reshape(shape);
+    ``settings``: Zenoh configuration for both sessions (open_session)."""
     import queue
 
-    a, b = _zenoh_pair(_port())
+    a, b = _zenoh_pair(_port(), settings)
     try:
         q: "queue.Queue" = queue.Queue(8)
         zpub = a.declare_publisher("bench/plain")
