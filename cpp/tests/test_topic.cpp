@@ -156,93 +156,80 @@ void drop_mode_never_tears() {
     pub->unlink();
 }
 
+// A drop-mode topic of `slots` slots of `elems` uint64 values whose subscriber has peeked
+// message 0 (next()), for the tests where the publisher laps that slot before the subscriber
+// takes the message.
+struct PeekedFirst {
+    std::string name;
+    std::uint32_t slots;
+    std::unique_ptr<Topic> pub, sub;
+    std::vector<std::uint64_t> msg;
+    Header h;
+    TopicMsg m;
+    int laps = 0;
+    PeekedFirst(const char* tag, std::uint64_t elems, std::uint32_t n_slots)
+        : name(name_of(tag)), slots(n_slots), pub(Topic::create(name, elems * 8, n_slots, 0, Overflow::Drop, 2)),
+          sub(Topic::subscribe(name)), msg(elems, 0), h(elems) {
+        CHECK(pub->send(h.bytes, h.len, msg.data(), elems * 8, 1.0, kNoGil));
+        CHECK(sub->next(m, 1.0, kNoGil));
+        CHECK(m.seq == 0);
+    }
+    // Publishes messages 1..slots: the last one reuses the slot of message 0.
+    void lap() {
+        for (std::uint64_t k = 1; k <= slots; ++k) {
+            for (auto& x : msg) x = k;
+            CHECK(pub->send(h.bytes, h.len, msg.data(), msg.size() * 8, 1.0, kNoGil));
+        }
+        ++laps;
+    }
+    // The subscriber lost `lost` messages (at least one) and goes on with an intact message.
+    void check_goes_on_after(std::uint64_t lost) {
+        CHECK(lost >= 1);
+        TopicMsg next;
+        CHECK(sub->next(next, 1.0, kNoGil));
+        CHECK(next.seq == lost);
+        CHECK(sub->ledger()->views() == 0);
+    }
+    ~PeekedFirst() {
+        sub->close();
+        pub->unlink();
+    }
+};
+
 // The publisher overwrites the peeked slot between next() and take_view(): the view must not be
 // handed out (its bytes are another message's and would change under the reader). take_view's
 // second look at the slot, after it stores its pin, is what catches this; without it the race in
 // drop_mode_never_tears is only hit by chance.
 void view_of_a_slot_overwritten_after_the_peek_is_refused() {
-    const std::string name = name_of("view-lapped");
-    constexpr std::uint64_t kElems = 64;
-    constexpr std::uint32_t kSlots = 4;
-    std::unique_ptr<Topic> pub(Topic::create(name, kElems * 8, kSlots, 0, Overflow::Drop, 2));
-    std::unique_ptr<Topic> sub(Topic::subscribe(name));
-    std::vector<std::uint64_t> msg(kElems, 0);
-    Header h(kElems);
-    CHECK(pub->send(h.bytes, h.len, msg.data(), kElems * 8, 1.0, kNoGil));
-    TopicMsg m;
-    CHECK(sub->next(m, 1.0, kNoGil));
-    CHECK(m.seq == 0);
-    for (std::uint64_t k = 1; k <= kSlots; ++k) {  // message kSlots reuses the slot of message 0
-        for (auto& x : msg) x = k;
-        CHECK(pub->send(h.bytes, h.len, msg.data(), kElems * 8, 1.0, kNoGil));
-    }
+    PeekedFirst t("view-lapped", 64, 4);
+    t.lap();
     std::uint64_t lost = 0;
     try {
-        std::uint64_t id = sub->take_view(m);
-        sub->ledger()->release_view(id);
+        std::uint64_t id = t.sub->take_view(t.m);
+        t.sub->ledger()->release_view(id);
     } catch (const ShmMessagesLost& e) {
         lost = e.count;
     }
-    CHECK(lost >= 1);
-    TopicMsg next;
-    CHECK(sub->next(next, 1.0, kNoGil));  // the subscriber goes on with an intact message
-    CHECK(next.seq == lost);
-    CHECK(sub->ledger()->views() == 0);
-    sub->close();
-    pub->unlink();
+    t.check_goes_on_after(lost);
 }
 
 // The publisher overwrites the slot while the subscriber copies it (drop mode): the copy must
 // not be handed out (its bytes are partly another message's). consume()'s second look at the
-// slot after the copy is what catches this; the copy of a message of kShmReleaseGilBytes or more
-// runs with the GIL released, and the hook that takes it back lets the publisher lap the slot
-// right then, so the race in drop_mode_never_tears is hit every time here.
-struct LapTheSlot {
-    Topic* pub;
-    std::vector<std::uint64_t>* msg;
-    const Header* h;
-    std::uint32_t slots;
-    int laps = 0;
-};
-
+// slot after the copy is what catches this. A message of kShmReleaseGilBytes or more is copied
+// with the GIL released, and the hook that takes it back laps the slot right then, so the race
+// in drop_mode_never_tears is hit every time here.
 void copy_of_a_slot_overwritten_while_it_is_copied_is_refused() {
-    const std::string name = name_of("copy-lapped");
-    constexpr std::uint64_t kElems = kShmReleaseGilBytes / 8;  // the copy releases the GIL
-    constexpr std::uint32_t kSlots = 4;
-    std::unique_ptr<Topic> pub(Topic::create(name, kElems * 8, kSlots, 0, Overflow::Drop, 2));
-    std::unique_ptr<Topic> sub(Topic::subscribe(name));
-    std::vector<std::uint64_t> msg(kElems, 0);
-    Header h(kElems);
-    CHECK(pub->send(h.bytes, h.len, msg.data(), kElems * 8, 1.0, kNoGil));
-    TopicMsg m;
-    CHECK(sub->next(m, 1.0, kNoGil));
-    CHECK(m.seq == 0);
-    LapTheSlot lap{pub.get(), &msg, &h, kSlots};
-    const Ring::GilHooks hooks{
-        [](void*) {},
-        [](void* ctx) {  // "the GIL comes back" after the copy: the publisher has lapped the slot
-            auto* l = static_cast<LapTheSlot*>(ctx);
-            for (std::uint64_t k = 1; k <= l->slots; ++k) {
-                for (auto& x : *l->msg) x = k;
-                l->pub->send(l->h->bytes, l->h->len, l->msg->data(), l->msg->size() * 8, 1.0, kNoGil);
-            }
-            ++l->laps;
-        },
-        &lap, nullptr};
-    std::vector<std::uint64_t> dst(kElems, ~std::uint64_t(0));
+    PeekedFirst t("copy-lapped", kShmReleaseGilBytes / 8, 4);
+    const Ring::GilHooks hooks{[](void*) {}, [](void* ctx) { static_cast<PeekedFirst*>(ctx)->lap(); }, &t, nullptr};
+    std::vector<std::uint64_t> dst(t.msg.size(), ~std::uint64_t(0));
     std::uint64_t lost = 0;
     try {
-        sub->consume(m, dst.data(), hooks);
+        t.sub->consume(t.m, dst.data(), hooks);
     } catch (const ShmMessagesLost& e) {
         lost = e.count;
     }
-    CHECK(lap.laps == 1);
-    CHECK(lost >= 1);
-    TopicMsg next;
-    CHECK(sub->next(next, 1.0, kNoGil));  // the subscriber goes on with an intact message
-    CHECK(next.seq == lost);
-    sub->close();
-    pub->unlink();
+    CHECK(t.laps == 1);
+    t.check_goes_on_after(lost);
 }
 
 // Another thread holds the ledger's lock (as a thread releasing a view, or moving the

@@ -17,8 +17,9 @@ pytestmark = [pytest.mark.sanitize, no_subprocess]
 PREFIX = f"fcro-{os.getpid()}-"
 _remove_this_runs_segments = leftovers_fixture(PREFIX, fail=True)
 
-SCENARIO = """
-import ctypes, sys, warnings
+# The start of each child: a Channel or a Topic (argv: kind, name), its two ends tx and rx.
+ENDS = """
+import sys
 import numpy as np
 import fastcopy
 from fastcopy import shm
@@ -30,6 +31,10 @@ if kind == "channel":
 else:
     tx = shm.Topic.create(name, slot_bytes=1 << 16, slots=4)
     rx = shm.Topic.subscribe(name)
+"""
+
+SCENARIO = ENDS + """
+import ctypes, warnings
 expected = np.arange(256, dtype=np.float32).reshape(16, 16)
 tx.send(expected)
 view = rx.recv_view()
@@ -95,19 +100,7 @@ def test_every_entry_point_refuses_a_destination_in_a_received_view(tmp_path, ki
 def test_a_copy_on_write_view_and_a_closed_consumer_take_copies_again(tmp_path, kind):
     """recv_view(cow=True) is private memory, and the pages of a closed consumer are no longer
     guarded: copies into both go ahead."""
-    code = """
-import sys
-import numpy as np
-import fastcopy
-from fastcopy import shm
-
-kind, name = sys.argv[1], sys.argv[2]
-if kind == "channel":
-    tx = shm.Channel.create(name, capacity=1 << 20)
-    rx = shm.Channel.attach(name)
-else:
-    tx = shm.Topic.create(name, slot_bytes=1 << 16, slots=4)
-    rx = shm.Topic.subscribe(name)
+    code = ENDS + """
 tx.send(np.arange(256, dtype=np.float32))
 cow = rx.recv_view(cow=True)
 fastcopy.copy(cow, np.ones(256, np.float32))
