@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from .. import _core
 from ..bench.units import human_size
@@ -315,8 +315,21 @@ def decide_nt(m: Dict[str, Any], bands: Dict[str, Any], parallel: Dict[str, Any]
 
 # ----------------------------------------------------------------------------- validation
 
-def changed_runs(points: List[Dict[str, Any]]) -> List[Tuple[int, int]]:
-    """(first, last) indexes of runs of consecutive grid sizes whose kernel differs from the built-in one."""
+class ChangedRun(NamedTuple):
+    """A run of consecutive grid points whose kernel differs from the built-in one: indexes
+    ``first``..``last``, the sizes it covers [``lo``, ``hi``) (``hi`` None: to the end of the
+    grid), its ``kernel`` and the ``builtin`` one it replaces."""
+    first: int
+    last: int
+    lo: int
+    hi: Optional[int]
+    kernel: str
+    builtin: str
+
+
+def changed_runs(points: List[Dict[str, Any]]) -> List[ChangedRun]:
+    """The runs of ``points`` (one class's grid points, each with ``size``, ``kernel`` and
+    ``builtin``) whose kernel differs from the built-in one."""
     runs, i = [], 0
     while i < len(points):
         if points[i]["kernel"] != points[i]["builtin"]:
@@ -324,7 +337,8 @@ def changed_runs(points: List[Dict[str, Any]]) -> List[Tuple[int, int]]:
             while j + 1 < len(points) and points[j + 1]["kernel"] == points[i]["kernel"] \
                     and points[j + 1]["builtin"] != points[j + 1]["kernel"]:
                 j += 1
-            runs.append((i, j))
+            hi = points[j + 1]["size"] if j + 1 < len(points) else None
+            runs.append(ChangedRun(i, j, points[i]["size"], hi, points[i]["kernel"], points[i]["builtin"]))
             i = j + 1
         else:
             i += 1
@@ -344,10 +358,7 @@ def apply_validation(bands: Dict[str, Any], ratios: Ratios) -> List[Dict[str, An
     for region in REGIONS:
         for cls in CLASSES:
             points = bands[region][cls]
-            for i, j in changed_runs(points):
-                lo = points[i]["size"]
-                hi = points[j + 1]["size"] if j + 1 < len(points) else None
-                new, old = points[i]["kernel"], points[i]["builtin"]
+            for i, j, lo, hi, new, old in changed_runs(points):
                 got = ratios.get((region, cls, i), [])
                 gain = statistics.geometric_mean([r for _, r in got]) if got else None
                 keep = gain is None or gain > 1 + MIN_GAIN
@@ -379,10 +390,7 @@ def apply_check(bands: Dict[str, Any], points: List[Dict[str, Any]], region: str
     dropped = []
     for cls in CLASSES:
         rows = bands[region][cls]
-        for i, j in changed_runs(rows):
-            lo = rows[i]["size"]
-            hi = rows[j + 1]["size"] if j + 1 < len(rows) else None
-            new, old = rows[i]["kernel"], rows[i]["builtin"]
+        for i, j, lo, hi, new, old in changed_runs(rows):
             against = [p for p in points
                        if offset_class(p["offset"]) == cls and lo <= p["size"] and (hi is None or p["size"] < hi)
                        and p["picked"].split(" x")[0] == new and p.get("vs_builtin")

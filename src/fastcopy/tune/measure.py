@@ -309,10 +309,7 @@ def validation_ratios(m: Dict[str, Any], bands: Dict[str, Any], repeats: int, mi
     for region in REGIONS:
         for cls in CLASSES:
             points = bands[region][cls]
-            for i, j in changed_runs(points):
-                lo = points[i]["size"]
-                hi = points[j + 1]["size"] if j + 1 < len(points) else None
-                new, old = points[i]["kernel"], points[i]["builtin"]
+            for i, _, lo, hi, new, old in changed_runs(points):
                 top = m["sizes"][-1] + m["sizes"][-1] // 8  # memory: stay near the largest grid size
                 sizes = [s for s in validation_sizes(lo, hi if hi is not None else lo + lo // 8 + 2) if s <= top]
                 if lo >= m["l3"]:
