@@ -105,19 +105,26 @@ def _skip_literal(text: str, i: int) -> int:
     return i
 
 
+def _past_closing(text: str, i: int, opener: str, closer: str) -> int:
+    """The index just past the `closer` that closes an `opener` already open before `i`
+    (string and character literals skipped); len(text) when there is none."""
+    depth = 1
+    while i < len(text) and depth:
+        j = _skip_literal(text, i)
+        if j != i:
+            i = j
+            continue
+        depth += {opener: 1, closer: -1}.get(text[i], 0)
+        i += 1
+    return i
+
+
 def _cpp_bodies(text: str, name: str) -> List[tuple]:
     """(start, end) of the body of each C++ function definition named `name` (also Class::name):
     the name, a balanced parameter list, then `{` before any `;`, then the matching `}`."""
     spans = []
     for m in re.finditer(r"(?<![\w.>])(?:\w+::)*" + re.escape(name) + r"\s*\(", text):
-        i, depth = m.end(), 1
-        while i < len(text) and depth:  # the parameter list
-            j = _skip_literal(text, i)
-            if j != i:
-                i = j
-                continue
-            depth += {"(": 1, ")": -1}.get(text[i], 0)
-            i += 1
+        i = _past_closing(text, m.end(), "(", ")")  # the parameter list
         initialisers = False  # after a constructor's single ':'
         while i < len(text) and text[i] != ";":  # const, noexcept, -> type, initialisers
             j = _skip_literal(text, i)
@@ -128,29 +135,15 @@ def _cpp_bodies(text: str, name: str) -> List[tuple]:
                 initialisers = True
             prev = text[:i].rstrip()[-1:]
             if text[i] == "(" or (text[i] == "{" and initialisers and (prev.isalnum() or prev in "_>")):
-                close = {"(": ")", "{": "}"}[text[i]]  # a member initialiser: m_(x) or m_{x}
-                opener, depth = text[i], 1
-                i += 1
-                while i < len(text) and depth:
-                    depth += {opener: 1, close: -1}.get(text[i], 0)
-                    i += 1
+                # a member initialiser: m_(x) or m_{x}
+                i = _past_closing(text, i + 1, text[i], {"(": ")", "{": "}"}[text[i]])
                 continue
             if text[i] == "{":
                 break
             i += 1
         if i >= len(text) or text[i] == ";":
             continue  # a declaration or a call
-        start, depth = i, 0
-        while i < len(text):
-            j = _skip_literal(text, i)
-            if j != i:
-                i = j
-                continue
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-            if depth == 0:
-                break
-        spans.append((start, i))
+        spans.append((i, _past_closing(text, i + 1, "{", "}")))
     return spans
 
 
