@@ -40,7 +40,10 @@ EXAMPLES = 25 if os.environ.get("FASTCOPY_NO_SUBPROCESS") == "1" else 100
 NO_SHRINKING = os.environ.get("FASTCOPY_MUTATION_CHECK") == "1"
 MODEL_SETTINGS = settings(
     max_examples=EXAMPLES, stateful_step_count=50, deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
+    # Both health checks judge how examples are generated, not what the model finds: long runs
+    # of large messages are slow under qemu, and some draws overrun Hypothesis's size budget
+    # (those are discarded and others drawn). Failing on them made the model tests flaky.
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     phases=[p for p in Phase if not (NO_SHRINKING and p.name in ("shrink", "explain"))])
 
 
