@@ -1,7 +1,9 @@
 // Building blocks of the copy kernels, written once over a vector trait V (vec_*.h):
 //   V::type, V::kWidth (W bytes), V::Half (the trait one step down the size ladder),
-//   V::load / V::store (unaligned), V::store_aligned (W-aligned address), and for the
-//   streaming blocks V::stream (non-temporal, 64-byte aligned) and V::fence.
+//   V::load / V::store (unaligned), V::store_aligned (W-aligned address),
+//   V::kBackwardBelowPageDistance (disjoint copies at a page distance in 1 .. this - 1 run the
+//   backward loop; 0: never), and for the streaming blocks V::stream (non-temporal, 64-byte
+//   aligned) and V::fence.
 // A kernel file instantiates them for its trait (x86_avx2.cpp: vec::Avx2, x86_avx512.cpp:
 // vec::Avx512, arm_neon.cpp: vec::Neon); cpp/tests instantiates them for a test-only 64-byte
 // trait so the AVX-512 logic runs on CPUs without AVX-512.
@@ -18,7 +20,8 @@
 //                 direction is correct. Below W the ladder steps down through V::Half.
 //   n >  8W       head and tail kept in registers, then a loop of 4 loads + 4 aligned stores
 //                 runs forward (dst <= src or disjoint) or backward (dst inside (src,
-//                 src+n)); the saved head/tail are stored last. Every store writes the
+//                 src+n), or disjoint at a short page distance where the trait asks for it:
+//                 copies_backward_at_distance); the saved head/tail are stored last. Every store writes the
 //                 original source byte of its position, so the result equals memmove's.
 // The streaming kernel adds a forward loop of non-temporal 64-byte lines for large
 // disjoint copies. No block reads or writes a byte outside [src, src+n) / [dst, dst+n).
@@ -144,6 +147,18 @@ FASTCOPY_OP void loop_and_head_backward(u8* d, const u8* s, size_t n) {
     V::store(d + n - W, tail);
 }
 
+// A disjoint copy of more than 8W bytes at page distance (dst - src) mod 4096 = distance runs
+// the backward loop when 0 < distance < V::kBackwardBelowPageDistance. Going forward there,
+// each loop's loads sit at the same offsets within their 4 KiB page as the stores just issued
+// (4K aliasing): on Zen 4 the AVX2 forward loop ran 0.44-0.62x glibc at 1.2-2 KiB for some
+// buffer placements, and the backward loop never did (evidence: kernels-backward-short-distance).
+// glibc's x86_64 memmove copies backward at distances below 256 for the same reason.
+// Page-aligned copies (distance 0) alias nothing and stay forward.
+template <class V>
+FASTCOPY_OP bool copies_backward_at_distance(std::uintptr_t distance) {
+    return distance != 0 && distance < V::kBackwardBelowPageDistance;
+}
+
 // The cached kernel: memmove semantics for any n and any overlap.
 template <class V>
 FASTCOPY_OP void memmove_cached(void* dst, const void* src, size_t n) {
@@ -155,10 +170,11 @@ FASTCOPY_OP void memmove_cached(void* dst, const void* src, size_t n) {
     }
     const std::uintptr_t diff = reinterpret_cast<std::uintptr_t>(d) - reinterpret_cast<std::uintptr_t>(s);
     if (diff == 0) return;
-    // dst inside (src, src+n): backward is required. Everything else goes forward: the
-    // backward loop is slower and the forward loop has no 4K-aliasing loss
-    // (evidence: kernels-forward-unless-overlap).
-    if (diff < n) loop_and_head_backward<V>(d, s, n);
+    // dst inside (src, src+n): backward is required; src inside (dst, dst+n): forward is.
+    // Disjoint copies go forward, except at the page distances the trait names
+    // (copies_backward_at_distance).
+    const bool disjoint = diff >= n && 0u - diff >= n;
+    if (diff < n || (disjoint && copies_backward_at_distance<V>(diff & 4095))) loop_and_head_backward<V>(d, s, n);
     else loop_and_tail_forward<V>(d, s, n);
 }
 

@@ -24,6 +24,9 @@ struct Avx2 {
     using type = __m256i;
     using Half = Sse2;
     static constexpr std::size_t kWidth = 32;
+    // Disjoint copies at (dst - src) mod 4096 in 1..255 go backward (ops.h:
+    // copies_backward_at_distance; evidence: kernels-backward-short-distance).
+    static constexpr std::size_t kBackwardBelowPageDistance = 256;
     FASTCOPY_VEC_AVX2 type load(const unsigned char* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
     FASTCOPY_VEC_AVX2 void store(unsigned char* p, type v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); }
     // p must be 32-byte aligned (ops.h aligns the destination first).

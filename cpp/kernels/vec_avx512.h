@@ -20,6 +20,8 @@ struct Avx512 {
     using type = __m512i;
     using Half = Avx2;
     static constexpr std::size_t kWidth = 64;
+    // As vec::Avx2, and as glibc's EVEX memmove: backward at (dst - src) mod 4096 in 1..255.
+    static constexpr std::size_t kBackwardBelowPageDistance = 256;
     FASTCOPY_VEC_AVX512 type load(const unsigned char* p) { return _mm512_loadu_si512(p); }
     FASTCOPY_VEC_AVX512 void store(unsigned char* p, type v) { _mm512_storeu_si512(p, v); }
     // p must be 64-byte aligned (vmovdqa64 faults otherwise; ops.h aligns the destination).

@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "kernels/vec_avx2.h"
+#include "kernels/vec_avx512.h"
 
 namespace {
 
@@ -28,6 +29,7 @@ struct Width64 {
     };
     using Half = fastcopy::vec::Avx2;  // as vec::Avx512
     static constexpr std::size_t kWidth = 64;
+    static constexpr std::size_t kBackwardBelowPageDistance = fastcopy::vec::Avx512::kBackwardBelowPageDistance;
     WIDTH64_OP type load(const u8* p) { return {Half::load(p), Half::load(p + 32)}; }
     WIDTH64_OP void store(u8* p, type v) {
         Half::store(p, v.lo);

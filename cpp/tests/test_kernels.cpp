@@ -21,6 +21,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdarg>
 #include <cstdint>
@@ -44,6 +45,7 @@
 #include "kernels/registry.h"
 #include "split_list.h"
 #if defined(__x86_64__)
+#include "ops_direction.h"
 #include "ops_width64.h"
 #endif
 
@@ -512,6 +514,32 @@ int main(int argc, char** argv) {
                 continue;
             }
             run_one(w.second, " (the " + std::string(w.first) + " blocks at width 64, emulated with two AVX2 halves)");
+        }
+    }
+#endif
+#if defined(__x86_64__)
+    // Loop direction of disjoint copies by page distance: backward at 1..255 under the AVX2
+    // trait's rule (4K aliasing), forward at 0 and from 256, and always forward without the
+    // rule; the bytes are right either way.
+    if (o.only.empty()) {
+        std::printf("== loop direction of disjoint copies (ops.h at width 32, recorded stores)\n");
+        const std::size_t n = 2048;
+        std::vector<u8> buf(5 * 4096 + n + 4096);
+        u8* src = buf.data() + ((0u - reinterpret_cast<std::uintptr_t>(buf.data())) & 4095u) + 96;
+        for (std::size_t i = 0; i < n; ++i) src[i] = static_cast<u8>(i * 7 + 3);
+        for (const std::size_t distance : {0, 1, 31, 100, 255, 256, 300, 4095}) {
+            for (const bool rule : {true, false}) {
+                u8* dst = src + 2 * 4096 + distance;
+                std::memset(dst, 0, n);
+                const std::vector<std::size_t> at = fastcopy_test::loop_store_offsets(dst, src, n, rule);
+                const bool increasing = at.size() > 1 && std::is_sorted(at.begin(), at.end());
+                const bool decreasing = at.size() > 1 && std::is_sorted(at.rbegin(), at.rend());
+                const bool backward_expected = rule && distance != 0 && distance < 256;
+                check(std::memcmp(dst, src, n) == 0 && (backward_expected ? decreasing : increasing),
+                      std::string(rule ? "with" : "without") + " the AVX2 trait's rule, page distance " +
+                          std::to_string(distance) + ": " + (backward_expected ? "backward" : "forward") +
+                          " loop (" + std::to_string(at.size()) + " loop stores), bytes right");
+            }
         }
     }
 #endif

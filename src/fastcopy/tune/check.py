@@ -19,9 +19,11 @@ was tuned on:
 Per point: ratio = median time of the best other variant / median time of ``fastcopy.copy``
 (1.0: the profile picked the fastest; above 1: it beat every single alternative, e.g. with the
 thread pool), with a bootstrap confidence interval over the paired repeats, and the variant that
-won. Over all points: the geometric mean of the ratios with a bootstrap interval over the
-points, and the lowest points. Choosing the best of several noisy medians biases the best
-upwards, so the ratios on a noisy machine come out a little low.
+won. The best other variant is chosen on half of the repeats and timed against ``fastcopy.copy``
+on the other half (both ways, over random halvings): choosing the fastest of a dozen noisy
+medians and judging it on the same samples would pick lucky samples and put the ratio low even
+where every variant runs the same code. Over all points: the geometric mean of the ratios with a
+bootstrap interval over the points, and the lowest points.
 """
 from __future__ import annotations
 
@@ -49,6 +51,8 @@ ALIGNED_SHARE = 0.1  # of the offsets at 0 (page-aligned); the rest from 0..4095
 NEAR_MAX = 255
 CONFIDENCE = 0.95
 RESAMPLES = 2000
+# Random halvings of the repeats the ratio is averaged over (held_out_ratio).
+SPLITS = 64
 LOWEST_SHOWN = 5
 AUTO = "auto"
 COPYTO = "np.copyto"
@@ -219,13 +223,52 @@ def measure_point(size: int, offset: int, repeats: int, min_time: float, rng: ra
             "iterations": loops, "reruns": reruns, "seconds": samples}
 
 
+def held_out_ratio(auto_times: Sequence[float], others: Dict[str, Sequence[float]], level: float = CONFIDENCE,
+                   resamples: int = RESAMPLES, splits: int = SPLITS, seed: int = 0) -> Tuple[float, float, float]:
+    """(ratio, low, high): how fast auto is against the best other variant, with the best chosen
+    on repeats the ratio is not measured on. The paired repeats (the i-th time of every variant
+    comes from the same interleaved round) are split in two halves; the variant with the lowest
+    median on one half is timed against auto on the other half, and the other way round:
+    ratio = its median time / auto's median time there. The geometric mean of both directions,
+    averaged over ``splits`` random splits, is the estimate; the interval is the percentile
+    bootstrap over the repeats, resampled in rounds. Choosing and judging on the same repeats
+    would favour whichever variant had lucky samples: with ten variants as fast as auto, the
+    same-sample ratio of the fastest median comes out below 1."""
+    a = np.asarray(auto_times, float)
+    t = np.asarray([others[name] for name in others], float)
+    if a.ndim != 1 or a.size < 2 or t.ndim != 2 or t.shape[1] != a.size:
+        raise ValueError("held_out_ratio needs at least two repeats of auto and of every other variant, paired")
+    rng = np.random.default_rng(seed)
+    rounds = a.size
+
+    def log_ratio(idx: np.ndarray) -> np.ndarray:
+        # idx: (n, rounds) repeat indices, each row one resample or split; its first half judges
+        # the choice its second half makes, and the other way round.
+        half = rounds // 2
+        first, second = idx[:, :half], idx[:, half:]
+        total = np.zeros(idx.shape[0])
+        for choose, judge in ((first, second), (second, first)):
+            chosen = np.argmin(np.median(t[:, choose], axis=2), axis=0)
+            judged = np.median(t[:, judge], axis=2)[chosen, np.arange(idx.shape[0])]
+            total += np.log(judged / np.median(a[judge], axis=1))
+        return total / 2
+
+    split_rows = np.argsort(rng.random((splits, rounds)), axis=1)
+    estimate = float(np.exp(log_ratio(split_rows).mean()))
+    boot = np.exp(log_ratio(rng.integers(0, rounds, size=(resamples, rounds))))
+    lo, hi = _percentile_interval(boot, level)
+    return estimate, min(lo, estimate), max(hi, estimate)
+
+
 def judge_point(point: Dict[str, Any], level: float = CONFIDENCE, seed: int = 0) -> Dict[str, Any]:
-    """Adds to a measured point: medians (seconds and GB/s), the winner among the variants other
-    than auto, and the ratio with its interval."""
+    """Adds to a measured point: medians (seconds and GB/s), the winner (the variant other than
+    auto with the lowest median), and the ratio of auto to the best other variant with its
+    interval, chosen and judged on different repeats (``held_out_ratio``)."""
     seconds = point["seconds"]
     medians = {name: float(np.median(s)) for name, s in seconds.items()}
     winner = min((name for name in medians if name != AUTO), key=lambda name: medians[name])
-    ratio, lo, hi = ratio_ci(seconds[AUTO], seconds[winner], level, seed=seed)
+    ratio, lo, hi = held_out_ratio(seconds[AUTO], {name: s for name, s in seconds.items() if name != AUTO},
+                                   level, seed=seed)
     point.update({"median_seconds": medians,
                   "gbps": {name: point["size"] / t / 1e9 for name, t in medians.items()},
                   "winner": winner, "ratio": ratio, "ci": [lo, hi]})
@@ -335,7 +378,8 @@ def format_report(result: Dict[str, Any]) -> str:
         f"{c['repeats']} interleaved repeats of >= {c['min_time'] * 1e3:g} ms loops per variant, medians; "
         f"estimated {c['estimated_seconds']:.0f} s, took {result['elapsed_seconds']:.0f} s; loops run again "
         f"because the thread was descheduled: {sum(p['reruns'] for p in pts)}",
-        f"ratio = median time of the best other variant / median time of fastcopy.copy ({pct}% bootstrap intervals)",
+        f"ratio = median time of the best other variant / median time of fastcopy.copy, the best chosen on other "
+        f"repeats than it is timed on ({pct}% bootstrap intervals)",
         "",
         f"{'size':>9} {'offset':>6} {'src%4K':>6} {'auto picks':>11} {'winner':>13} {'winner GB/s':>11} "
         f"{'auto GB/s':>9} {'ratio':>6}  {pct}% CI",
