@@ -21,11 +21,7 @@ from typing import Any, Dict, List, Tuple
 
 import fastcopy
 from fastcopy.tune import check
-
-
-def address_class(offset: int) -> str:
-    """The profile's class of a forward copy at (dst - src) mod 4096 = offset."""
-    return "page_aligned" if offset == 0 else ("near" if offset < 64 else "far")
+from fastcopy.tune.decide import point_class
 
 
 def kernel_table(points: List[Dict[str, Any]], ranges_per_octave: int = 2) -> List[str]:
@@ -34,7 +30,7 @@ def kernel_table(points: List[Dict[str, Any]], ranges_per_octave: int = 2) -> Li
     groups: Dict[Tuple[int, str], List[Dict[str, Any]]] = {}
     for p in points:
         step = math.floor(math.log2(p["size"]) * ranges_per_octave)
-        groups.setdefault((step, address_class(p["offset"])), []).append(p)
+        groups.setdefault((step, point_class(p)), []).append(p)
     names = [k for k in points[0]["median_seconds"] if k not in (check.AUTO, "generic") and " x" not in k]
     lines = [f"{'sizes':>17} {'class':>12} {'n':>3} " + " ".join(f"{n:>18}" for n in names),
              "(each kernel's speed / generic's: median over the points [min, max])"]

@@ -40,12 +40,21 @@ def test_points_are_reproducible_and_drawn_as_described():
     pts = check.draw_points(4000, seed=11, min_size=64, max_size=4 << 20)
     assert pts == check.draw_points(4000, seed=11, min_size=64, max_size=4 << 20)
     assert pts != check.draw_points(4000, seed=12, min_size=64, max_size=4 << 20)
-    sizes = [s for s, _ in pts]
-    offsets = [o for _, o in pts]
+    sizes = [p.size for p in pts]
+    forward = [p for p in pts if not p.overlap]
+    backward = [p for p in pts if p.overlap]
+    offsets = [p.offset for p in forward]
     assert min(sizes) >= 64 and max(sizes) <= 4 << 20
     assert all(0 <= o < 4096 for o in offsets)
     # log-uniform: the median size is near the geometric middle of the range (2 ** 15 here)
     assert 2 ** 14 < float(np.median(sizes)) < 2 ** 16
+    # overlapping copies (the backward class): their share, every shift inside the source, half
+    # of them at 1..255 and some far beyond
+    assert check.BACKWARD_SHARE - 0.03 < len(backward) / len(pts) < check.BACKWARD_SHARE + 0.03
+    assert all(0 < p.offset < p.size for p in backward)
+    short = sum(p.offset <= check.NEAR_MAX for p in backward) / len(backward)
+    assert 0.45 < short < 0.75 and any(p.offset > 4096 for p in backward)
+    assert not any(p.overlap for p in check.draw_points(500, seed=11, backward_share=0))
     # the extra weight on 1..255 and on 0 (plus what the uniform share adds)
     near = sum(1 <= o <= check.NEAR_MAX for o in offsets) / len(offsets)
     aligned = offsets.count(0) / len(offsets)
@@ -56,7 +65,8 @@ def test_points_are_reproducible_and_drawn_as_described():
 
 @pytest.mark.parametrize("args", [dict(count=0, seed=1), dict(count=3, seed=1, min_size=0),
                                   dict(count=3, seed=1, min_size=10, max_size=9),
-                                  dict(count=3, seed=1, near_share=0.8, aligned_share=0.3)])
+                                  dict(count=3, seed=1, near_share=0.8, aligned_share=0.3),
+                                  dict(count=3, seed=1, backward_share=1.5)])
 def test_bad_point_settings_are_refused(args):
     with pytest.raises(ValueError):
         check.draw_points(**args)
@@ -68,6 +78,25 @@ def test_place_gives_the_distance_on_fresh_buffers():
         assert dst.size == src.size == size
         assert (dst.ctypes.data - src.ctypes.data) % 4096 == offset
         assert not np.shares_memory(dst, src)
+    for size, shift in [(64, 1), (1000, 999), (5000, 300)]:
+        dst, src = check.place(size, shift, fill_seed=3, overlap=True)
+        assert dst.size == src.size == size
+        assert dst.ctypes.data - src.ctypes.data == shift and np.shares_memory(dst, src)
+    with pytest.raises(ValueError, match="0 < offset < size"):
+        check.place(64, 64, fill_seed=3, overlap=True)
+
+
+def test_overlapping_points_are_measured_as_the_backward_class():
+    """An overlapping point times every variant on the same overlapping views, each checked to
+    give memmove's result first, and is judged in the profile's backward class."""
+    import random
+
+    point = check.measure_point(5000, 100, 2, 0.0001, random.Random(1), overlap=True)
+    assert point["overlap"] and point["offset"] == 100
+    assert (point["dst_page_offset"] - point["src_page_offset"]) % 4096 == 100
+    assert check.point_class(point) == "backward" and check.point_class({"offset": 100}) == "far"
+    assert point["picked"] == _core.chosen_kernel(0x10064, 0x10000, 5000)
+    assert set(fastcopy.kernels()) <= set(point["seconds"])
 
 
 # ---- the statistics, on synthetic data ----------------------------------------------------
@@ -175,7 +204,8 @@ def _assert_consistent(result: dict, points: int) -> None:
         med = p["median_seconds"]
         assert med[p["winner"]] == min(v for k, v in med.items() if k != check.AUTO)
         assert p["ci"][0] <= p["ratio"] <= p["ci"][1]
-        assert (p["dst_page_offset"] - p["src_page_offset"]) % 4096 == p["offset"]
+        assert (p["dst_page_offset"] - p["src_page_offset"]) % 4096 == p["offset"] % 4096
+        assert not p["overlap"] or 0 < p["offset"] < p["size"]
         assert p["gbps"][check.AUTO] == pytest.approx(p["size"] / med[check.AUTO] / 1e9)
 
 
@@ -185,7 +215,7 @@ def test_check_end_to_end_under_a_forced_profile(temporary_cache):
     _assert_consistent(result, SMALL["points"])
     assert result["profile"]["source"] == "test: generic everywhere"
     drawn = check.draw_points(SMALL["points"], SMALL["seed"], check.MIN_SIZE, SMALL["max_size"])
-    assert [(p["size"], p["offset"]) for p in result["points"]] == drawn
+    assert [(p["size"], p["offset"], p["overlap"]) for p in result["points"]] == [tuple(d) for d in drawn]
     assert all(p["picked"] == "generic" for p in result["points"])  # what the forced profile names
     assert result["config"]["seed"] == SMALL["seed"] and result["config"]["estimated_seconds"] > 0
     text = result["report"]
@@ -255,7 +285,8 @@ def test_report_names_lowest_points_and_winner():
                     "ci": [ratio - 0.01, ratio + 0.01], "reruns": 0,
                     "gbps": {"auto": 1.0, "avx2": 1.0 / ratio, "generic": 1.0}})
     result = {"config": {"points": 3, "seed": 1, "repeats": 3, "min_time": 0.001, "min_size": 64, "max_size": 1 << 20,
-                         "near_share": 0.4, "aligned_share": 0.1, "confidence": 0.95, "estimated_seconds": 1.0},
+                         "near_share": 0.4, "aligned_share": 0.1, "backward_share": 0.15, "confidence": 0.95,
+                         "estimated_seconds": 1.0},
               "machine": {"vendor": "v", "family": 1, "model": 2, "arch": "a", "cpus": 2, "libc": "l",
                           "python": "p", "numpy": "n"},
               "profile": {"name": "x", "source": "y"}, "load_before": None, "load_after": None,

@@ -96,6 +96,22 @@ def test_a_band_the_held_out_check_contradicts_is_dropped():
     assert [b["kernel"] for b in body["far"]] == ["generic", "avx2", "erms", "avx2"]
 
 
+def test_an_overlapping_point_judges_the_backward_class_only():
+    """A held-out point of an overlapping copy (dst = src + offset) judges the backward class's
+    band, never the forward class its offset would name."""
+    m = measurements(SIZES)
+    for cls in ("far", "backward"):
+        m["cells"]["private"][cls][str(4 * KB)] = {"avx2": st(10.0), "generic": st(9.0), "erms": st(15.0)}
+    bands = decide.decide_bands(m, builtin(SIZES))
+    overlapping = dict(check_point(5000, 700, "erms", "avx2", 0.80, 0.75, 0.85), overlap=True)
+    assert decide.point_class(overlapping) == "backward"
+    assert decide.point_class(check_point(5000, 700, "erms", "avx2", 0.8, 0.7, 0.9)) == "far"
+    far_before = copy.deepcopy(bands["private"]["far"])
+    dropped = decide.apply_check(bands, [overlapping])
+    assert [(d["class"], d["new"], d["builtin"]) for d in dropped] == [("backward", "erms", "avx2")]
+    assert bands["private"]["far"] == far_before
+
+
 def test_the_check_judges_only_points_where_the_profile_picked_the_bands_kernel():
     _, bands = tuned_bands()
     before = copy.deepcopy(bands)

@@ -9,6 +9,8 @@ was tuned on:
 - sizes log-uniform from ``min_size`` to ``max_size`` (64 B to 4 MiB by default);
 - (dst - src) mod 4096 from the whole 0..4095 range, a share of the points from 1..255 (where
   ``rep movsb`` collapses on some CPUs) and a share at 0 (page-aligned);
+- a share of overlapping copies with dst inside (src, src + size) (the profile's ``backward``
+  class), half of them at a shift of 1..255 bytes;
 - each point on fresh numpy allocations (where the allocator puts them is part of what a user
   gets), with the same buffers for every variant of that point (hot caches);
 - each variant timed in loops of at least ``min_time`` seconds, after an untimed calibration
@@ -33,7 +35,7 @@ import platform
 import random
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -48,6 +50,7 @@ MIN_SIZE = 64
 MAX_SIZE = 4 << 20
 NEAR_SHARE = 0.4     # of the offsets drawn from 1..255
 ALIGNED_SHARE = 0.1  # of the offsets at 0 (page-aligned); the rest from 0..4095
+BACKWARD_SHARE = 0.15  # of the points: overlapping copies, dst = src + shift inside the source
 NEAR_MAX = 255
 CONFIDENCE = 0.95
 RESAMPLES = 2000
@@ -61,22 +64,41 @@ MAX_DOUBLINGS = 40
 
 
 # ---- the points -------------------------------------------------------------------------
+class Point(NamedTuple):
+    """One point of the check: ``size`` bytes; a forward copy at (dst - src) mod 4096 = ``offset``
+    on separate buffers, or (``overlap``) a copy inside one buffer with dst = src + ``offset``,
+    0 < offset < size (the profile's backward class)."""
+
+    size: int
+    offset: int
+    overlap: bool = False
+
+
 def draw_points(count: int, seed: int, min_size: int = MIN_SIZE, max_size: int = MAX_SIZE,
-                near_share: float = NEAR_SHARE, aligned_share: float = ALIGNED_SHARE) -> List[Tuple[int, int]]:
-    """``count`` (size, (dst - src) mod 4096) pairs drawn with ``random.Random(seed)``: sizes
-    log-uniform in [min_size, max_size], offsets 1..255 with probability ``near_share``, 0 with
-    ``aligned_share``, else uniform in 0..4095. The same arguments give the same points."""
+                near_share: float = NEAR_SHARE, aligned_share: float = ALIGNED_SHARE,
+                backward_share: float = BACKWARD_SHARE) -> List[Point]:
+    """``count`` points drawn with ``random.Random(seed)``: sizes log-uniform in [min_size,
+    max_size]; with probability ``backward_share`` (sizes of 2 B or more) an overlapping copy
+    shifted by 1..min(255, size - 1) bytes or, as often, by 1..size - 1; else a forward copy at
+    (dst - src) mod 4096 in 1..255 with probability ``near_share``, 0 with ``aligned_share``, else
+    uniform in 0..4095. The same arguments give the same points."""
     if count < 1:
         raise ValueError(f"points must be at least 1, got {count}")
     if not 1 <= min_size <= max_size:
         raise ValueError(f"sizes must satisfy 1 <= min_size <= max_size, got {min_size} and {max_size}")
     if not (0 <= near_share and 0 <= aligned_share and near_share + aligned_share <= 1):
         raise ValueError("near_share and aligned_share must be at least 0 and add up to at most 1")
+    if not 0 <= backward_share <= 1:
+        raise ValueError(f"backward_share must be between 0 and 1, got {backward_share}")
     rng = random.Random(seed)
     lo, hi = math.log(min_size), math.log(max_size)
     points = []
     for _ in range(count):
         size = min(max_size, max(min_size, int(round(math.exp(rng.uniform(lo, hi))))))
+        if rng.random() < backward_share and size >= 2:
+            top = min(NEAR_MAX, size - 1) if rng.random() < 0.5 else size - 1
+            points.append(Point(size, rng.randint(1, top), True))
+            continue
         u = rng.random()
         if u < near_share:
             offset = rng.randint(1, NEAR_MAX)
@@ -84,8 +106,15 @@ def draw_points(count: int, seed: int, min_size: int = MIN_SIZE, max_size: int =
             offset = 0
         else:
             offset = rng.randint(0, PAGE - 1)
-        points.append((size, offset))
+        points.append(Point(size, offset))
     return points
+
+
+def point_class(point: Dict[str, Any]) -> str:
+    """The profile's address class of a measured point (``decide.point_class``)."""
+    from .decide import point_class as of_point
+
+    return of_point(point)
 
 
 # ---- statistics (pure functions) ----------------------------------------------------------
@@ -132,9 +161,15 @@ def geomean_ci(ratios: Sequence[float], level: float = CONFIDENCE, resamples: in
 
 
 # ---- measuring one point ----------------------------------------------------------------
-def place(size: int, offset: int, fill_seed: int) -> Tuple[np.ndarray, np.ndarray]:
+def place(size: int, offset: int, fill_seed: int, overlap: bool = False) -> Tuple[np.ndarray, np.ndarray]:
     """(dst, src): fresh numpy allocations of ``size`` bytes with (dst - src) mod 4096 = offset,
-    src filled with random bytes. Where the allocator puts src is left as it is."""
+    src filled with random bytes; with ``overlap``, two views of one fresh allocation of
+    size + offset bytes, dst = src + offset. Where the allocator puts them is left as it is."""
+    if overlap:
+        if not 0 < offset < size:
+            raise ValueError(f"an overlapping point needs 0 < offset < size, got offset {offset} at {size} B")
+        raw = np.random.default_rng(fill_seed).integers(0, 256, size=size + offset, dtype=np.uint8)
+        return raw[offset:offset + size], raw[:size]
     src = np.random.default_rng(fill_seed).integers(0, 256, size=size, dtype=np.uint8)
     raw = np.empty(size + PAGE, np.uint8)
     start = (src.ctypes.data + offset - raw.ctypes.data) % PAGE
@@ -193,17 +228,23 @@ def _timed(f: Callable[[Any, Any], Any], dst: np.ndarray, src: np.ndarray, n: in
     return wall / n, again
 
 
-def measure_point(size: int, offset: int, repeats: int, min_time: float, rng: random.Random) -> Dict[str, Any]:
+def measure_point(size: int, offset: int, repeats: int, min_time: float, rng: random.Random,
+                  overlap: bool = False) -> Dict[str, Any]:
     """Times every variant at one point on fresh buffers; seconds per copy, one per repeat."""
     from .. import _core
 
-    dst, src = place(size, offset, rng.randrange(1 << 30))
+    dst, src = place(size, offset, rng.randrange(1 << 30), overlap)
     variants = variants_for(size)
+    original = src.copy()
     for name, f in variants.items():  # a variant that copies wrong bytes must not win
-        dst.fill(0)
+        if overlap:
+            src[...] = original  # dst's bytes outside src change with it
+        else:
+            dst.fill(0)
         f(dst, src)
-        if not np.array_equal(dst, src):
-            raise RuntimeError(f"fastcopy check: {name} copied wrong bytes at {size} B, offset {offset}")
+        if not np.array_equal(dst, original):
+            raise RuntimeError(f"fastcopy check: {name} copied wrong bytes at {size} B, offset {offset}"
+                               + (" (overlapping)" if overlap else ""))
     loops = {name: _calibrate(f, dst, src, min_time) for name, f in variants.items()}
     samples: Dict[str, List[float]] = {name: [] for name in variants}
     reruns = 0
@@ -216,7 +257,7 @@ def measure_point(size: int, offset: int, repeats: int, min_time: float, rng: ra
             reruns += again
     picked = _core.chosen_kernel(dst.ctypes.data, src.ctypes.data, size)
     pool = [name for name in variants if name.startswith(picked + " x")]
-    return {"size": size, "offset": offset, "src_page_offset": src.ctypes.data % PAGE,
+    return {"size": size, "offset": offset, "overlap": overlap, "src_page_offset": src.ctypes.data % PAGE,
             "dst_page_offset": dst.ctypes.data % PAGE,
             # the profile's kernel; on the pool (" xN") from the parallel threshold on
             "picked": pool[0] if pool else picked,
@@ -310,13 +351,14 @@ def check_dispatch(points: int = DEFAULT_POINTS, seed: Optional[int] = None, rep
     profile = _core.active_profile()
     config = {"points": points, "seed": seed, "repeats": repeats, "min_time": min_time, "min_size": min_size,
               "max_size": max_size, "near_share": NEAR_SHARE, "aligned_share": ALIGNED_SHARE,
+              "backward_share": BACKWARD_SHARE,
               "confidence": confidence, "resamples": RESAMPLES, "command": command,
               "estimated_seconds": estimate_seconds(points, repeats, min_time, len(variants_for(min_size)))}
     t0 = time.monotonic()
     load_before = _load()
     measured = []
-    for i, (size, offset) in enumerate(drawn):
-        measured.append(judge_point(measure_point(size, offset, repeats, min_time, rng), confidence, seed + i))
+    for i, (size, offset, overlap) in enumerate(drawn):
+        measured.append(judge_point(measure_point(size, offset, repeats, min_time, rng, overlap), confidence, seed + i))
         if progress is not None:
             progress(i + 1, points)
     result = {"config": config, "machine": _machine(), "profile": {"name": profile["name"],
@@ -373,7 +415,8 @@ def format_report(result: Dict[str, Any]) -> str:
         f"Python {m['python']}, numpy {m['numpy']}; load average {result['load_before']} before, "
         f"{result['load_after']} after",
         f"{c['points']} points, seed {c['seed']}: sizes log-uniform {_size_words(c['min_size'])}-"
-        f"{_size_words(c['max_size'])}, (dst - src) mod 4096 from 1..{NEAR_MAX} for {c['near_share']:.0%}, 0 for "
+        f"{_size_words(c['max_size'])}; {c['backward_share']:.0%} overlapping (dst = src + offset, the backward "
+        f"class); the others (dst - src) mod 4096 from 1..{NEAR_MAX} for {c['near_share']:.0%}, 0 for "
         f"{c['aligned_share']:.0%}, else 0..4095; fresh numpy arrays per point",
         f"{c['repeats']} interleaved repeats of >= {c['min_time'] * 1e3:g} ms loops per variant, medians; "
         f"estimated {c['estimated_seconds']:.0f} s, took {result['elapsed_seconds']:.0f} s; loops run again "
@@ -381,11 +424,11 @@ def format_report(result: Dict[str, Any]) -> str:
         f"ratio = median time of the best other variant / median time of fastcopy.copy, the best chosen on other "
         f"repeats than it is timed on ({pct}% bootstrap intervals)",
         "",
-        f"{'size':>9} {'offset':>6} {'src%4K':>6} {'auto picks':>11} {'winner':>13} {'winner GB/s':>11} "
+        f"{'size':>9} {'offset':>6} {'class':>12} {'src%4K':>6} {'auto picks':>11} {'winner':>13} {'winner GB/s':>11} "
         f"{'auto GB/s':>9} {'ratio':>6}  {pct}% CI",
     ]
     for p in sorted(pts, key=lambda p: (p["size"], p["offset"])):
-        lines.append(f"{p['size']:>9} {p['offset']:>6} {p['src_page_offset']:>6} {p['picked']:>11} "
+        lines.append(f"{p['size']:>9} {p['offset']:>6} {point_class(p):>12} {p['src_page_offset']:>6} {p['picked']:>11} "
                      f"{p['winner']:>13} {p['gbps'][p['winner']]:>11.2f} {p['gbps'][AUTO]:>9.2f} {p['ratio']:>6.3f}  "
                      f"[{p['ci'][0]:.3f}, {p['ci'][1]:.3f}]" + ("  <" if p["ratio"] < 0.9 else ""))
     lo, hi = s["geomean_ci"]
@@ -396,7 +439,7 @@ def format_report(result: Dict[str, Any]) -> str:
     for i in s["lowest"]:
         p = pts[i]
         lines.append(f"  {p['ratio']:.3f} [{p['ci'][0]:.3f}, {p['ci'][1]:.3f}] at {p['size']} B, offset {p['offset']}"
-                     f" (src at {p['src_page_offset']} in its page): auto picked {p['picked']}, {p['winner']} won")
+                     f" ({point_class(p)}, src at {p['src_page_offset']} in its page): auto picked {p['picked']}, {p['winner']} won")
     lines.append("wins: " + ", ".join(f"{name} {n}" for name, n in s["wins"].items()))
     return "\n".join(lines)
 

@@ -380,6 +380,12 @@ def offset_class(offset: int) -> str:
     return "page_aligned" if offset == 0 else ("near" if offset < 64 else "far")
 
 
+def point_class(point: Dict[str, Any]) -> str:
+    """The address class of a point of the held-out check: ``backward`` for an overlapping copy
+    (``overlap``: dst = src + offset inside the source), else ``offset_class``."""
+    return "backward" if point.get("overlap") else offset_class(point["offset"])
+
+
 def apply_check(bands: Dict[str, Any], points: List[Dict[str, Any]], region: str = "private") -> List[Dict[str, Any]]:
     """Drops each changed run of ``bands[region]`` (``changed_runs``) that the held-out check
     contradicts: a point inside the run's sizes and class where the profile picked the run's kernel
@@ -392,7 +398,7 @@ def apply_check(bands: Dict[str, Any], points: List[Dict[str, Any]], region: str
         rows = bands[region][cls]
         for i, j, lo, hi, new, old in changed_runs(rows):
             against = [p for p in points
-                       if offset_class(p["offset"]) == cls and lo <= p["size"] and (hi is None or p["size"] < hi)
+                       if point_class(p) == cls and lo <= p["size"] and (hi is None or p["size"] < hi)
                        and p["picked"].split(" x")[0] == new and p.get("vs_builtin")
                        and p["vs_builtin"]["kernel"] == old and p["vs_builtin"]["ci"][1] < 1.0]
             if not against:

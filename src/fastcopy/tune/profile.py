@@ -258,7 +258,7 @@ def held_out_check(profile: Dict[str, Any], sizes: Sequence[int], cfg: Dict[str,
     finally:
         _core.use_builtin_profile("")
     for i, p in enumerate(result["points"]):
-        old = builtin_band_kernel(builtin, "private", decide.offset_class(p["offset"]), p["size"])
+        old = builtin_band_kernel(builtin, "private", decide.point_class(p), p["size"])
         suffix = p["picked"][len(p["picked"].split(" x")[0]):]
         name = old + suffix if old + suffix in p["seconds"] else old
         if name in p["seconds"]:
