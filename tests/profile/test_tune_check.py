@@ -8,6 +8,7 @@ import json
 import os
 import random
 
+import numpy as np
 import pytest
 
 import fastcopy
@@ -48,6 +49,26 @@ def test_placements_draw_offsets_from_the_whole_class_on_fresh_buffers(cls):
         # shared regions stay in the mapping, at a drawn offset
         off, ((d, s),) = measure._placement(mem, "to_shared", cls, rng)
         assert (d.ctypes.data - s.ctypes.data) % 4096 == off and lo <= off <= hi
+    finally:
+        mem.close()
+        arena.close()
+
+
+def test_backward_placements_draw_their_shift_as_the_check_does():
+    """Backward cells overlap dst above src by a shift drawn per placement (check.backward_shift),
+    not at one fixed distance; shared regions overlap inside the mapping."""
+    size = 8192
+    arena = Arena(slot_bytes(size))
+    mem = SizeMemory(size, 1, shared=True, arena=arena)
+    try:
+        rng = random.Random(4)
+        shifts = set()
+        for region in ("private", "to_shared", "from_shared") * 12:
+            off, ((d, s),) = measure._placement(mem, region, "backward", rng)
+            assert d.ctypes.data - s.ctypes.data == off and 0 < off < size and np.shares_memory(d, s)
+            assert d.size == s.size == size
+            shifts.add(off)
+        assert len(shifts) > 20 and min(shifts) <= 255 and max(shifts) > 4096
     finally:
         mem.close()
         arena.close()

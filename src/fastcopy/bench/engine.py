@@ -208,14 +208,15 @@ class SizeMemory:
 
     def pairs(self, region: str, offset: int, backward: bool = False) -> List[Tuple[np.ndarray, np.ndarray]]:
         """(dst, src) per slot: dst at ``offset`` from src mod 4096, or, ``backward``, overlapping
-        with dst above src."""
+        with dst above src by ``offset`` bytes (0 < offset < size; else by BACKWARD_SHIFT, at
+        most half the size)."""
         n, out = self.size, []
         for i in range(self.count):
             base = i * self.slot
             if backward:
                 mem = self.private if region == "private" else self.shared
                 assert mem is not None
-                shift = max(1, min(BACKWARD_SHIFT, n // 2))
+                shift = offset if 0 < offset < n else max(1, min(BACKWARD_SHIFT, n // 2))
                 out.append((mem[base + shift:base + shift + n], mem[base:base + n]))
                 continue
             dst_mem = self.shared if region == "to_shared" else self.private

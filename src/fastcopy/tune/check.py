@@ -96,8 +96,7 @@ def draw_points(count: int, seed: int, min_size: int = MIN_SIZE, max_size: int =
     for _ in range(count):
         size = min(max_size, max(min_size, int(round(math.exp(rng.uniform(lo, hi))))))
         if rng.random() < backward_share and size >= 2:
-            top = min(NEAR_MAX, size - 1) if rng.random() < 0.5 else size - 1
-            points.append(Point(size, rng.randint(1, top), True))
+            points.append(Point(size, backward_shift(size, rng), True))
             continue
         u = rng.random()
         if u < near_share:
@@ -108,6 +107,14 @@ def draw_points(count: int, seed: int, min_size: int = MIN_SIZE, max_size: int =
             offset = rng.randint(0, PAGE - 1)
         points.append(Point(size, offset))
     return points
+
+
+def backward_shift(size: int, rng: random.Random) -> int:
+    """How far above its source an overlapping copy of ``size`` (>= 2) bytes writes: 1..min(255,
+    size - 1) or, as often, 1..size - 1 (the check's overlapping points and tune's backward
+    placements draw it here)."""
+    top = min(NEAR_MAX, size - 1) if rng.random() < 0.5 else size - 1
+    return rng.randint(1, top)
 
 
 def point_class(point: Dict[str, Any]) -> str:
