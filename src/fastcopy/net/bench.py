@@ -6,14 +6,20 @@ throughput of each transport and the ratios. Each transport is a function
 to a subscriber in this process over tcp/127.0.0.1, received as ndarrays; :data:`TRANSPORTS`
 maps names to them (the ones whose package is missing are left out, with the reason, by
 :func:`available`).
+
+:func:`run_fanout` measures the bridge's fan-out: one receiving Bridge feeding 1 and N local
+Topic subscribers, the throughput of each (``python -m fastcopy bench --ipc --net`` and
+``python -m fastcopy.net.bench`` print it with :func:`format_fanout`).
 """
 from __future__ import annotations
 
+import multiprocessing as mp
+import os
 import socket
 import statistics
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -24,10 +30,14 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
+def _endpoint(port: int) -> str:
+    return f"tcp/127.0.0.1:{port}"
+
+
 def _zenoh_pair(port: int, settings: Optional[Dict[str, Any]] = None) -> Tuple:
     from . import open_session
 
-    ep = f"tcp/127.0.0.1:{port}"
+    ep = _endpoint(port)
     a = open_session(listen=[ep], settings=settings)
     b = open_session(connect=[ep], settings=settings)
     return a, b
@@ -179,7 +189,7 @@ class IpcEnds:
             return
         from . import Publisher, Subscriber, open_session
 
-        ep = f"tcp/127.0.0.1:{port}"
+        ep = _endpoint(port)
         self.session = open_session(listen=[ep]) if role == "parent" else open_session(connect=[ep])
         if kind == "net":
             self.pub = Publisher(out_key, self.session)
@@ -290,6 +300,216 @@ def run(sizes: List[int] = [64 << 10, 1 << 20, 16 << 20], repeats: int = 3, tota
     return {size: {name: statistics.median(v) for name, v in per.items()} for size, per in results.items()}
 
 
+# ---- the bridge's fan-out: fastcopy.net.Publisher -> Zenoh (tcp/127.0.0.1) -> Bridge.into ->
+# a local Topic -> 1 or N subscribers reading recv_view -----------------------------------------
+# The receiving bridge and every subscriber are child processes (spawn), the publisher is this
+# process: on the remote host the bridge and each consumer are processes of their own, each
+# with its own GIL, so the figures show what the Topic's fan-out costs, not how threads of one
+# interpreter share its lock. On a machine with few CPUs the processes share the cores, as the
+# 1- and N-subscriber rounds do alike: the ratio compares the two under the same load.
+
+FANOUT_SIZES = (64 << 10, 1 << 20, 16 << 20)
+FANOUT_SUBSCRIBERS = (1, 3)
+# The local Topic's slots: one bridge (one Topic of the largest size) serves every size, with
+# room for 8 messages in flight, as the other rows' subscribers hold 8.
+FANOUT_SLOTS = 8
+# One-byte messages, smaller than any measured size: the probe is sent until every subscriber
+# sees one (the path is up), the end marker ends a round.
+_PROBE = np.zeros(1, np.uint8)
+_END = np.full(1, 255, np.uint8)
+
+
+def _fanout_bridge(conn: Any, key: str, topic: str, port: int, slot_bytes: int) -> None:  # pragma: no cover - child
+    """Child: the receiving bridge, forwarding from ``key`` into the new local Topic ``topic``
+    until the parent says stop; then reports (forwarded, lost)."""
+    from . import Bridge
+
+    try:
+        bridge = Bridge.into(key, topic, connect=[_endpoint(port)], slot_bytes=slot_bytes, slots=FANOUT_SLOTS)
+    except Exception as exc:
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        return
+    th = threading.Thread(target=bridge.run, daemon=True)
+    th.start()
+    conn.send("ready")
+    conn.recv()
+    bridge.stop()
+    th.join(10)
+    conn.send((bridge.forwarded, bridge.lost))
+    bridge.close()
+
+
+def _fanout_subscriber(conn: Any, topic: str) -> None:  # pragma: no cover - child
+    """Child: on ("round", size), subscribes to ``topic``, says "subscribed", takes recv_view and
+    counts the messages of ``size`` bytes until the end marker (size 0: until any message),
+    dropping each view at once (as the ipc benchmark's view rows do); reports (messages,
+    time.monotonic() at the last of them) and unsubscribes. Counting up to the end marker,
+    rather than up to the number sent, makes a lost message show in the count. CLOCK_MONOTONIC
+    is the same clock in every process, so the parent subtracts its own start time."""
+    from ..shm import Topic
+
+    while True:
+        cmd = conn.recv()
+        if cmd[0] == "exit":
+            return
+        size = cmd[1]
+        try:
+            sub = Topic.subscribe(topic)
+        except Exception as exc:
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+            continue
+        try:
+            conn.send("subscribed")
+            got, last = 0, time.monotonic()
+            while True:
+                view = sub.recv_view(timeout=60)
+                if view.nbytes == size:
+                    got += 1
+                    last = time.monotonic()
+                elif size == 0 or (view.nbytes == _END.nbytes and view[0] == _END[0]):
+                    break
+                del view
+            del view
+            conn.send((got, last))
+        except Exception as exc:
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        finally:
+            sub.close()
+
+
+def _replies(conns: List[Any], timeout: float) -> List[Any]:
+    """One reply from each child, in order; RuntimeError when one reports an error or is silent."""
+    out = []
+    for i, c in enumerate(conns):
+        if not c.poll(timeout):
+            raise RuntimeError(f"net fan-out: child {i} did not answer within {timeout} s")
+        got = c.recv()
+        if isinstance(got, tuple) and got and got[0] == "error":
+            raise RuntimeError(f"net fan-out: child {i}: {got[1]}")
+        out.append(got)
+    return out
+
+
+def _fanout_round(pub: Any, conns: List[Any], size: int, count: int, timeout: float) -> List[Dict[str, float]]:
+    """``count`` messages of ``size`` bytes, then the end marker, to the subscribers of ``conns``;
+    per subscriber, the messages it received and the seconds from the first send to its last."""
+    for c in conns:
+        c.send(("round", size))
+    _replies(conns, timeout)  # all subscribed: each gets every message of the round
+    arr = np.ones(size, np.uint8)
+    t0 = time.monotonic()
+    for _ in range(count):
+        pub.send(arr)
+    pub.send(_END)
+    return [{"messages": got, "seconds": t - t0} for got, t in _replies(conns, timeout)]
+
+
+def fanout_summary(size: int, runs: Dict[int, List[List[Dict[str, float]]]]) -> Dict[str, Any]:
+    """The figures of one size from its runs (subscriber count -> one list per repeat of each
+    subscriber's {"messages", "seconds"}): ``gbps`` (subscriber count -> per-subscriber median
+    GB/s over the repeats) and ``ratio`` (subscriber count > 1 -> the slowest subscriber's
+    figure over the single subscriber's)."""
+    gbps: Dict[int, List[float]] = {}
+    for n, reps in runs.items():
+        gbps[n] = [statistics.median(size * rep[i]["messages"] / rep[i]["seconds"] / 1e9 for rep in reps)
+                   for i in range(n)]
+    single = gbps.get(1, [0.0])[0]
+    ratio = {n: min(g) / single for n, g in gbps.items() if n > 1 and single > 0}
+    return {"size": size, "gbps": gbps, "ratio": ratio, "runs": runs}
+
+
+def run_fanout(sizes: Sequence[int] = FANOUT_SIZES, repeats: int = 3, subscribers: Sequence[int] = FANOUT_SUBSCRIBERS,
+               total: int = 64 << 20, count: Optional[int] = None, timeout: float = 60.0) -> Dict[str, Any]:
+    """One receiving bridge feeding ``subscribers`` local subscribers in turn (1 and 3 by
+    default), at each size: ``count`` messages per round (default total // size, 8 to 2000),
+    one unmeasured round with the most subscribers first, then ``repeats`` rounds of each
+    subscriber count, in an order that changes per repeat (repeat_order). Returns
+    {"sizes", "subscribers", "repeats", "counts", "rows": [fanout_summary per size], "bridge":
+    {"forwarded", "lost"}, "published"}."""
+    from ..bench.engine import repeat_order
+    from . import Publisher
+
+    sizes = [int(s) for s in sizes]
+    subscribers = sorted(set(int(n) for n in subscribers))
+    if not sizes or min(sizes) <= _PROBE.nbytes:
+        raise ValueError(f"net fan-out: sizes must be larger than the {_PROBE.nbytes}-byte probe and end marker")
+    if not subscribers or subscribers[0] < 1 or repeats < 1:
+        raise ValueError("net fan-out: subscriber counts and repeats must be at least 1")
+    ctx = mp.get_context("spawn")
+    port = _port()
+    tag = f"fastcopy-fanout-{os.getpid()}-{os.urandom(3).hex()}"
+    pub = Publisher(f"bench/fanout/{tag}", listen=[_endpoint(port)])
+    procs: List[Any] = []
+    conns: List[Any] = []
+
+    def start(target: Callable[..., None], *args: Any) -> Any:
+        mine, theirs = ctx.Pipe()
+        proc = ctx.Process(target=target, args=(theirs, *args), daemon=True)
+        proc.start()
+        theirs.close()
+        procs.append(proc)
+        conns.append(mine)
+        return mine
+
+    rows: List[Dict[str, Any]] = []
+    counts: Dict[int, int] = {}
+    bridge_end: Tuple[int, int] = (0, 0)
+    stopped = False
+    try:
+        bridge = start(_fanout_bridge, pub.key, tag, port, max(sizes))
+        _replies([bridge], timeout)
+        subs = [start(_fanout_subscriber, tag) for _ in range(subscribers[-1])]
+        for c in subs:  # every subscriber waits for any message; probes go until all have one
+            c.send(("round", 0))
+        _replies(subs, timeout)
+        _wait(lambda: pub.send(_PROBE), lambda: int(all(c.poll() for c in subs)))
+        _replies(subs, timeout)
+        for size in sizes:
+            n_msgs = counts[size] = count or max(8, min(2000, total // size))
+            _fanout_round(pub, subs, size, n_msgs, timeout)  # warm-up: the slots' pages, Zenoh's buffers
+            runs: Dict[int, List[List[Dict[str, float]]]] = {n: [] for n in subscribers}
+            for r in range(repeats):
+                for n in repeat_order(subscribers, r):
+                    runs[n].append(_fanout_round(pub, subs[:n], size, n_msgs, timeout))
+            rows.append(fanout_summary(size, runs))
+        bridge.send("stop")
+        stopped = True
+        bridge_end = _replies([bridge], timeout)[0]
+    finally:
+        # conns[0] is the bridge's: "stop" (unless sent above), the others' "exit".
+        for i, c in enumerate(conns):
+            if i or not stopped:
+                try:
+                    c.send("stop" if i == 0 else ("exit",))
+                except OSError:
+                    pass
+        for p in procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        for c in conns:
+            c.close()
+        pub.close()
+    return {"sizes": sizes, "subscribers": subscribers, "repeats": repeats, "counts": counts, "rows": rows,
+            "bridge": {"forwarded": bridge_end[0], "lost": bridge_end[1]}, "published": pub.sent}
+
+
+def format_fanout(res: Dict[str, Any]) -> str:
+    """The fan-out rows: per size, each subscriber's GB/s with 1 and N subscribers, and the ratio."""
+    head = ("bridge fan-out: fastcopy.net.Publisher -> tcp/127.0.0.1 -> Bridge.into -> local Topic -> "
+            "subscribers (child processes) reading recv_view; GB/s per subscriber, median of "
+            f"{res['repeats']} rounds; ratio: the slowest of N over a single subscriber")
+    out = [head]
+    for row in res["rows"]:
+        cells = []
+        for n, g in row["gbps"].items():
+            cells.append(f"{n} subscriber{'s' if n > 1 else ''}: " + ", ".join(f"{x:.2f}" for x in g))
+        cells += [f"min of {n} / single {r:.2f}x" for n, r in row["ratio"].items()]
+        out.append(f"{row['size'] >> 10:>8} KiB  " + "  ".join(cells))
+    return "\n".join(out)
+
+
 def main() -> None:
     import os
 
@@ -299,6 +519,8 @@ def main() -> None:
         base = per["fastcopy.net"]
         row = "  ".join(f"{name}: {size / t / 1e9:.2f} GB/s ({t / base:.2f}x)" for name, t in per.items())
         print(f"{size >> 10:>6} KiB  {row}")
+    if not available()["fastcopy.net"]:
+        print(format_fanout(run_fanout()))
 
 
 if __name__ == "__main__":
