@@ -128,7 +128,8 @@ def add_bench_parser(sub: Any) -> argparse.ArgumentParser:
                         "*_view configurations) fill a loaned slot, the same for all: memmove (glibc memmove: ctypes.memmove or np.copyto; default) or fastcopy (fastcopy.copy)")
     p.add_argument("--net", action="store_true",
                    help="--ipc: also the network transports of fastcopy.net.bench over loopback tcp (net: "
-                        "fastcopy.net, zenoh_plain: Zenoh put of tobytes, zmq_pubsub: pyzmq PUB/SUB copy=False); "
+                        "fastcopy.net, zenoh_plain: Zenoh put of tobytes, zmq_pubsub: pyzmq PUB/SUB copy=False), "
+                        "then the bridge fan-out rows (one Bridge.into feeding 1 and 3 local Topic subscribers); "
                         "needs the net extra (eclipse-zenoh) and pyzmq")
     p.add_argument("--cache", choices=list(engine.CACHE_MODES), default="hot",
                    help="hot: the same buffers every iteration (default); cold: each copy reads a different source "
@@ -306,6 +307,21 @@ def _topic(p: argparse.ArgumentParser, args: argparse.Namespace, argv: List[str]
     return 0
 
 
+def _net_fanout(kwargs: dict) -> dict:
+    """``bench --ipc --net``: the bridge fan-out rows (fastcopy.net.bench.run_fanout: one bridge
+    feeding 1 and 3 local Topic subscribers) at the --sizes and --repeats given, printed after the
+    table; a setup that fails is reported as skipped, as a transport's is."""
+    from ..net import bench as net_bench
+
+    try:
+        res = net_bench.run_fanout(**{k: kwargs[k] for k in ("sizes", "repeats") if k in kwargs})
+    except (RuntimeError, ValueError, OSError) as e:
+        print(f"skipped net fan-out: {type(e).__name__}: {e}")
+        return {"skipped": f"{type(e).__name__}: {e}"}
+    print(net_bench.format_fanout(res))
+    return res
+
+
 def _ipc(p: argparse.ArgumentParser, args: argparse.Namespace, argv: List[str]) -> int:
     """``bench --ipc``: fastcopy.shm.Channel (copy and zero copy) against the alternatives (fastcopy.bench.ipc)."""
     for option, given in (("--offset", args.offset is not None), ("--offsets", args.offsets is not None),
@@ -349,10 +365,13 @@ def _ipc(p: argparse.ArgumentParser, args: argparse.Namespace, argv: List[str]) 
     except ValueError as e:
         p.error(f"argument --{'variants' if 'transport' in str(e) else 'ipc'}: {e}")
     print(format_ipc_table(results))
+    fanout = _net_fanout(kwargs) if args.net else None
     if args.json:
         doc = system.metadata([sys.executable, "-m", "fastcopy"] + argv)
         doc.update({"kind": "ipc", "config": {k: v for k, v in kwargs.items()}, "ipc": results,
                     "results": results.get("rows", []) if isinstance(results, dict) else list(results)})
+        if fanout is not None:
+            doc["net_fanout"] = fanout
         return save_json(args.json, doc, f"{len(doc['results'])} results")
     return 0
 
