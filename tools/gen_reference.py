@@ -114,6 +114,9 @@ def profile_section(p: Dict[str, Any], classes: List[str]) -> List[str]:
     else:
         guard = (f"only where (dst - src) mod 4096 is 0 or at least {nt['min_page_distance']}"
                  if nt["min_page_distance"] else "at every page distance")
+        if nt["min_page_distance"] and nt.get("min_page_distance_below") is not None:
+            guard += (f" below {size(nt['min_page_distance_below'])} in private copies (at every distance from "
+                      "there; copies into and out of shared memory keep the guard at every size)")
         out += [f"`{nt['kernel']}` for copies without overlap from the threshold up, {guard}. "
                 "The threshold follows the L3 size the CPU reports:", ""]
         out += table(["L3", "threshold", "why"],

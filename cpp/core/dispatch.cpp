@@ -210,8 +210,8 @@ void copy_bytes_to_shared(void* dst, const void* src, std::size_t n, policy::Sha
     // Nothing to choose: no twin, the profile streams already, or a page distance where the
     // profile's NT rule forbids streaming stores (their loads 4K-alias the stores in flight).
     const std::uintptr_t off = (reinterpret_cast<std::uintptr_t>(dst) - reinterpret_cast<std::uintptr_t>(src)) & 4095;
-    const std::size_t min_distance = p.region[static_cast<int>(Region::ToShared)].nt.min_page_distance;
-    if (!streaming || streaming == cached || (off != 0 && off < min_distance)) {
+    const policy::NtRule& nt = p.region[static_cast<int>(Region::ToShared)].nt;
+    if (!streaming || streaming == cached || (off != 0 && off < nt.min_page_distance && n < nt.min_page_distance_below)) {
         copy_bytes(dst, src, n, Region::ToShared);
         return;
     }

@@ -45,6 +45,9 @@ struct Spec {
     NtKind nt;
     const char* nt_kernel;
     std::size_t nt_min_page_distance;  // NtRule::min_page_distance
+    // NtRule::min_page_distance_below in the private region, where the pool splits large copies;
+    // copies into and out of shared memory keep the guard at every size (one thread).
+    std::size_t nt_min_page_distance_below = SIZE_MAX;
     // The NT rule of copies into and out of shared memory, when it differs from `nt`: a peer
     // process runs on the other CPUs there, so the pool cannot help the copy, and the peer
     // reads what was written. `shared_nt_why` says why.

@@ -63,8 +63,9 @@ const char* const kZen4NoAvx512 =
     "best even with avx2 and up to 3x slower at some distances; it does not lower the clock either "
     "(evidence: kernels-avx512-zen4, kernels-no-clock-drop)";
 const char* const kZen4NtDistance =
-    "non-temporal stores only when (dst - src) mod 4096 is 0 or at least 512: they lose at small distances on Zen 4 "
-    "too, and one threshold serves every distance (evidence: zen4-nt-page-distance)";
+    "non-temporal stores below 32 MiB only when (dst - src) mod 4096 is 0 or at least 512: they lose at small "
+    "distances on Zen 4 too, and one threshold serves every distance; from 32 MiB, split over the pool, they win at "
+    "every distance (evidence: zen4-nt-page-distance)";
 
 const char* const kZen4LibcGap =
     "the C library at 448-575 B page-aligned and far: glibc beats the AVX2 loop there (evidence: zen4-libc-448-575)";
@@ -138,12 +139,14 @@ Spec other_amd_spec() {
 }
 
 Spec zen4_spec() {
-    return amd_spec("amd-zen4", 25, kMatchAvx2 | kMatchAvx512, kZen4Table,
-                    {"AMD EPYC family 25 model 17 stepping 1 (Zen 4, Genoa) under KVM, 2 vCPUs, 32 MiB L3", "2026-12-01",
-                     "glibc 2.36",
-                     "cpp/bench/kernel_bench: kernels interleaved, medians of 9-31 rounds, hot caches (evidence: "
-                     "zen4-avx2-from-192, zen4-nt-half-l3)"},
-                    {kZen4NoAvx512, kZen4NtDistance});
+    Spec s = amd_spec("amd-zen4", 25, kMatchAvx2 | kMatchAvx512, kZen4Table,
+                      {"AMD EPYC family 25 model 17 stepping 1 (Zen 4, Genoa) under KVM, 2 vCPUs, 32 MiB L3",
+                       "2026-12-01", "glibc 2.36",
+                       "cpp/bench/kernel_bench: kernels interleaved, medians of 9-31 rounds, hot caches (evidence: "
+                       "zen4-avx2-from-192, zen4-nt-half-l3)"},
+                      {kZen4NoAvx512, kZen4NtDistance});
+    s.nt_min_page_distance_below = 32 * MiB;  // evidence: zen4-nt-page-distance
+    return s;
 }
 
 // ---- AMD Zen 5 (family 26) --------------------------------------------------------------

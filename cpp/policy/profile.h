@@ -79,6 +79,10 @@ struct NtRule {
     // distances the loads 4K-alias the streaming stores still in flight (evidence:
     // zen3-nt-page-distance, zen4-nt-page-distance). 0: every distance.
     std::size_t min_page_distance = 0;
+    // The guard above covers copies below this size only; from it on, every distance streams:
+    // split over the pool, large streamed copies win at small distances too (evidence:
+    // zen4-nt-page-distance). SIZE_MAX: every size.
+    std::size_t min_page_distance_below = SIZE_MAX;
 };
 // True when the NT rule applies to this copy (size, no overlap, page distance).
 inline bool nt_applies(const NtRule& nt, const void* dst, const void* src, std::size_t n);
@@ -145,7 +149,7 @@ inline bool ranges_overlap(const void* dst, const void* src, std::size_t n) {
 inline bool nt_applies(const NtRule& nt, const void* dst, const void* src, std::size_t n) {
     if (n < nt.threshold || ranges_overlap(dst, src, n)) return false;
     std::uintptr_t off = (reinterpret_cast<std::uintptr_t>(dst) - reinterpret_cast<std::uintptr_t>(src)) & 4095;
-    return off == 0 || off >= nt.min_page_distance;
+    return off == 0 || off >= nt.min_page_distance || n >= nt.min_page_distance_below;
 }
 
 // ---- kernels as the policy sees them (registry + CPU facts) ---------------------------
@@ -206,6 +210,7 @@ struct BuiltinTable {
     BuiltinRegionSpec region[kRegions];
     std::string nt_kernel;  // "": no non-temporal stores
     std::size_t nt_min_page_distance = 0;
+    std::size_t nt_min_page_distance_below = SIZE_MAX;  // in the private region (NtRule::min_page_distance_below)
     std::vector<NtExample> nt_examples;  // the NT threshold for a few L3 sizes
     std::vector<NtExample> shared_nt_examples;  // the same for copies into and out of shared memory
     std::size_t parallel_from = SIZE_MAX;

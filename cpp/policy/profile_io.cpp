@@ -460,14 +460,25 @@ Profile parse_profile(const std::string& json_text, const std::string& source, c
         rules.nt.why = optional_text(nt, "why", rp + ".nt");
         if (const Json* md = nt.get("min_page_distance")) {
             rules.nt.min_page_distance = size_field(*md, rp + ".nt.min_page_distance", 0, kMaxPageDistance, false);
+            if (const Json* below = nt.get("min_page_distance_below"))
+                rules.nt.min_page_distance_below =
+                    size_field(*below, rp + ".nt.min_page_distance_below", 0, kMaxSizeValue, true);
+        } else if (nt.get("min_page_distance_below")) {
+            bad(rp + ".nt.min_page_distance_below", "needs min_page_distance, the guard it limits");
         } else if (rules.nt.threshold != SIZE_MAX) {
             // Not stated: keep the built-in profile's guard for this CPU. Streaming stores at small
             // page distances can run several times slower than plain ones (evidence:
             // zen3-nt-page-distance); a profile that did not measure those distances keeps the guard.
-            rules.nt.min_page_distance = builtin_profile(cpu).region[r].nt.min_page_distance;
+            const NtRule& builtin_nt = builtin_profile(cpu).region[r].nt;
+            rules.nt.min_page_distance = builtin_nt.min_page_distance;
+            rules.nt.min_page_distance_below = builtin_nt.min_page_distance_below;
             if (rules.nt.min_page_distance)
                 rules.nt.why += (rules.nt.why.empty() ? "" : "; ") + std::string("only at (dst - src) mod 4096 = 0 or >= ") +
-                                std::to_string(rules.nt.min_page_distance) + " (the built-in profile's guard)";
+                                std::to_string(rules.nt.min_page_distance) +
+                                (rules.nt.min_page_distance_below == SIZE_MAX
+                                     ? std::string()
+                                     : " below " + std::to_string(rules.nt.min_page_distance_below) + " bytes") +
+                                " (the built-in profile's guard)";
         }
         const Json* ntk = nt.get("kernel");
         if (rules.nt.threshold != SIZE_MAX) {
@@ -554,7 +565,8 @@ std::string to_json(const Profile& p) {
         }
         o += "      \"nt\": {\"threshold\": " + size_json(rules.nt.threshold) + ", \"kernel\": " +
              (rules.nt.kernel && rules.nt.threshold != SIZE_MAX ? quote(rules.nt.kernel) : std::string("null")) +
-             ", \"min_page_distance\": " + std::to_string(rules.nt.min_page_distance) + ", \"why\": " +
+             ", \"min_page_distance\": " + std::to_string(rules.nt.min_page_distance) +
+             ", \"min_page_distance_below\": " + size_json(rules.nt.min_page_distance_below) + ", \"why\": " +
              quote(rules.nt.why) + "},\n";
         o += "      \"rep_movsb_on\": " + size_json(rules.erms_on_request) + "\n";
         o += std::string("    }") + (r + 1 < kRegions ? ",\n" : "\n");

@@ -115,6 +115,7 @@ py::dict profile_dict(const policy::Profile& p) {
         nt["kernel"] = rules.nt.kernel && rules.nt.threshold != SIZE_MAX ? py::object(py::str(rules.nt.kernel))
                                                                           : py::object(py::none());
         nt["min_page_distance"] = rules.nt.min_page_distance;
+        nt["min_page_distance_below"] = size_or_none(rules.nt.min_page_distance_below);
         nt["why"] = rules.nt.why;
         region["nt"] = nt;
         region["rep_movsb_on"] = size_or_none(rules.erms_on_request);

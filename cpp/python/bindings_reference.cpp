@@ -55,6 +55,8 @@ py::list builtin_profile_table() {
         py::dict nt;
         nt["kernel"] = t.nt_kernel.empty() ? py::object(py::none()) : py::object(py::str(t.nt_kernel));
         nt["min_page_distance"] = t.nt_min_page_distance;
+        nt["min_page_distance_below"] =
+            t.nt_min_page_distance_below == SIZE_MAX ? py::object(py::none()) : py::object(py::int_(t.nt_min_page_distance_below));
         auto examples = [](const std::vector<policy::NtExample>& from) {
             py::list out;
             for (const policy::NtExample& e : from) {

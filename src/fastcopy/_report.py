@@ -22,6 +22,13 @@ _REGION_TITLES = {
 }
 
 
+
+def _guard_end(nt: Dict[str, Any]) -> str:
+    """Words for where the NT rule's page-distance guard ends ("" when it covers every size)."""
+    below = nt.get("min_page_distance_below")
+    return "" if below is None else f" below {human_size(below)} (every distance from there)"
+
+
 def _cpu_brand() -> Optional[str]:
     """Brand string from py-cpuinfo, imported only here (it is slow to import)."""
     try:
@@ -251,7 +258,8 @@ def _region_summary(region: Dict[str, Any], forced: Optional[str]) -> List[str]:
         rows = [f"  {', '.join(_CLASS_TITLES[c] for c in classes)}: {words}" for classes, words in groups]
     nt = region["nt"]
     if nt["threshold"] is not None and not forced:
-        cond = f", at (dst - src) mod 4096 = 0 or >= {nt['min_page_distance']}" if nt["min_page_distance"] else ""
+        cond = f", at (dst - src) mod 4096 = 0 or >= {nt['min_page_distance']}{_guard_end(nt)}" \
+            if nt["min_page_distance"] else ""
         rows.append(f"  non-temporal stores ({nt['kernel']}) from {human_size(nt['threshold'])}{cond}")
     return rows
 
@@ -345,7 +353,7 @@ def _format_profile(profile: Dict[str, Any], source: Dict[str, Any]) -> List[str
             rows.append(f"  non-temporal stores: never ({nt['why']})")
         else:
             cond = "" if not nt["min_page_distance"] else \
-                f", only at (dst - src) mod 4096 = 0 or >= {nt['min_page_distance']}"
+                f", only at (dst - src) mod 4096 = 0 or >= {nt['min_page_distance']}{_guard_end(nt)}"
             rows.append(f"  non-temporal stores ({nt['kernel']}) from {human_size(nt['threshold'])} without "
                         f"overlap{cond}: {nt['why']}")
         return rows

@@ -5,17 +5,19 @@ store into the ring (cached or streaming, learned as they run).
 from __future__ import annotations
 
 import gc
+import json
 import os
 import subprocess
 import sys
 import textwrap
+from typing import List
 
 import numpy as np
 import pytest
 from _child import SRC
 from _shm_layout import PAGE
 from _fixtures import pair  # noqa: F401  (a fixture)
-from conftest import no_subprocess
+from conftest import no_subprocess, profile_forced
 
 import fastcopy
 from fastcopy import _core
@@ -329,15 +331,12 @@ def test_a_forced_kernel_is_not_replaced_by_the_store_mode(tmp_path):
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
-def test_fills_at_a_page_distance_the_nt_rule_forbids_are_not_timed(loan_fills_can_stream):
-    # Streaming stores whose loads 4K-alias the stores in flight run several times slower; the
-    # profile's NT rule names the distances where they are never used, and the store mode
-    # does not try them there either (the forced profile's rule: none at distances 1-127).
-    assert fastcopy.info()["profile"]["regions"]["to_shared"]["nt"]["min_page_distance"] == 128
+def _fill_loans_at_distance_64(n: int) -> List:
+    """Fills 20 loans of n bytes from a source 64 bytes behind them (mod 4096); the store modes
+    the Channel recorded."""
     tx = Channel.create(capacity=4 << 20)
     rx = Channel.attach(tx.name)
     try:
-        n = 1 << 20
         buf = np.empty(n + 8192, np.uint8)
         start = (4032 - buf.ctypes.data) % PAGE  # src at page offset 4032: a page-aligned loan is 64 ahead
         src = buf[start:start + n]
@@ -347,7 +346,27 @@ def test_fills_at_a_page_distance_the_nt_rule_forbids_are_not_timed(loan_fills_c
                 assert (a.ctypes.data - src.ctypes.data) % PAGE == 64
                 fastcopy.copy(a, src)
             assert np.array_equal(rx.recv_view(), src)
-        assert tx.store_modes == [], tx.store_modes
+        return list(tx.store_modes)
     finally:
         rx.close()
         tx.close()
+
+
+def test_fills_beyond_the_guards_size_limit_are_timed_at_any_distance(loan_fills_can_stream):
+    # The NT rule's guard limited to copies below 512 KiB (min_page_distance_below): 1 MiB fills at
+    # distance 64 may stream, so the store mode times both ways there.
+    profile = json.loads(fastcopy._core.active_profile_json())
+    profile["regions"]["to_shared"]["nt"]["min_page_distance_below"] = 512 << 10
+    with profile_forced(profile):
+        assert fastcopy.info()["profile"]["regions"]["to_shared"]["nt"]["min_page_distance_below"] == 512 << 10
+        assert _fill_loans_at_distance_64(1 << 20) != []
+
+
+def test_fills_at_a_page_distance_the_nt_rule_forbids_are_not_timed(loan_fills_can_stream):
+    # Streaming stores whose loads 4K-alias the stores in flight run several times slower; the
+    # profile's NT rule names the distances where they are never used, and the store mode
+    # does not try them there either (the forced profile's rule: none at distances 1-127).
+    assert fastcopy.info()["profile"]["regions"]["to_shared"]["nt"]["min_page_distance"] == 128
+    assert fastcopy.info()["profile"]["regions"]["to_shared"]["nt"]["min_page_distance_below"] is None
+    assert _fill_loans_at_distance_64(1 << 20) == []
+
