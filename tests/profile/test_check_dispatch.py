@@ -317,6 +317,6 @@ def test_placement_spread_benchmark_runs(capsys):
     assert all(f"{names[0]}/{names[1]} geometric mean" in line and "at " in line and "/3 placements" in line
                for line in lines)
     with pytest.raises(SystemExit, match="SIZE@DISTANCE"):
-        mod.main(["--points", "300@5000"])
+        mod.main(["--kernels", ",".join(names), "--points", "300@5000"])
     with pytest.raises(SystemExit, match="not usable here"):
         mod.main(["--kernels", "generic,no-such-kernel"])
