@@ -20,9 +20,10 @@
 //                 direction is correct. Below W the ladder steps down through V::Half.
 //   n >  8W       head and tail kept in registers, then a loop of 4 loads + 4 aligned stores
 //                 runs forward (dst <= src or disjoint) or backward (dst inside (src,
-//                 src+n), or disjoint at a short page distance where the trait asks for it:
-//                 copies_backward_at_distance); the saved head/tail are stored last. Every store writes the
-//                 original source byte of its position, so the result equals memmove's.
+//                 src+n), or disjoint at a short page distance where the trait asks for
+//                 it: copies_backward_at_distance); the saved head/tail are stored last.
+//                 Every store writes the original source byte of its position, so the
+//                 result equals memmove's.
 // The streaming kernel adds a forward loop of non-temporal 64-byte lines for large
 // disjoint copies. No block reads or writes a byte outside [src, src+n) / [dst, dst+n).
 #pragma once
@@ -149,11 +150,11 @@ FASTCOPY_OP void loop_and_head_backward(u8* d, const u8* s, size_t n) {
 
 // A disjoint copy of more than 8W bytes at page distance (dst - src) mod 4096 = distance runs
 // the backward loop when 0 < distance < V::kBackwardBelowPageDistance. Going forward there,
-// each loop's loads sit at the same offsets within their 4 KiB page as the stores just issued
-// (4K aliasing): on Zen 4 the AVX2 forward loop ran 0.44-0.62x glibc at 1.2-2 KiB for some
-// buffer placements, and the backward loop never did (evidence: kernels-backward-short-distance).
-// glibc's x86_64 memmove copies backward at distances below 256 for the same reason.
-// Page-aligned copies (distance 0) alias nothing and stay forward.
+// each loop's loads sit at the same offsets within their 4 KiB page as the stores just made
+// (4K aliasing), and the forward loop collapses at some buffer placements where the backward
+// one does not; glibc's x86_64 memmove copies backward at these distances for the same reason
+// (evidence: kernels-backward-short-distance). Page-aligned copies (distance 0) alias nothing
+// and stay forward.
 template <class V>
 FASTCOPY_OP bool copies_backward_at_distance(std::uintptr_t distance) {
     return distance != 0 && distance < V::kBackwardBelowPageDistance;

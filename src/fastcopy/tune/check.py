@@ -39,6 +39,8 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 
 import numpy as np
 
+from .decide import point_class
+
 PAGE = 4096
 DEFAULT_POINTS = 60
 DEFAULT_REPEATS = 15
@@ -115,13 +117,6 @@ def backward_shift(size: int, rng: random.Random) -> int:
     placements draw it here)."""
     top = min(NEAR_MAX, size - 1) if rng.random() < 0.5 else size - 1
     return rng.randint(1, top)
-
-
-def point_class(point: Dict[str, Any]) -> str:
-    """The profile's address class of a measured point (``decide.point_class``)."""
-    from .decide import point_class as of_point
-
-    return of_point(point)
 
 
 # ---- statistics (pure functions) ----------------------------------------------------------
