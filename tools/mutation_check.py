@@ -65,6 +65,9 @@ def sync_tree(tree: Path) -> int:
     return changed
 
 
+MODULE_TARGET = "_core"  # the CMake target of the Python extension; each ctest name is its binary's target
+
+
 class Runner:
     def __init__(self, scratch: Path, timeout: float, verbose: bool, build_jobs: int):
         self.scratch = scratch
@@ -103,22 +106,23 @@ class Runner:
             raise SystemExit(f"cmake configure failed:\n{r.stdout}\n{r.stderr}")
         self.configured = True
 
-    def build_all(self, module_only: bool = False) -> Optional[str]:
-        """Builds the module and (unless module_only) the C++ tests; installs the module into
-        tree/src/fastcopy. Returns None, or the compiler's output on failure."""
+    def build_targets(self, targets: Optional[List[str]] = None) -> Optional[str]:
+        """Builds `targets` (None: every target), and installs the module into tree/src/fastcopy
+        when it is one of them. Returns None, or the compiler's output on failure."""
         if not self.configured:
             self.configure()
         jobs = str(self.build_jobs)
-        target = ["--target", "_core"] if module_only else []
-        r = subprocess.run(["cmake", "--build", str(self.build), "-j", jobs, *target], capture_output=True,
+        names = [] if targets is None else ["--target", *targets]
+        r = subprocess.run(["cmake", "--build", str(self.build), "-j", jobs, *names], capture_output=True,
                            text=True)
         if r.returncode != 0:
             return (r.stdout + r.stderr)[-4000:]
-        pkg = self.tree / "src" / "fastcopy"
-        for old in pkg.glob("_core*.so"):
-            old.unlink()
-        for so in self.build.glob("_core*.so"):
-            shutil.copy2(so, pkg / so.name)
+        if targets is None or MODULE_TARGET in targets:
+            pkg = self.tree / "src" / "fastcopy"
+            for old in pkg.glob("_core*.so"):
+                old.unlink()
+            for so in self.build.glob("_core*.so"):
+                shutil.copy2(so, pkg / so.name)
         return None
 
     def run_tests(self, m_pytest: List[str], m_ctest: List[str]) -> tuple[bool, str, bool]:
@@ -174,7 +178,7 @@ def prepare_scratch(runner: "Runner") -> tuple[int, Optional[str]]:
     """Syncs and builds one worker's scratch copy; returns (files updated, error or None)."""
     runner.tree.mkdir(parents=True, exist_ok=True)
     n_changed = sync_tree(runner.tree)
-    err = runner.build_all()
+    err = runner.build_targets()
     if err:
         return n_changed, f"{err}\nthe unmutated tree in {runner.tree} does not build"
     check = subprocess.run([sys.executable, "-c", "import fastcopy; print(fastcopy.__file__)"], cwd=runner.tree,
@@ -245,7 +249,10 @@ def run_mutants(runner: "Runner", mutants: List[Mutant], stale: Dict[str, str]) 
             assert original_text[m.offset:m.offset + len(m.original)] == m.original, m.name
             path.write_text(original_text[:m.offset] + m.replacement + original_text[m.offset + len(m.original):])
             if m.is_cpp:
-                err = runner.build_all(module_only=not m.ctest)  # no C++ test to run: skip their links
+                # Only what the mutant's tests run: the module for pytest, each named C++ test
+                # binary for ctest (the other links, and the Python bindings' translation units
+                # behind a changed header, would be built for nothing).
+                err = runner.build_targets(([MODULE_TARGET] if m.pytest else []) + m.ctest)
                 if err:
                     results[m.name] = "BROKEN"
                     say(f"BROKEN    {m.name}: the mutant does not compile\n{err[-1500:]}")
@@ -267,7 +274,7 @@ def run_mutants(runner: "Runner", mutants: List[Mutant], stale: Dict[str, str]) 
             say(f"killed    {m.name} ({dt:.0f} s, by {what})")
     # Leave the scratch module unmutated for the next run's first build.
     if any(m.is_cpp for m in mutants):
-        runner.build_all()
+        runner.build_targets()
     return results
 
 

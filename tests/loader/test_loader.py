@@ -166,7 +166,8 @@ except WorkerError as e:
 
 def test_worker_killed_before_its_first_batch_surfaces(tmp_path):
     # The worker dies before it is the producer of its channel: the wait sees its process end.
-    proc = run_script(tmp_path, KILLED_AT_START, timeout=60)
+    # The script ends in about 2 s; the bound only stops a wait that never ends.
+    proc = run_script(tmp_path, KILLED_AT_START, timeout=20)
     assert proc.returncode == 0, explain(proc)
     assert "ERROR worker 1" in proc.stdout and "killed by SIGKILL" in proc.stdout, explain(proc)
 

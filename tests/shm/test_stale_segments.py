@@ -94,11 +94,12 @@ def test_shm_cli_skips_what_is_not_a_regular_file(tmp_path):
     os.symlink(target, "/dev/shm/" + odd["link"])
     os.mkdir("/dev/shm/" + odd["dir"])
     cli = [sys.executable, "-m", "fastcopy", "shm", "--prefix", prefix]
-    listing = subprocess.run(cli + ["--list"], capture_output=True, text=True, env=child_env(), timeout=30)
+    # Each CLI call ends in well under a second; the bound only stops one blocked on the FIFO.
+    listing = subprocess.run(cli + ["--list"], capture_output=True, text=True, env=child_env(), timeout=10)
     assert listing.returncode == 0, listing.stderr
     rows = {line.split()[0]: line for line in listing.stdout.splitlines()[1:]}
     assert set(rows) == {stale_name} and rows[stale_name].endswith("stale"), listing.stdout
-    cleaned = subprocess.run(cli + ["--clean"], capture_output=True, text=True, env=child_env(), timeout=30)
+    cleaned = subprocess.run(cli + ["--clean"], capture_output=True, text=True, env=child_env(), timeout=10)
     assert cleaned.returncode == 0, cleaned.stderr
     removed = [line for line in cleaned.stdout.splitlines() if line.startswith("removed ")]
     assert removed == [f"removed /dev/shm/{stale_name}"], cleaned.stdout
