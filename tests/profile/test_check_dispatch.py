@@ -243,6 +243,50 @@ def test_pool_variants_from_the_parallel_threshold():
     assert point["picked"] == "generic x2"
 
 
+def test_cold_check_evicts_before_every_copy_it_times(monkeypatch):
+    """A cold check times one copy per sample, each right after the eviction (twice the
+    last-level cache written over on every thread the pool uses), and says so in its report."""
+    evictions, copies = [], []
+    real_evict, real_loop = check.Evictor.__call__, check._loop
+
+    def counting_evict(self):
+        evictions.append(len(copies))
+        real_evict(self)
+
+    def counting_loop(f, dst, src, n):
+        copies.append(n)
+        return real_loop(f, dst, src, n)
+
+    monkeypatch.setattr(check.Evictor, "__call__", counting_evict)
+    monkeypatch.setattr(check, "_loop", counting_loop)
+    with profile_forced(generic_profile(), "test: generic everywhere"):
+        result = fastcopy.check_dispatch(points=2, seed=3, repeats=3, min_size=1 << 20, max_size=(1 << 20) + 4096,
+                                         cold=True)
+    _assert_consistent(result, 2)
+    samples = sum(len(v) for p in result["points"] for v in p["seconds"].values())
+    reruns = sum(p["reruns"] for p in result["points"])
+    # every timed copy is one call, and each comes right after an eviction (none between two copies)
+    assert len(evictions) == samples + reruns
+    assert all(n == 1 for p in result["points"] for n in p["iterations"].values())
+    assert evictions == sorted(set(evictions)) and copies == [1] * (samples + reruns)
+    c = result["config"]
+    assert c["cold"] is True and c["evict_bytes"] == check.evict_bytes() >= 2 * (_core.cpu_facts()["l3_bytes"] or 0)
+    assert "one cold copy per variant" in result["report"] and "hot caches" not in result["report"]
+
+
+def test_hot_check_says_so():
+    with profile_forced(generic_profile(), "test: generic everywhere"):
+        result = fastcopy.check_dispatch(points=1, seed=3, repeats=2, min_time=0.0001, max_size=4096)
+    assert result["config"]["cold"] is False and "hot caches" in result["report"]
+
+
+@pytest.mark.parametrize("bad", [dict(cold=True), dict(cold=True, min_size=(1 << 20) - 1, max_size=1 << 21),
+                                 dict(cold=1)])
+def test_cold_check_needs_sizes_from_one_mib(bad):
+    with pytest.raises(ValueError, match="check_dispatch: (a cold check|cold must be)"):
+        fastcopy.check_dispatch(**bad)
+
+
 @pytest.mark.parametrize("bad", [dict(points=0), dict(repeats=1), dict(min_time=0), dict(min_size=100, max_size=99),
                                  dict(points=True), dict(confidence=1.0)])
 def test_bad_check_arguments_are_refused(bad):
@@ -273,6 +317,16 @@ def test_tune_check_command_line(tmp_path):
     assert r.returncode == 2 and "--show does not apply" in r.stderr
     r = cli("tune", "--check", "--repeats", "1", env=env)
     assert r.returncode == 2 and "at least 2 repeats" in r.stderr
+    for args, error in ((["--check", "--cold", "--min-size", "64K"], "--cold: needs --min-size of at least 1 MiB"),
+                        (["--check", "--min-size", "2M", "--max-size", "1M"], "need 1 <= min"),
+                        (["--cold"], "--cold: applies to --check only"),
+                        (["--seed", "3", "--dry-run"], "--seed: applies to --check only"),
+                        (["--check", "--max-size", "lots"], "--max-size")):
+        r = cli("tune", *args, env=env)
+        assert r.returncode == 2 and error in r.stderr, (args, r.stderr)
+    r = cli("tune", "--check", "--cold", "--points", "1", "--seed", "5", "--repeats", "2", "--max-size", "1M",
+            env=env, timeout=300)
+    assert r.returncode == 0 and "one cold copy per variant" in r.stdout and " 1 MiB-1 MiB" in r.stdout, r.stderr
 
 
 def test_report_names_lowest_points_and_winner():

@@ -13,6 +13,9 @@ was tuned on:
   class), half of them at a shift of 1..255 bytes;
 - each point on fresh numpy allocations (where the allocator puts them is part of what a user
   gets), with the same buffers for every variant of that point (hot caches);
+- with ``cold`` (sizes from 1 MiB), each variant timed one copy at a time instead, each copy
+  after writing a buffer of twice the last-level cache, so that neither buffer is cached: the
+  state of an array a program has not touched for a while;
 - each variant timed in loops of at least ``min_time`` seconds, after an untimed calibration
   loop, so neither the timer nor the first iterations weigh; the variants interleaved in a new
   order every repeat; medians. A loop during which this thread was not running (its CPU time
@@ -63,6 +66,13 @@ AUTO = "auto"
 COPYTO = "np.copyto"
 # Calibration doubles the iterations until a loop lasts min_time; this many doublings at most.
 MAX_DOUBLINGS = 40
+# Cold points: one copy per sample, so a call's own cost (about a microsecond through Python)
+# must stay small against the copy: from 1 MiB it is under 2 % at 50 GB/s.
+COLD_MIN_SIZE = 1 << 20
+# The buffer written before each cold copy: this many times the last-level cache (at least
+# COLD_EVICT_MIN_BYTES when the cache size is unknown).
+COLD_EVICT_FACTOR = 2
+COLD_EVICT_MIN_BYTES = 64 << 20
 
 
 # ---- the points -------------------------------------------------------------------------
@@ -230,9 +240,50 @@ def _timed(f: Callable[[Any, Any], Any], dst: np.ndarray, src: np.ndarray, n: in
     return wall / n, again
 
 
+def evict_bytes() -> int:
+    """How many bytes a cold point writes before each copy: COLD_EVICT_FACTOR times the
+    last-level cache this process detected (sysfs before CPUID), at least COLD_EVICT_MIN_BYTES."""
+    from .. import _core
+
+    facts = _core.cpu_facts()
+    llc = facts.get("l3_bytes") or facts.get("l2_bytes") or 0
+    return max(COLD_EVICT_FACTOR * int(llc), COLD_EVICT_MIN_BYTES)
+
+
+class Evictor:
+    """Writes ``nbytes`` of scratch memory, copied from as many other bytes, on every thread the
+    pool copies with: the last-level cache and each worker's own caches then hold none of a
+    point's buffers (a pool variant's workers would otherwise keep their chunks of the last copy)."""
+
+    def __init__(self, nbytes: int):
+        import fastcopy
+
+        self.nbytes = nbytes
+        self.dst = np.zeros(nbytes, np.uint8)
+        self.src = np.ones(nbytes, np.uint8)
+        threads = fastcopy.get_threads()
+        self.copy = fastcopy.kernel("generic", threads) if threads > 1 else np.copyto
+
+    def __call__(self) -> None:
+        self.copy(self.dst, self.src)
+
+
+def _timed_cold(f: Callable[[Any, Any], Any], dst: np.ndarray, src: np.ndarray,
+                evict: Callable[[], None]) -> Tuple[float, int]:
+    """(seconds, copies run again): one copy right after ``evict()`` (neither buffer is then
+    cached), run again like ``_timed`` when the thread lost its CPU during it."""
+    for again in range(RERUNS + 1):
+        evict()
+        wall, cpu = _loop(f, dst, src, 1)
+        if cpu >= RUNNING_SHARE * wall:
+            break
+    return wall, again
+
+
 def measure_point(size: int, offset: int, repeats: int, min_time: float, rng: random.Random,
-                  overlap: bool = False) -> Dict[str, Any]:
-    """Times every variant at one point on fresh buffers; seconds per copy, one per repeat."""
+                  overlap: bool = False, evict: Optional[Callable[[], None]] = None) -> Dict[str, Any]:
+    """Times every variant at one point on fresh buffers; seconds per copy, one per repeat.
+    With ``evict`` (a cold point), each sample is one copy right after ``evict()``."""
     from .. import _core
 
     dst, src = place(size, offset, rng.randrange(1 << 30), overlap)
@@ -247,14 +298,20 @@ def measure_point(size: int, offset: int, repeats: int, min_time: float, rng: ra
         if not np.array_equal(dst, original):
             raise RuntimeError(f"fastcopy check: {name} copied wrong bytes at {size} B, offset {offset}"
                                + (" (overlapping)" if overlap else ""))
-    loops = {name: _calibrate(f, dst, src, min_time) for name, f in variants.items()}
+    if evict is None:
+        loops = {name: _calibrate(f, dst, src, min_time) for name, f in variants.items()}
+    else:
+        loops = {name: 1 for name in variants}
     samples: Dict[str, List[float]] = {name: [] for name in variants}
     reruns = 0
     order = list(variants)
     for _ in range(repeats):
         rng.shuffle(order)
         for name in order:
-            seconds, again = _timed(variants[name], dst, src, loops[name])
+            if evict is None:
+                seconds, again = _timed(variants[name], dst, src, loops[name])
+            else:
+                seconds, again = _timed_cold(variants[name], dst, src, evict)
             samples[name].append(seconds)
             reruns += again
     picked = _core.chosen_kernel(dst.ctypes.data, src.ctypes.data, size)
@@ -319,20 +376,24 @@ def judge_point(point: Dict[str, Any], level: float = CONFIDENCE, seed: int = 0)
 
 
 # ---- the whole check --------------------------------------------------------------------
-def estimate_seconds(points: int, repeats: int, min_time: float, variants: int) -> float:
-    """A rough duration: every variant at every point runs repeats + about 4 loops (calibration)."""
+def estimate_seconds(points: int, repeats: int, min_time: float, variants: int, cold_seconds: float = 0.0) -> float:
+    """A rough duration: every variant at every point runs repeats + about 4 loops (calibration);
+    a cold check (``cold_seconds``: one eviction and one copy) runs repeats of one copy each."""
+    if cold_seconds:
+        return points * variants * repeats * cold_seconds
     return points * variants * (repeats + 4) * min_time * 1.2
 
 
 def check_dispatch(points: int = DEFAULT_POINTS, seed: Optional[int] = None, repeats: int = DEFAULT_REPEATS,
                    min_time: float = DEFAULT_MIN_TIME, min_size: int = MIN_SIZE, max_size: int = MAX_SIZE,
                    confidence: float = CONFIDENCE, progress: Optional[Callable[[int, int], None]] = None,
-                   command: str = "fastcopy.check_dispatch()") -> Dict[str, Any]:
+                   command: str = "fastcopy.check_dispatch()", cold: bool = False) -> Dict[str, Any]:
     """Measures the active dispatch profile at random points (see the module's description) and
     returns a dict: ``config``, ``machine``, ``profile``, ``points`` (each with size, offset,
     the kernel the profile picked, medians, the winner and the ratio with its interval),
     ``summary`` (geometric mean and lowest points with intervals, wins per variant) and
     ``report`` (the text :func:`format_report` makes). ``seed`` None draws one and records it.
+    ``cold``: every sample one copy with neither buffer cached (sizes from COLD_MIN_SIZE).
     Raises ValueError for a bad argument."""
     import fastcopy
     from .. import _core
@@ -346,21 +407,31 @@ def check_dispatch(points: int = DEFAULT_POINTS, seed: Optional[int] = None, rep
         raise ValueError(f"check_dispatch: min_time must be above 0 and at most 10 seconds, got {min_time!r}")
     if not 0 < confidence < 1:
         raise ValueError(f"check_dispatch: confidence must be between 0 and 1, got {confidence!r}")
+    if not isinstance(cold, bool):
+        raise ValueError(f"check_dispatch: cold must be True or False, got {cold!r}")
+    if cold and min_size < COLD_MIN_SIZE:
+        raise ValueError(f"check_dispatch: a cold check times one copy per sample and needs min_size of at least "
+                         f"{COLD_MIN_SIZE} ({_size_words(COLD_MIN_SIZE)}), got {min_size}")
     if seed is None:
         seed = random.SystemRandom().randrange(1, 1 << 31)
     drawn = draw_points(points, seed, min_size, max_size)
     rng = random.Random(seed + 1)
     profile = _core.active_profile()
+    evict = Evictor(evict_bytes()) if cold else None  # run before every cold copy
+    # A cold sample: the eviction and one copy, each byte once at about 10 GB/s (a rough figure).
+    cold_seconds = (2 * evict.nbytes + 2 * (min_size * max_size) ** 0.5) / 10e9 if evict is not None else 0.0
     config = {"points": points, "seed": seed, "repeats": repeats, "min_time": min_time, "min_size": min_size,
               "max_size": max_size, "near_share": NEAR_SHARE, "aligned_share": ALIGNED_SHARE,
-              "backward_share": BACKWARD_SHARE,
+              "backward_share": BACKWARD_SHARE, "cold": cold, "evict_bytes": 0 if evict is None else evict.nbytes,
               "confidence": confidence, "resamples": RESAMPLES, "command": command,
-              "estimated_seconds": estimate_seconds(points, repeats, min_time, len(variants_for(min_size)))}
+              "estimated_seconds": estimate_seconds(points, repeats, min_time,
+                                                    len(variants_for(max_size if cold else min_size)), cold_seconds)}
     t0 = time.monotonic()
     load_before = _load()
     measured = []
     for i, (size, offset, overlap) in enumerate(drawn):
-        measured.append(judge_point(measure_point(size, offset, repeats, min_time, rng, overlap), confidence, seed + i))
+        measured.append(judge_point(measure_point(size, offset, repeats, min_time, rng, overlap, evict), confidence,
+                                    seed + i))
         if progress is not None:
             progress(i + 1, points)
     result = {"config": config, "machine": _machine(), "profile": {"name": profile["name"],
@@ -420,7 +491,11 @@ def format_report(result: Dict[str, Any]) -> str:
         f"{_size_words(c['max_size'])}; {c['backward_share']:.0%} overlapping (dst = src + offset, the backward "
         f"class); the others (dst - src) mod 4096 from 1..{NEAR_MAX} for {c['near_share']:.0%}, 0 for "
         f"{c['aligned_share']:.0%}, else 0..4095; fresh numpy arrays per point",
-        f"{c['repeats']} interleaved repeats of >= {c['min_time'] * 1e3:g} ms loops per variant, medians; "
+        (f"{c['repeats']} interleaved repeats of one cold copy per variant (before each, "
+         f"{_size_words(c['evict_bytes'])} written over so neither buffer is cached), medians; "
+         if c.get("cold") else
+         f"{c['repeats']} interleaved repeats of >= {c['min_time'] * 1e3:g} ms loops per variant (hot caches), medians; ")
+        +
         f"estimated {c['estimated_seconds']:.0f} s, took {result['elapsed_seconds']:.0f} s; loops run again "
         f"because the thread was descheduled: {sum(p['reruns'] for p in pts)}",
         f"ratio = median time of the best other variant / median time of fastcopy.copy, the best chosen on other "
@@ -450,6 +525,7 @@ def format_report(result: Dict[str, Any]) -> str:
 def add_check_arguments(p: Any) -> None:
     """Adds --check and its options to the tune parser (its --repeats and --min-time apply too)."""
     from ..bench.cli import int_at_least, typed
+    from ..bench.units import parse_size
 
     p.add_argument("--check", action="store_true",
                    help="measure the active profile against every kernel forced and np.copyto at random sizes "
@@ -460,6 +536,23 @@ def add_check_arguments(p: Any) -> None:
     p.add_argument("--seed", type=typed(int_at_least(0, (1 << 63) - 1)), metavar="N",
                    help="--check: the seed of the points and of the order of the variants (default: drawn, printed)")
     p.add_argument("--json", metavar="FILE", help="--check: also save every sample and the summary as JSON")
+    p.add_argument("--min-size", type=typed(parse_size), metavar="SIZE", dest="min_size",
+                   help=f"--check: the smallest size drawn (default {_size_words(MIN_SIZE)}; e.g. 4M)")
+    p.add_argument("--max-size", type=typed(parse_size), metavar="SIZE", dest="max_size",
+                   help=f"--check: the largest size drawn (default {_size_words(MAX_SIZE)}; e.g. 256M)")
+    p.add_argument("--cold", action="store_true",
+                   help="--check: time one copy at a time with neither buffer cached (twice the last-level "
+                        f"cache written over before each), sizes from {_size_words(COLD_MIN_SIZE)} "
+                        f"(--min-size defaults to it)")
+
+
+def refuse_check_options(p: Any, args: Any) -> None:
+    """Errors out (``p``: the tune parser) when an option of the check is given without --check."""
+    for option, given in (("--points", args.points is not None), ("--seed", args.seed is not None),
+                          ("--json", args.json is not None), ("--min-size", args.min_size is not None),
+                          ("--max-size", args.max_size is not None), ("--cold", args.cold)):
+        if given:
+            p.error(f"argument {option}: applies to --check only")
 
 
 def run_check_cli(p: Any, args: Any, argv: List[str]) -> int:
@@ -476,6 +569,13 @@ def run_check_cli(p: Any, args: Any, argv: List[str]) -> int:
     check_outputs(p, args)
     if args.repeats is not None and args.repeats < 2:
         p.error("argument --repeats: --check needs at least 2 repeats")
+    min_size = args.min_size if args.min_size is not None else (COLD_MIN_SIZE if args.cold else MIN_SIZE)
+    max_size = args.max_size if args.max_size is not None else max(MAX_SIZE, min_size)
+    if min_size < 1 or max_size < min_size:
+        p.error(f"arguments --min-size/--max-size: need 1 <= min ({min_size}) <= max ({max_size})")
+    if args.cold and min_size < COLD_MIN_SIZE:
+        p.error(f"argument --cold: needs --min-size of at least {_size_words(COLD_MIN_SIZE)} (one copy per sample "
+                f"must outweigh a call's own cost), got {_size_words(min_size)}")
     show = sys.stderr.isatty()
 
     def progress(done: int, total: int) -> None:
@@ -485,6 +585,7 @@ def run_check_cli(p: Any, args: Any, argv: List[str]) -> int:
     try:
         result = check_dispatch(points=args.points or DEFAULT_POINTS, seed=args.seed,
                                 repeats=args.repeats or DEFAULT_REPEATS, min_time=args.min_time or DEFAULT_MIN_TIME,
+                                min_size=min_size, max_size=max_size, cold=args.cold,
                                 progress=progress, command="python -m fastcopy tune " + " ".join(argv[1:]))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

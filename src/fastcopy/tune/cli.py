@@ -126,6 +126,9 @@ def run_cli(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Lis
         from .check import run_check_cli
 
         return run_check_cli(p, args, argv)
+    from .check import refuse_check_options
+
+    refuse_check_options(p, args)
     path = args.output if args.output is not None else default_output()
     # Checked before anything is read, removed or measured: a device, a FIFO (reading it hangs),
     # a directory or a folder such as /proc is refused, never replaced or written into.
