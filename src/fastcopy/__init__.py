@@ -147,8 +147,9 @@ def check_dispatch(*args: Any, **kwargs: Any) -> Dict[str, Any]:
     """Measure the active dispatch profile against every kernel forced and ``np.copyto`` at random
     sizes and offsets (``python -m fastcopy tune --check``). Keywords as
     ``fastcopy.tune.check.check_dispatch``: ``points``, ``seed``, ``repeats``, ``min_time``,
-    ``min_size``, ``max_size``, ``confidence``, ``progress``. Returns the points, the summary and
-    the printable ``report``."""
+    ``min_size``, ``max_size``, ``confidence``, ``progress``, ``cold`` (one copy per sample with
+    neither buffer cached, sizes from 1 MiB). Returns the points, the summary and the printable
+    ``report``."""
     from .tune.check import check_dispatch as run
 
     return run(*args, **kwargs)
