@@ -5,9 +5,11 @@
 # refresh it). Uses the `python` on PATH (CI: the venv with the test extra installed); the
 # scratch build needs pybind11's CMake files, installed here if missing.
 #
-# Runtime: 152 mutants in 15.5 minutes with one worker (930 s in CI on the 2-vCPU Zen 3 VM,
-# 29 min 40 s for the whole run); with two workers (--jobs 2, whole files dealt to each, its
-# own scratch copy) the same 152 took 621 s there, the two first builds included, and each
+# Runtime: 290 mutants in 1042 s with two workers in CI on the 2-vCPU Zen 4 VM (34 minutes for
+# the whole run); a C++ mutant's rebuild (the module's pybind11 translation units take 3-9 s
+# each at -O1) is most of it. With one worker, 152 mutants took 930 s on the 2-vCPU Zen 3 VM;
+# with two workers (--jobs 2, whole files dealt to each, its own scratch copy) the same 152
+# took 621 s there, the two first builds included, and each
 # mutant was killed by the same test but one (topic-no-seqlock-recheck, a race: caught by its
 # pytest instead of its ctest). One worker per CPU, at most 4: three workers on the same two
 # vCPUs took 763 s (their three first builds 113 s).
