@@ -66,8 +66,9 @@ AUTO = "auto"
 COPYTO = "np.copyto"
 # Calibration doubles the iterations until a loop lasts min_time; this many doublings at most.
 MAX_DOUBLINGS = 40
-# Cold points: one copy per sample, so a call's own cost (about a microsecond through Python)
-# must stay small against the copy: from 1 MiB it is under 2 % at 50 GB/s.
+# Cold points: one copy per sample, so a call's own cost (up to about a microsecond through
+# Python) must stay small against the copy: from 1 MiB it is under 2 % at the 15-21 GB/s of an
+# uncached copy (evidence: large-copies-hot-cold-zen4).
 COLD_MIN_SIZE = 1 << 20
 # The buffer written before each cold copy: this many times the last-level cache (at least
 # COLD_EVICT_MIN_BYTES when the cache size is unknown).
