@@ -117,7 +117,12 @@ def profile_section(p: Dict[str, Any], classes: List[str]) -> List[str]:
         if nt["min_page_distance"] and nt.get("min_page_distance_below") is not None:
             guard += (f" below {size(nt['min_page_distance_below'])} in private copies (at every distance from "
                       "there; copies into and out of shared memory keep the guard at every size)")
-        out += [f"`{nt['kernel']}` for copies without overlap from the threshold up, {guard}. "
+        learn = ""
+        if nt.get("learn_from") is not None:
+            learn = (f" From {size(nt['learn_from'])}, private copies without overlap that this rule does not "
+                     "stream (smaller, or at a page distance it excludes) time themselves and use cached or "
+                     f"streaming stores, whichever ran faster lately ({linked('evidence: policy-private-store-modes')}).")
+        out += [f"`{nt['kernel']}` for copies without overlap from the threshold up, {guard}.{learn} "
                 "The threshold follows the L3 size the CPU reports:", ""]
         out += table(["L3", "threshold", "why"],
                      [[size(e["l3"]) if e["l3"] else "unknown", size(e["threshold"]) if e["threshold"] else "never",
@@ -172,6 +177,7 @@ PROFILE_LIMITS = {
     "max_file_bytes": "bytes of a profile file, at most",
     "max_size_value": "any size (`from`, thresholds, `rep_movsb_on`), at most",
     "min_nt_threshold": "`nt.threshold` when not `null`, at least",
+    "min_nt_learn_from": "`nt.learn_from` when not `null`, at least",
     "min_parallel_threshold": "`parallel.threshold` when not `null`, at least",
     "max_threads": "`parallel.threads`, at most (0: every usable CPU)",
     "max_min_page_distance": "`nt.min_page_distance`, at most",
@@ -182,7 +188,7 @@ PROFILE_LIMITS = {
 
 def limit_value(key: str, v: Any) -> str:
     if isinstance(v, int) and (key.endswith("_bytes") or key.endswith("_value") or "threshold" in key
-                               or key == "default_rep_movsb_on"):
+                               or key in ("default_rep_movsb_on", "min_nt_learn_from")):
         return f"{v} ({size(v)})" if size(v) != f"{v} B" else f"{v} B"
     return f"`{v}`" if isinstance(v, str) else str(v)
 

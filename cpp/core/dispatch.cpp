@@ -12,7 +12,7 @@
 
 #include "kernels/registry.h"
 #include "policy/select.h"
-#include "policy/shared_writes.h"
+#include "policy/store_modes.h"
 #include "pool/pool.h"
 
 namespace fastcopy {
@@ -160,9 +160,52 @@ CopyFn choose_kernel(void* dst, const void* src, std::size_t n, Region region) {
     return policy::choose(active(), dst, src, n, region).fn;
 }
 
+policy::StoreModeLearner& private_store_modes() {
+    static policy::StoreModeLearner modes(policy::kPrivateCopyRule);
+    return modes;
+}
+
+namespace {
+// A private copy of at least nt.learn_from bytes (copy_bytes checked the size) that the NT rule
+// does not stream (below its threshold, or at a page distance its guard excludes): the
+// profile's kernel (cached stores) or the NT kernel, as private_store_modes() decides from the
+// timings of earlier copies; this one is timed too. The guard stands for what a static rule
+// cannot see; timed copies see it (a streamed trial that 4K-aliases loses). Overlapping copies,
+// forced kernels and copies given the NT kernel already run as the profile says.
+void copy_learning_store_mode(const policy::Profile& p, CopyFn cached, void* dst, const void* src, std::size_t n) {
+    const policy::NtRule& nt = p.region[static_cast<int>(Region::Private)].nt;
+    const bool pooled = n >= p.parallel.threshold && pool::threads() > 1;
+    if (p.forced || !nt.fn || cached == nt.fn || policy::ranges_overlap(dst, src, n)) {
+        if (pooled && !policy::ranges_overlap(dst, src, n) && !p.forced) {
+            t_last_kernel = cached;
+            pool::parallel_copy(dst, src, n, cached);
+        } else {
+            run(cached, dst, src, n);
+        }
+        return;
+    }
+    policy::StoreModeLearner& modes = private_store_modes();
+    const bool streaming = modes.streaming(n);
+    const CopyFn k = streaming ? nt.fn : cached;
+    const auto t0 = std::chrono::steady_clock::now();
+    if (pooled) {
+        t_last_kernel = k;
+        pool::parallel_copy(dst, src, n, k);
+    } else {
+        run(k, dst, src, n);
+    }
+    modes.record(n, streaming, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+}  // namespace
+
 void copy_bytes(void* dst, const void* src, std::size_t n, Region region) {
     const policy::Profile& p = active();
     CopyFn k = policy::choose_inline(p, dst, src, n, region).fn;
+    // nt.learn_from is SIZE_MAX outside the private region and where the profile does not learn.
+    if (__builtin_expect(n >= p.region[static_cast<int>(region)].nt.learn_from, 0)) {
+        copy_learning_store_mode(p, k, dst, src, n);
+        return;
+    }
     if (n >= p.parallel.threshold && !p.forced && !policy::ranges_overlap(dst, src, n) && pool::threads() > 1) {
         t_last_kernel = k;
         pool::parallel_copy(dst, src, n, k);
@@ -199,9 +242,9 @@ std::size_t copy_bytes_in_steps(void* dst, const void* src, std::size_t n, Regio
     return done;
 }
 
-void copy_bytes_to_shared(void* dst, const void* src, std::size_t n, policy::SharedWriteMode* mode) {
+void copy_bytes_to_shared(void* dst, const void* src, std::size_t n, policy::StoreModeLearner* mode) {
     const policy::Profile& p = active();
-    if (!mode || p.forced || n < policy::SharedWriteMode::kMinBytes || policy::ranges_overlap(dst, src, n)) {
+    if (!mode || p.forced || n < policy::StoreModeLearner::kMinBytes || policy::ranges_overlap(dst, src, n)) {
         copy_bytes(dst, src, n, Region::ToShared);
         return;
     }

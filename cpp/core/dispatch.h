@@ -12,7 +12,7 @@
 #include "policy/profile.h"
 
 namespace fastcopy::policy {
-class SharedWriteMode;
+class StoreModeLearner;
 }
 
 namespace fastcopy {
@@ -76,9 +76,9 @@ std::size_t copy_bytes_in_steps(void* dst, const void* src, std::size_t n, Regio
                                 bool (*stop)(void* ctx), void* ctx);
 // A write of n bytes into shared memory that another process reads (a loan filled by copy()):
 // the ToShared policy, with cached or streaming stores as `mode` decides from the measured
-// speed of earlier writes (policy/shared_writes.h). Without a mode, below its minimum size, or
+// speed of earlier writes (policy/store_modes.h). Without a mode, below its minimum size, or
 // with a forced kernel: copy_bytes(..., Region::ToShared).
-void copy_bytes_to_shared(void* dst, const void* src, std::size_t n, policy::SharedWriteMode* mode);
+void copy_bytes_to_shared(void* dst, const void* src, std::size_t n, policy::StoreModeLearner* mode);
 // One piece of a transfer of `whole` bytes that is copied piece by piece (a message leaving
 // a shared ring in 256 KiB steps): the non-temporal decision follows `whole` (the destination
 // is that large), the rest of the policy follows n. No thread pool.
@@ -89,6 +89,9 @@ void copy_bytes_with(CopyFn kernel, void* dst, const void* src, std::size_t n);
 // Kernel identity hook: the kernel the calling thread last ran through copy_bytes*,
 // (nullptr after reset_last_kernel()). Tests read it to prove a forced kernel really runs.
 CopyFn last_kernel();
+// The store modes private copies learn from the profile's nt.learn_from up to its NT threshold
+// (copy_bytes; policy/store_modes.h): what they measured, for info() and tests.
+policy::StoreModeLearner& private_store_modes();
 void reset_last_kernel();
 
 }  // namespace fastcopy

@@ -18,7 +18,7 @@ struct CopyCtx {
     CopyFn forced = nullptr;
     Region region = Region::Private;
     unsigned forced_threads = 1;
-    policy::SharedWriteMode* shared = nullptr;
+    policy::StoreModeLearner* shared = nullptr;
     void operator()(void* d, const void* s, std::size_t n) const;
 };
 

@@ -182,8 +182,10 @@ Profile resolve(const Spec& s, const CpuFacts& cpu, int score) {
         if (s.nt_kernel && nt != SIZE_MAX) {
             KernelFacts k = kernel_facts(s.nt_kernel, cpu);
             if (k.usable && k.streaming) {
+                const bool priv = r == static_cast<int>(Region::Private);
                 out.nt = {nt, k.fn, k.name, nt_why, s.nt_min_page_distance,
-                          r == static_cast<int>(Region::Private) ? s.nt_min_page_distance_below : SIZE_MAX};
+                          priv ? s.nt_min_page_distance_below : SIZE_MAX,
+                          priv ? s.nt_learn_from : SIZE_MAX};
             } else {
                 out.nt.why = std::string(s.nt_kernel) + " not usable here (" + k.why_not + "): no non-temporal stores";
             }
@@ -255,6 +257,7 @@ std::vector<BuiltinTable> builtin_tables() {
         t.nt_kernel = s.nt_kernel ? s.nt_kernel : "";
         t.nt_min_page_distance = s.nt_min_page_distance;
         t.nt_min_page_distance_below = s.nt_min_page_distance_below;
+        t.nt_learn_from = s.nt_learn_from;
         for (std::size_t l3 : {std::size_t(0), 32 * MiB, 512 * MiB}) {
             CpuFacts f;
             f.l3 = l3;

@@ -48,6 +48,9 @@ struct Spec {
     // NtRule::min_page_distance_below in the private region, where the pool splits large copies;
     // copies into and out of shared memory keep the guard at every size (one thread).
     std::size_t nt_min_page_distance_below = SIZE_MAX;
+    // NtRule::learn_from in the private region (SIZE_MAX: off): where copies below the NT
+    // threshold learn their store mode by timing themselves.
+    std::size_t nt_learn_from = SIZE_MAX;
     // The NT rule of copies into and out of shared memory, when it differs from `nt`: a peer
     // process runs on the other CPUs there, so the pool cannot help the copy, and the peer
     // reads what was written. `shared_nt_why` says why.

@@ -148,6 +148,7 @@ Spec zen4_spec() {
                        "zen4-avx2-from-192, zen4-nt-half-l3)"},
                       {kZen4NoAvx512, kZen4NtDistance});
     s.nt_min_page_distance_below = 32 * MiB;  // evidence: zen4-nt-page-distance
+    s.nt_learn_from = 4 * MiB;                // evidence: policy-private-store-modes
     return s;
 }
 

@@ -55,6 +55,11 @@ const std::vector<OverrideVariable>& override_variables() {
          "the size from which non-temporal stores are used, in every region whose profile has an NT kernel (the "
          "profile's page-distance guard stays); off: no non-temporal stores",
          "the profile's threshold", 0, -1},
+        {"FASTCOPY_NT_LEARN_FROM", "bytes or a binary unit such as 1M, 4M (at least 256K), or off",
+         "private copies from this size that the NT rule does not stream (below its threshold, or at a page "
+         "distance its guard excludes) time themselves and use cached or streaming stores, whichever ran faster "
+         "lately (nt.learn_from); off: the profile as it is. No effect without an NT rule",
+         "the profile's nt.learn_from", 0, -1},
         {"FASTCOPY_THREADS",
          "a whole number from 1 (no threading) to " + std::to_string(kMaxThreads) + ", or 0 for the default",
          "the threads a large copy uses, the calling thread included; 1 disables threading; 0 is the default, as "
@@ -99,6 +104,22 @@ Overrides read_overrides(const CpuFacts& cpu) {
             }
         }
     }
+    if (env("FASTCOPY_NT_LEARN_FROM", value)) {
+        v = value.c_str();
+        o.nt_learn_from_set = true;
+        const std::string bad_value = std::string("FASTCOPY_NT_LEARN_FROM='") + v + "' is not valid; use " +
+                                      variable("FASTCOPY_NT_LEARN_FROM").values;
+        if (lower(v) == "off") {
+            o.nt_learn_from = SIZE_MAX;
+        } else {
+            try {
+                o.nt_learn_from = parse_size(v);
+            } catch (const std::invalid_argument&) {
+                throw std::invalid_argument(bad_value);
+            }
+            if (o.nt_learn_from < kMinNtLearnFrom) throw std::invalid_argument(bad_value);
+        }
+    }
     if (env("FASTCOPY_THREADS", value)) {
         v = value.c_str();
         // 0 means the default, as set_threads(0) does.
@@ -136,6 +157,17 @@ void apply_overrides(Profile& p, const Overrides& o, const CpuFacts& cpu) {
         p.overrides.push_back(o.nt_threshold == SIZE_MAX ? "FASTCOPY_NT_THRESHOLD=off: no non-temporal stores"
                                                          : "FASTCOPY_NT_THRESHOLD=" + size_words(o.nt_threshold));
     }
+    NtRule& private_nt = p.region[static_cast<int>(Region::Private)].nt;
+    if (o.nt_learn_from_set) {
+        private_nt.learn_from = o.nt_learn_from;
+        p.overrides.push_back(o.nt_learn_from == SIZE_MAX
+                                  ? "FASTCOPY_NT_LEARN_FROM=off: no private copy learns its store mode"
+                                  : "FASTCOPY_NT_LEARN_FROM=" + size_words(o.nt_learn_from) +
+                                        ": private copies from there that the NT rule does not stream learn "
+                                        "their store mode");
+    }
+    // Learning chooses between cached stores and the NT kernel: nothing to learn without one.
+    if (private_nt.threshold == SIZE_MAX || !private_nt.fn) private_nt.learn_from = SIZE_MAX;
     const char* erms = intern_kernel_name("erms");
     if (o.rep_movsb == "off") {
         KernelFacts generic = kernel_facts("generic", cpu);

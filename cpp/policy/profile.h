@@ -29,6 +29,7 @@ constexpr std::size_t kMaxFileBytes = 1 << 20;
 constexpr std::size_t kMaxSizeValue = std::size_t(1) << 40;  // 1 TiB: larger thresholds are absurd
 constexpr std::size_t kMinNtThreshold = 4096;
 constexpr std::size_t kMinParallelThreshold = 65536;
+constexpr std::size_t kMinNtLearnFrom = 256 << 10;  // nt.learn_from: StoreModeLearner::kMinBytes
 constexpr unsigned kMaxThreads = 1024;
 constexpr std::size_t kMaxNotes = 32;
 constexpr std::size_t kMaxNameChars = 100;
@@ -83,6 +84,13 @@ struct NtRule {
     // split over the pool, large streamed copies win at small distances too (evidence:
     // zen4-nt-page-distance). SIZE_MAX: every size.
     std::size_t min_page_distance_below = SIZE_MAX;
+    // From this size, copies without overlap that the rule does not stream (below the
+    // threshold, or at a page distance the guard excludes) time themselves and use cached
+    // stores or this rule's kernel, whichever ran faster lately (StoreModeLearner,
+    // kPrivateCopyRule): cached stores win while the buffers sit in the last-level cache,
+    // streaming ones while they do not (evidence: policy-private-store-modes). Private region
+    // only; SIZE_MAX: off.
+    std::size_t learn_from = SIZE_MAX;
 };
 // True when the NT rule applies to this copy (size, no overlap, page distance).
 inline bool nt_applies(const NtRule& nt, const void* dst, const void* src, std::size_t n);
@@ -211,6 +219,7 @@ struct BuiltinTable {
     std::string nt_kernel;  // "": no non-temporal stores
     std::size_t nt_min_page_distance = 0;
     std::size_t nt_min_page_distance_below = SIZE_MAX;  // in the private region (NtRule::min_page_distance_below)
+    std::size_t nt_learn_from = SIZE_MAX;  // in the private region (NtRule::learn_from)
     std::vector<NtExample> nt_examples;  // the NT threshold for a few L3 sizes
     std::vector<NtExample> shared_nt_examples;  // the same for copies into and out of shared memory
     std::size_t parallel_from = SIZE_MAX;
@@ -247,13 +256,16 @@ struct Overrides {
     bool nt_threshold_set = false;   // FASTCOPY_NT_THRESHOLD given ("off" disables NT stores)
     std::size_t nt_threshold = 0;    // its value in bytes (SIZE_MAX for "off")
     int threads = -1;                // FASTCOPY_THREADS, -1 = not set
+    bool nt_learn_from_set = false;  // FASTCOPY_NT_LEARN_FROM given ("off" turns the learning off)
+    std::size_t nt_learn_from = 0;   // its value in bytes (SIZE_MAX for "off")
 };
 // Reads the FASTCOPY_* variables. Throws std::invalid_argument naming the variable, the bad
 // value and the valid ones.
 Overrides read_overrides(const CpuFacts& cpu);
 // Edits a profile: FASTCOPY_KERNEL forces one kernel; FASTCOPY_REP_MOVSB=off replaces every
 // rep movsb band with the C library, =on adds rep movsb to the far class where the region
-// allows it (never near, never backward); FASTCOPY_NT_THRESHOLD moves (or removes) the NT rule.
+// allows it (never near, never backward); FASTCOPY_NT_THRESHOLD moves (or removes) the NT rule;
+// FASTCOPY_NT_LEARN_FROM moves (or removes) the private region's nt.learn_from.
 void apply_overrides(Profile& p, const Overrides& o, const CpuFacts& cpu);
 // Every FASTCOPY_* variable read_overrides() reads: what it does and the values it accepts.
 struct OverrideVariable {

@@ -489,6 +489,24 @@ Profile parse_profile(const std::string& json_text, const std::string& source, c
         } else if (ntk && ntk->type != Json::Null) {
             kernel_field(*ntk, rp + ".nt.kernel", cpu, true);  // still must be valid, though unused
         }
+        if (const Json* lf = nt.get("learn_from")) {
+            rules.nt.learn_from = size_field(*lf, rp + ".nt.learn_from", kMinNtLearnFrom, kMaxSizeValue, true);
+            if (rules.nt.learn_from != SIZE_MAX && r != static_cast<int>(Region::Private))
+                bad(rp + ".nt.learn_from", "private region only (copies into shared memory learn per loan; write null)");
+            if (rules.nt.learn_from != SIZE_MAX && rules.nt.threshold == SIZE_MAX)
+                bad(rp + ".nt.learn_from", "needs a threshold and a kernel: it chooses between cached stores and "
+                                           "the NT kernel");
+        } else if (r == static_cast<int>(Region::Private)) {
+            // Not stated: the built-in profile's value for this CPU, where this profile has an NT
+            // rule. tune times hot copies only and cannot judge it.
+            const std::size_t builtin_from = builtin_profile(cpu).region[r].nt.learn_from;
+            if (builtin_from != SIZE_MAX && rules.nt.threshold != SIZE_MAX) {
+                rules.nt.learn_from = builtin_from;
+                rules.nt.why += (rules.nt.why.empty() ? "" : "; ") + std::string("from ") +
+                                std::to_string(builtin_from) +
+                                " bytes the store mode is learned (the built-in profile's nt.learn_from)";
+            }
+        }
         if (const Json* on = region.get("rep_movsb_on")) {
             rules.erms_on_request = size_field(*on, rp + ".rep_movsb_on", 0, kMaxSizeValue, true);
             rules.erms_on_request_why = "FASTCOPY_REP_MOVSB=on: rep movsb in the far class (from the profile)";
@@ -566,7 +584,8 @@ std::string to_json(const Profile& p) {
         o += "      \"nt\": {\"threshold\": " + size_json(rules.nt.threshold) + ", \"kernel\": " +
              (rules.nt.kernel && rules.nt.threshold != SIZE_MAX ? quote(rules.nt.kernel) : std::string("null")) +
              ", \"min_page_distance\": " + std::to_string(rules.nt.min_page_distance) +
-             ", \"min_page_distance_below\": " + size_json(rules.nt.min_page_distance_below) + ", \"why\": " +
+             ", \"min_page_distance_below\": " + size_json(rules.nt.min_page_distance_below) +
+             ", \"learn_from\": " + size_json(rules.nt.learn_from) + ", \"why\": " +
              quote(rules.nt.why) + "},\n";
         o += "      \"rep_movsb_on\": " + size_json(rules.erms_on_request) + "\n";
         o += std::string("    }") + (r + 1 < kRegions ? ",\n" : "\n");

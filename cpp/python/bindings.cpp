@@ -34,7 +34,7 @@ namespace fastcopy {
 
 // Set by bindings_shm.cpp when fastcopy.shm is imported: the store mode of an outstanding loan
 // (copy_general below), nullptr for anything else.
-policy::SharedWriteMode* (*g_loan_write_mode)(PyObject* dst) = nullptr;
+policy::StoreModeLearner* (*g_loan_write_mode)(PyObject* dst) = nullptr;
 void bind_info(py::module_& m);
 void bind_shm(py::module_& m);
 void bind_batch(py::module_& m);  // bindings_batch.cpp
@@ -103,7 +103,7 @@ CopyStatus copy_without_gil(PyObject* dst, PyObject* src, const Layout& d, const
 
 // The general path. Returns nullptr with an exception set, or None.
 PyObject* do_copy(const char* fn, PyObject* dst, PyObject* src, CopyFn forced, Region region,
-                  unsigned forced_threads = 1, policy::SharedWriteMode* shared = nullptr) {
+                  unsigned forced_threads = 1, policy::StoreModeLearner* shared = nullptr) {
     const core::ErrorSite site{fn};
     PyOperand d, s;
     if (!resolve_operand(site, dst, true, d) || !resolve_operand(site, src, false, s) ||
@@ -209,7 +209,7 @@ bool parse_args(const char* fn, PyObject* const* args, Py_ssize_t nargs, PyObjec
 // fastcopy.copy's general path. A loan (fastcopy.shm) is shared memory another process will
 // read: copies into it follow the ToShared policy and its ring's store mode.
 PyObject* copy_general(PyObject* dst, PyObject* src) {
-    policy::SharedWriteMode* shared = g_loan_write_mode && Py_TYPE(dst) != g_ndarray_type ? g_loan_write_mode(dst) : nullptr;
+    policy::StoreModeLearner* shared = g_loan_write_mode && Py_TYPE(dst) != g_ndarray_type ? g_loan_write_mode(dst) : nullptr;
     return do_copy("copy", dst, src, nullptr, shared ? Region::ToShared : Region::Private, 1, shared);
 }
 

@@ -57,6 +57,7 @@ py::list builtin_profile_table() {
         nt["min_page_distance"] = t.nt_min_page_distance;
         nt["min_page_distance_below"] =
             t.nt_min_page_distance_below == SIZE_MAX ? py::object(py::none()) : py::object(py::int_(t.nt_min_page_distance_below));
+        nt["learn_from"] = t.nt_learn_from == SIZE_MAX ? py::object(py::none()) : py::object(py::int_(t.nt_learn_from));
         auto examples = [](const std::vector<policy::NtExample>& from) {
             py::list out;
             for (const policy::NtExample& e : from) {

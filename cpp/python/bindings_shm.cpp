@@ -12,13 +12,14 @@
 #include "python/shm_common.h"
 #include "python/shm_ring.h"
 #include "python/shm_topic.h"
+#include "python/store_modes_dict.h"
 #include "shm/segment.h"
 
 namespace py = pybind11;
 
 namespace fastcopy {
 // Defined in bindings.cpp: how fastcopy.copy finds the store mode of a loan it writes into.
-extern policy::SharedWriteMode* (*g_loan_write_mode)(PyObject* dst);
+extern policy::StoreModeLearner* (*g_loan_write_mode)(PyObject* dst);
 namespace shmpy {
 namespace {
 
@@ -34,32 +35,13 @@ std::uint8_t* word_ptr(py::buffer buf, std::size_t offset, std::size_t width, bo
 
 // The store mode of the loan `dst`, when dst is an outstanding loan (the array loan() returned,
 // not a slice of it), for fastcopy.copy (bindings.cpp); else nullptr. Called with the GIL.
-policy::SharedWriteMode* loan_write_mode(PyObject* dst) {
+policy::StoreModeLearner* loan_write_mode(PyObject* dst) {
     PyObject* sub = support().loaned_array_type.ptr();
     if (!sub || !PyType_Check(sub) || !PyObject_TypeCheck(dst, reinterpret_cast<PyTypeObject*>(sub))) return nullptr;
     PyObject* base = py::detail::array_proxy(dst)->base;
     if (!base || !py::isinstance<ShmSlot>(base)) return nullptr;
     ShmSlot& slot = py::handle(base).cast<ShmSlot&>();
     return slot.is_loan && slot.id != 0 ? slot.write_mode.get() : nullptr;
-}
-
-// Channel.store_modes / Topic.store_modes: one dict per size class that saw timed writes.
-py::list store_modes(const policy::SharedWriteMode& m) {
-    py::list out;
-    for (int c = 0; c < policy::SharedWriteMode::kClasses; ++c) {
-        const auto s = m.state(c);
-        if (s.writes[0] + s.writes[1] == 0) continue;
-        py::dict d;
-        d["sizes"] = policy::SharedWriteMode::class_name(c);
-        d["stores"] = s.current_streaming ? "streaming" : "cached";
-        d["cached_gbps"] = s.rate[0] / 1e9;
-        d["streaming_gbps"] = s.rate[1] / 1e9;
-        d["cached_writes"] = s.writes[0];
-        d["streaming_writes"] = s.writes[1];
-        d["switches"] = s.switches;
-        out.append(d);
-    }
-    return out;
 }
 
 }  // namespace

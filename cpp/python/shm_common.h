@@ -15,7 +15,7 @@
 
 #include "core/copy_errors.h"
 #include "core/read_only_ranges.h"
-#include "policy/shared_writes.h"
+#include "policy/store_modes.h"
 #include "shm/channel.h"
 #include "shm/topic.h"
 
@@ -66,7 +66,7 @@ struct ShmSlot {
     std::uint64_t nbytes = 0;
     py::object channel;  // loans: the Channel (or Topic), for `with` and publish
     std::shared_ptr<shm::TopicLedger> topic;  // set instead of ledger for a Topic's loans and views
-    std::shared_ptr<policy::SharedWriteMode> write_mode;  // loans: how copies into them store (the ring's)
+    std::shared_ptr<policy::StoreModeLearner> write_mode;  // loans: how copies into them store (the ring's)
     // Copy-on-write views: the private pages the array lies in (shm::map_private_pages),
     // unmapped after the slot is released, when the last array over them is gone.
     std::unique_ptr<shm::Mapping> private_pages;

@@ -29,7 +29,7 @@
 #include <string>
 
 #include "core/dispatch.h"
-#include "policy/shared_writes.h"
+#include "policy/store_modes.h"
 #include "shm/errors.h"
 #include "shm/os.h"
 #include "shm/rules.h"
@@ -211,8 +211,8 @@ public:
     void publish_loan(std::uint64_t id);
     const std::shared_ptr<SlotLedger>& ledger() const { return ledger_; }
     // How fills of this end's loans by fastcopy.copy store (cached or streaming, learned from
-    // their speed: policy/shared_writes.h). send() does not use it (see shm::rules()).
-    const std::shared_ptr<policy::SharedWriteMode>& write_mode() const { return write_mode_; }
+    // their speed: policy/store_modes.h). send() does not use it (see shm::rules()).
+    const std::shared_ptr<policy::StoreModeLearner>& write_mode() const { return write_mode_; }
 
     // Marks the channel unusable (later calls raise ShmError with this reason).
     void mark_broken(const std::string& why) { broken_ = why; broken_corrupt_ = true; }
@@ -289,7 +289,7 @@ private:
     std::string name_;
     std::uint8_t* base_ = nullptr;
     std::shared_ptr<SlotLedger> ledger_;  // holds the mapping; see SlotLedger
-    std::shared_ptr<policy::SharedWriteMode> write_mode_ = std::make_shared<policy::SharedWriteMode>();
+    std::shared_ptr<policy::StoreModeLearner> write_mode_ = std::make_shared<policy::StoreModeLearner>();
     std::uint8_t loan_hdr_[4096];         // the header of the outstanding loan, written again at publish
     std::size_t loan_hdr_len_ = 0;
     std::uint64_t loan_total_ = 0;

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <string>
 
-#include "policy/shared_writes.h"
+#include "policy/store_modes.h"
 #include "shm/spin.h"
 #include "shm/topic.h"
 
@@ -12,21 +12,20 @@ namespace fastcopy {
 namespace shm {
 
 namespace {
-// The store-mode rule in words, from policy::SharedWriteMode's constants.
+// The store-mode rule of loan fills in words, from policy::kSharedWriteRule.
 const char* timed_write_rule() {
-    using M = policy::SharedWriteMode;
+    const policy::StoreModeRule& r = policy::kSharedWriteRule;
     static const std::string text = [] {
         char b[800];
         std::snprintf(b, sizeof b,
                       "fastcopy.copy into a loan (Channel or Topic) from this size is timed, and each size class "
                       "(256 KiB, 1 MiB, 4 MiB up) uses cached or streaming stores, whichever ran faster lately: "
-                      "the other is tried after %u fills, then ever less often (up to every %u), and takes over "
+                      "the other is tried after %u fills, then %ux less often after each loss (up to every %u), and takes over "
                       "when %gx faster (streaming) or %gx (cached); the current one leaves after %u slow fills in "
                       "a row. Not timed: send(), forced kernels, kernels without a streaming twin, fills the "
                       "profile streams already, and page distances its non-temporal rule excludes. "
                       "Channel.store_modes and Topic.store_modes show the state",
-                      M::kExploreMin, M::kExploreMax, M::kToStreamingMargin, M::kToCachedMargin,
-                      M::kSlowWritesToLeave);
+                      r.explore_min, r.explore_growth, r.explore_max, r.to_streaming_margin, r.to_cached_margin, r.slow_to_leave);
         return std::string(b);
     }();
     return text.c_str();
@@ -62,7 +61,7 @@ std::vector<ShmRule> rules() {
          "send() and recv() of a message from this size copy with the GIL released",
          "releasing from 64 KiB instead (copy()'s threshold) gained nothing single-threaded: 64-128 KiB "
          "15-24 against 19-26 GB/s, outliers aside (Zen 3 VM, 4 interleaved runs each, noisy host)"},
-        {"timed_write_bytes", double(policy::SharedWriteMode::kMinBytes), "bytes", timed_write_rule(),
+        {"timed_write_bytes", double(policy::StoreModeLearner::kMinBytes), "bytes", timed_write_rule(),
          "a slot's lines were read by the other CPU; while the host kept the two vCPUs far apart (cache-line "
          "round trip 290-347 ns) cached 1 MiB writes took 230-540 us and streaming ones 38-56 us; near (52-85 ns) "
          "cached 22-30 us, streaming 38-45 us (Zen 4 VM, 150 hand-offs per variant, interleaved). With "

@@ -64,7 +64,7 @@
 #include <string>
 #include <vector>
 
-#include "policy/shared_writes.h"
+#include "policy/store_modes.h"
 #include "shm/errors.h"
 #include "shm/os.h"
 #include "shm/rules.h"
@@ -220,7 +220,7 @@ public:
     std::uint64_t cursor() const { return cursor_; }
     const std::shared_ptr<TopicLedger>& ledger() const { return ledger_; }
     // How fills of the publisher's loans by fastcopy.copy store (see Ring::write_mode, channel.h).
-    const std::shared_ptr<policy::SharedWriteMode>& write_mode() const { return write_mode_; }
+    const std::shared_ptr<policy::StoreModeLearner>& write_mode() const { return write_mode_; }
     // Marks the topic unusable (later calls raise ShmCorrupted with this reason).
     void mark_broken(const std::string& why) { broken_ = why; }
 
@@ -249,7 +249,7 @@ private:
     std::size_t map_bytes_ = 0;
     TopicGeometry geo_;
     std::shared_ptr<TopicLedger> ledger_;
-    std::shared_ptr<policy::SharedWriteMode> write_mode_ = std::make_shared<policy::SharedWriteMode>();
+    std::shared_ptr<policy::StoreModeLearner> write_mode_ = std::make_shared<policy::StoreModeLearner>();
     bool publisher_ = false;
     bool unlinked_ = false;
     std::uint64_t generation_ = 0;

@@ -44,7 +44,7 @@
 #include "cpu.h"
 #include "kernels/kernels.h"
 #include "policy/profile.h"
-#include "policy/shared_writes.h"
+#include "policy/store_modes.h"
 #include "split_list.h"
 
 using namespace fastcopy;
@@ -375,40 +375,40 @@ void invariants() {
     }
 }
 
-// The store-mode rule for writes into shared memory (policy/shared_writes.h), driven by
+// The store-mode rule for writes into shared memory (policy/store_modes.h), driven by
 // synthetic timings shaped like the Zen 4 VM's: cached 40 GB/s and streaming 27 GB/s while the
 // reader's CPU is near, cached 2.4 GB/s while it is far.
 void shared_write_mode_checks() {
-    using policy::SharedWriteMode;
+    using policy::StoreModeLearner;
     const std::size_t MiB = std::size_t(1) << 20;
     // One write of n bytes at the rate the current state gives its mode; returns the mode used.
-    auto write = [](SharedWriteMode& m, std::size_t n, double cached_gbps, double streaming_gbps) {
+    auto write = [](StoreModeLearner& m, std::size_t n, double cached_gbps, double streaming_gbps) {
         const bool st = m.streaming(n);
         m.record(n, st, double(n) / ((st ? streaming_gbps : cached_gbps) * 1e9));
         return st;
     };
-    auto count_streaming = [&](SharedWriteMode& m, int writes, double c, double s) {
+    auto count_streaming = [&](StoreModeLearner& m, int writes, double c, double s) {
         int k = 0;
         for (int i = 0; i < writes; ++i) k += write(m, MiB, c, s) ? 1 : 0;
         return k;
     };
     const std::string w = "shared writes";
     {
-        SharedWriteMode m;
-        check(!m.streaming(SharedWriteMode::kMinBytes - 1), w, "a write below kMinBytes streams");
-        m.record(SharedWriteMode::kMinBytes - 1, true, 1e-9);
-        check(SharedWriteMode::class_of(SharedWriteMode::kMinBytes - 1) == -1 &&
+        StoreModeLearner m;
+        check(!m.streaming(StoreModeLearner::kMinBytes - 1), w, "a write below kMinBytes streams");
+        m.record(StoreModeLearner::kMinBytes - 1, true, 1e-9);
+        check(m.class_of(StoreModeLearner::kMinBytes - 1) == -1 &&
                   m.state(0).writes[0] + m.state(0).writes[1] == 0,
               w, "a write below kMinBytes was recorded");
-        check(SharedWriteMode::class_of(SharedWriteMode::kMinBytes) == 0 && SharedWriteMode::class_of(MiB) == 1 &&
-                  SharedWriteMode::class_of(4 * MiB) == 2,
+        check(m.class_of(StoreModeLearner::kMinBytes) == 0 && m.class_of(MiB) == 1 && m.class_of(4 * MiB) == 2 &&
+                  m.class_of(MiB - 1) == 0 && m.class_of(std::size_t(1) << 40) == 2,
               w, "size classes: 256 KiB, 1 MiB and 4 MiB start classes 0, 1, 2");
-        // Near: cached wins; streaming is tried after kExploreMin writes, then ever less often.
+        // Near: cached wins; streaming is tried after explore_min writes, then ever less often.
         int st = count_streaming(m, 2000, 40, 27);
         check(!m.state(1).current_streaming, w, "near reader: cached stores should stay the mode");
         check(m.state(1).writes[1] >= 1 && st <= 10, w,
               "near reader: streaming tried " + std::to_string(st) + " times in 2000 writes (want 1..10: backoff)");
-        check(m.state(1).explore_every == SharedWriteMode::kExploreMax || st >= 7, w, "the trial interval did not grow");
+        check(m.state(1).explore_every == policy::kSharedWriteRule.explore_max || st >= 7, w, "the trial interval did not grow");
         // Far: cached collapses; two slow writes in a row switch to streaming.
         check(!write(m, MiB, 2.4, 27), w, "first far write: still cached");
         check(!m.state(1).current_streaming, w, "one slow write switched the mode");
@@ -426,14 +426,14 @@ void shared_write_mode_checks() {
             }
         }
         check(adopted_at_once, w, "a winning trial of cached stores did not switch at once");
-        check(until >= 0 && until <= int(SharedWriteMode::kExploreMax), w,
-              "back near: cached stores took over after " + std::to_string(until) + " writes (want <= kExploreMax)");
+        check(until >= 0 && until <= int(policy::kSharedWriteRule.explore_max), w,
+              "back near: cached stores took over after " + std::to_string(until) + " writes (want <= explore_max)");
         check(m.state(0).writes[0] + m.state(0).writes[1] == 0 && m.state(2).writes[0] + m.state(2).writes[1] == 0, w,
               "1 MiB writes touched another size class");
     }
     {
         // One slow outlier (an interrupt) between fast cached writes does not switch.
-        SharedWriteMode m;
+        StoreModeLearner m;
         count_streaming(m, 100, 40, 27);
         const auto switches = m.state(1).switches;
         for (int i = 0; i < 50; ++i) {
@@ -445,26 +445,33 @@ void shared_write_mode_checks() {
     }
     {
         // Modes within the margins of each other: no switching back and forth.
-        SharedWriteMode m;
+        StoreModeLearner m;
         count_streaming(m, 2000, 30, 27);
         check(m.state(1).switches == 0, w, "close rates: " + std::to_string(m.state(1).switches) + " switches");
         // Streaming 1.7x faster is not enough to leave cached stores (their cost to the reader is unseen).
-        SharedWriteMode b;
+        StoreModeLearner b;
         count_streaming(b, 2000, 12, 20);
         check(b.state(1).switches == 0 && !b.state(1).current_streaming, w,
               "streaming 1.7x faster took over: " + std::to_string(b.state(1).switches) + " switches");
         // Streaming clearly faster from the start (a CPU whose streaming stores win): found by a trial.
-        SharedWriteMode f;
+        StoreModeLearner f;
         const int st = count_streaming(f, 100, 10, 27);
         check(f.state(1).current_streaming && st >= 80, w, "a faster streaming mode was not adopted");
     }
-    check(std::string(SharedWriteMode::class_name(0)) == "256 KiB-1 MiB" &&
-              std::string(SharedWriteMode::class_name(2)) == "4 MiB and more",
-          w, "size class names");
+    {
+        const StoreModeLearner shared, priv(policy::kPrivateCopyRule);
+        check(shared.class_name(0) == "256 KiB-1 MiB" && shared.class_name(1) == "1-4 MiB" &&
+                  shared.class_name(2) == "4 MiB and more",
+              w, "size class names");
+        check(priv.class_name(0) == "256-512 KiB" && priv.class_name(1) == "512 KiB-1 MiB" &&
+                  priv.class_name(4) == "4-8 MiB" && priv.class_name(8) == "64 MiB and more" &&
+                  priv.class_of(8 * MiB - 1) == 4 && priv.class_of(8 * MiB) == 5 && priv.class_of(std::size_t(1) << 40) == 8,
+              "private copies", "a size class per doubling from 256 KiB, the last from 64 MiB");
+    }
     {
         // Two threads calling at once (fills from two threads, store_modes read meanwhile):
         // no call waits for the other, and no write is counted twice.
-        SharedWriteMode m;
+        StoreModeLearner m;
         const int per_thread = 20000;
         auto hammer = [&] {
             for (int i = 0; i < per_thread; ++i) {
@@ -479,6 +486,107 @@ void shared_write_mode_checks() {
         const std::uint64_t recorded = st.writes[0] + st.writes[1];
         check(recorded > 0 && recorded <= std::uint64_t(2 * per_thread), w,
               "two threads: " + std::to_string(recorded) + " writes recorded of " + std::to_string(2 * per_thread));
+    }
+}
+
+// The store-mode rule of private copies (policy::kPrivateCopyRule), driven by synthetic timings
+// shaped like the Zen 4 VM's 8 MiB copies on the pool: hot (the buffers in L3) cached 60-70
+// GB/s, streaming 24-25, and a cached copy right after streamed ones 21 (the destination was
+// evicted); cold cached 16.5, streaming 20 (evidence: policy-private-store-modes).
+void private_copy_mode_checks() {
+    using policy::StoreModeLearner;
+    const std::size_t n = std::size_t(8) << 20;
+    const int cls = StoreModeLearner(policy::kPrivateCopyRule).class_of(n);
+    auto copy = [&](StoreModeLearner& m, double cached_gbps, double streaming_gbps) {
+        const bool st = m.streaming(n);
+        m.record(n, st, double(n) / ((st ? streaming_gbps : cached_gbps) * 1e9));
+        return st;
+    };
+    auto count_streaming = [&](StoreModeLearner& m, int copies, double c, double s) {
+        int k = 0;
+        for (int i = 0; i < copies; ++i) k += copy(m, c, s) ? 1 : 0;
+        return k;
+    };
+    const std::string w = "private copies";
+    {
+        // Cold from the start: copies 3 and 4 are a trial of streaming stores, and it wins.
+        StoreModeLearner m(policy::kPrivateCopyRule);
+        check(!copy(m, 16.5, 20) && !copy(m, 16.5, 20), w, "the first two copies streamed (cached stores come first)");
+        check(m.state(cls).rate[0] > 0 && m.state(cls).writes[0] == 2, w, "the second copy was not timed, or not counted");
+        check(copy(m, 16.5, 20) && !m.state(cls).current_streaming, w,
+              "cold: the third copy did not start a trial, or its first copy was judged");
+        check(copy(m, 16.5, 20) && m.state(cls).current_streaming, w, "cold: the faster trial was not adopted");
+        const int st = count_streaming(m, 1000, 16.5, 20);
+        check(st >= 990, w, "cold: " + std::to_string(st) + " of 1000 copies streamed (want >= 990)");
+        // The program turns to copying the same buffers (hot): a trial of cached stores finds it.
+        int until = -1;
+        for (int i = 0; i < 3000 && until < 0; ++i) {
+            copy(m, 60, 25);
+            if (!m.state(cls).current_streaming) until = i;
+        }
+        check(until >= 0 && until <= int(policy::kPrivateCopyRule.explore_max) + 2, w,
+              "hot again: cached stores took over after " + std::to_string(until) + " copies (want <= explore_max)");
+    }
+    {
+        // Hot from the start: streaming is tried, loses, and is tried ever less often.
+        StoreModeLearner m(policy::kPrivateCopyRule);
+        const int st = count_streaming(m, 4000, 60, 25);
+        check(!m.state(cls).current_streaming, w, "hot: streaming stores took over");
+        // Trials of 2 copies after 3, 24, 192 and then every 1024 copies: 6 in 4000.
+        check(st >= 2 && st <= 12, w, "hot: " + std::to_string(st) + " streamed copies in 4000 (want 2..12)");
+        // Cold: the cached rate falls with each slow copy, and streaming stores take over
+        // within a few copies, without a trial.
+        copy(m, 16.5, 20);
+        check(!m.state(cls).current_streaming, w, "cold: one slow copy switched (an interrupt would too)");
+        int cold = 1;
+        while (!m.state(cls).current_streaming && cold < 100) {
+            copy(m, 16.5, 20);
+            ++cold;
+        }
+        check(cold <= 10, w, "cold: streaming stores took over after " + std::to_string(cold) + " copies (want <= 10)");
+    }
+    {
+        // Hot between other work: every 8th copy follows work that evicted the buffers (cached
+        // 16 GB/s), the next one runs 40, the others 70; streamed copies 24. Cached stays.
+        StoreModeLearner m(policy::kPrivateCopyRule);
+        int streamed = 0;
+        for (int i = 0; i < 2000; ++i) {
+            const bool st = m.streaming(n);
+            const double gbps = st ? 24 : i % 8 == 0 ? 16 : i % 8 == 1 ? 40 : 70;
+            m.record(n, st, double(n) / (gbps * 1e9));
+            streamed += st ? 1 : 0;
+        }
+        check(!m.state(cls).current_streaming && streamed <= 12, w,
+              "hot between other work: " + std::to_string(streamed) + " of 2000 copies streamed (want cached, <= 12)");
+    }
+    {
+        // Hot, with what the caches do: the first copy into fresh memory runs at 4 GB/s (page
+        // faults), a cached copy right after a streamed one at 21. Cached stores end up the mode,
+        // and streaming is rare.
+        StoreModeLearner m(policy::kPrivateCopyRule);
+        bool last_streamed = false;
+        int streamed = 0;
+        for (int i = 0; i < 2000; ++i) {
+            const bool st = m.streaming(n);
+            const double gbps = st ? 24 : i == 0 ? 4 : last_streamed ? 21 : 70;
+            m.record(n, st, double(n) / (gbps * 1e9));
+            streamed += st ? 1 : 0;
+            last_streamed = st;
+        }
+        check(!m.state(cls).current_streaming && streamed <= 10, w,
+              "hot with page faults and evictions: " + std::to_string(streamed) + " of 2000 copies streamed, mode " +
+                  (m.state(cls).current_streaming ? "streaming" : "cached") + " (want cached, <= 10)");
+    }
+    {
+        // A cold workload where streaming wins by 1.15x, the least the evidence shows: adopted.
+        StoreModeLearner m(policy::kPrivateCopyRule);
+        const int st = count_streaming(m, 200, 17.4, 20);
+        check(m.state(cls).current_streaming && st >= 190, w,
+              "streaming 1.15x faster: " + std::to_string(st) + " of 200 copies streamed (want >= 190)");
+        // Within 3 %: no switching back and forth.
+        StoreModeLearner c(policy::kPrivateCopyRule);
+        count_streaming(c, 2000, 20, 20.5);
+        check(c.state(cls).switches == 0, w, "rates within 3 %: " + std::to_string(c.state(cls).switches) + " switches");
     }
 }
 
@@ -520,6 +628,9 @@ int main(int argc, char** argv) {
     before = g_checks;
     shared_write_mode_checks();
     std::printf("  %-24s %d checks\n", "(shared writes)", g_checks - before);
+    before = g_checks;
+    private_copy_mode_checks();
+    std::printf("  %-24s %d checks\n", "(private copies)", g_checks - before);
     std::printf("policy_tests: %d passed, %d failed, %d case files skipped for another architecture\n",
                 g_checks - g_failures, g_failures, g_skipped_files);
     return g_failures ? 1 : 0;

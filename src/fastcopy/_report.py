@@ -29,6 +29,14 @@ def _guard_end(nt: Dict[str, Any]) -> str:
     return "" if below is None else f" below {human_size(below)} (every distance from there)"
 
 
+def _learn_words(nt: Dict[str, Any]) -> str:
+    """Words for the sizes below the NT threshold that learn their store mode ("" when none)."""
+    start = nt.get("learn_from")
+    return "" if start is None else \
+        f"; from {human_size(start)}, copies it does not stream use cached or streaming stores, whichever ran " \
+        "faster lately"
+
+
 def _cpu_brand() -> Optional[str]:
     """Brand string from py-cpuinfo, imported only here (it is slow to import)."""
     try:
@@ -87,6 +95,9 @@ def collect_info(brand: bool = True) -> Dict[str, Any]:
             "isolated_copies": dict(_core.isolated_copy_rule()),
             "worker_spin": dict(_core.worker_spin_rule()),
         },
+        # What private copies from the profile's nt.learn_from measured in this process so far.
+        "private_store_modes": {"rule": dict(_core.private_store_mode_rule()),
+                                "classes": list(_core.private_store_modes())},
         "overrides": _core.overrides(),
         "shm": list(_core._shm_rules()),
     }
@@ -184,6 +195,18 @@ def format_info(data: Dict[str, Any], verbose: bool = False) -> str:
                      f"in a back-off after {pool['late_events']} late-worker events, {pool['asleep_fallbacks']} isolated "
                      f"while the workers slept), {pool['chunks_by_workers']} chunks copied by workers, "
                      f"{pool['worker_sleeps']} times a worker went to sleep")
+    learned = data.get("private_store_modes")
+    if learned and data["profile"]["regions"]["private"]["nt"].get("learn_from") is not None:
+        r = learned["rule"]
+        lines.append(f"  learned store modes: the other mode is tried ({r['trial_copies']} copies, the last one "
+                     f"timed) after {r['explore_min']} copies, then {r['explore_growth']}x less often after each loss (up to every "
+                     f"{r['explore_max']}), and takes "
+                     f"over when {r['to_streaming_margin']:g}x faster (streaming) or {r['to_cached_margin']:g}x "
+                     f"(cached); the current one leaves after {r['slow_to_leave']} slow copies in a row: {r['why']}")
+        for c in learned["classes"]:  # a fresh process has none
+            lines.append(f"    {c['sizes']}: {c['stores']} stores now ({c['cached_writes']} copies cached at "
+                         f"{c['cached_gbps']:.1f} GB/s last, {c['streaming_writes']} streamed at "
+                         f"{c['streaming_gbps']:.1f} GB/s last, {c['switches']} switches)")
     lines += ["", "Shared memory (fastcopy.shm):"]
     for rule in data["shm"]:
         lines.append(f"  {rule['name']} = {_rule_value(rule)}: {rule['rule']}")
@@ -260,7 +283,7 @@ def _region_summary(region: Dict[str, Any], forced: Optional[str]) -> List[str]:
     if nt["threshold"] is not None and not forced:
         cond = f", at (dst - src) mod 4096 = 0 or >= {nt['min_page_distance']}{_guard_end(nt)}" \
             if nt["min_page_distance"] else ""
-        rows.append(f"  non-temporal stores ({nt['kernel']}) from {human_size(nt['threshold'])}{cond}")
+        rows.append(f"  non-temporal stores ({nt['kernel']}) from {human_size(nt['threshold'])}{cond}{_learn_words(nt)}")
     return rows
 
 
@@ -356,6 +379,10 @@ def _format_profile(profile: Dict[str, Any], source: Dict[str, Any]) -> List[str
                 f", only at (dst - src) mod 4096 = 0 or >= {nt['min_page_distance']}{_guard_end(nt)}"
             rows.append(f"  non-temporal stores ({nt['kernel']}) from {human_size(nt['threshold'])} without "
                         f"overlap{cond}: {nt['why']}")
+            if nt.get("learn_from") is not None:
+                rows.append(f"  from {human_size(nt['learn_from'])}, copies without overlap that this rule does not "
+                            "stream (smaller, or at a page distance it excludes) time themselves and use cached or "
+                            "streaming stores, whichever ran faster lately")
         return rows
 
     private = None

@@ -1,0 +1,162 @@
+// Cached or streaming stores, decided by timing the copies themselves as they run, for two
+// kinds of copy whose best store mode no profile can know in advance:
+//
+// - Writes into shared memory that another process reads (a loan of a Channel or a Topic,
+//   filled by fastcopy.copy; kSharedWriteRule). send() does not use it: see shm::rules(),
+//   "timed_write_bytes". How fast such a write runs depends on where the reader's CPU is,
+//   which changes while a program runs. A ring slot is reused, so each write goes to lines the
+//   reader has read; with cached stores every line is first fetched for ownership from the
+//   reader's cache. While the two CPUs are close, cached stores win; while they are far apart,
+//   cached stores run 6-18x slower and streaming stores about as fast as before; flushing the
+//   lines on the reader's side or zeroing them first does not help (evidence:
+//   policy-shared-writes-placement).
+// - Private copies from the profile's nt.learn_from that its NT rule does not stream (smaller
+//   than its threshold, or at a page distance its guard excludes; kPrivateCopyRule). Whether such a copy finds its buffers in the last-level cache decides
+//   the winner: a program that copies the same buffers again and again (hot) runs cached
+//   stores 2-3x faster than streaming ones, a program streaming through more data than the
+//   cache holds (cold) runs streaming stores 1.1-1.3x faster (evidence:
+//   policy-private-store-modes).
+//
+// The rule: for each size class (from kMinBytes), keep a measured rate of each mode (the last
+// write's, or a running mean: rate_weight);
+// use the mode with the better one; a mode whose rate is unknown or stale is tried (for
+// trial_copies writes, the last one timed) after `explore_every` writes, a number that grows (explore_min to explore_max, by
+// explore_growth) each time the trial loses and resets when a mode switches. A switch needs a margin, so two modes
+// within noise of each other do not alternate, and the current mode must be slow
+// slow_to_leave times in a row: one write delayed by an interrupt or a preemption does not
+// switch (evidence: policy-shared-writes-margins). Pure logic: the caller times the writes,
+// tests drive it with synthetic timings.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <atomic>
+#include <string>
+
+namespace fastcopy {
+namespace policy {
+
+struct StoreModeRule {
+    unsigned explore_min;        // writes before the first trial of the other mode
+    unsigned explore_max;        // the trial interval grows up to this
+    unsigned explore_growth;     // the factor by which it grows after each lost trial
+    unsigned trial_copies;       // copies a trial runs in the other mode; the last one is judged
+    // While the current mode's rate is more than this many times the other's last one, a due
+    // trial counts as lost without running (up to explore_max, where it runs): noise cannot
+    // close such a gap, and each trial costs copies in the slower mode.
+    double trial_within;
+    double to_streaming_margin;  // how much faster streaming stores must run to take over
+    double to_cached_margin;     // how much faster cached stores must run to take over
+    unsigned slow_to_leave;      // slow writes of the current mode in a row that switch it
+    double rate_weight;          // the weight of a write in its mode's rate (1: the last write alone)
+    unsigned unjudged_first;     // the first writes of a size class are not timed into a rate
+    // Size classes, each learning on its own: from kMinBytes, each class spans this many
+    // doublings of the size, and the last of `classes` takes every larger size.
+    unsigned octaves_per_class;
+    unsigned classes;            // 1..kMaxClasses
+};
+
+// Loan fills. Cached stores are preferred: streaming ones also cost the reader, who then
+// reads the data from memory instead of a cache, and the writer's timings cannot see that.
+// With equal margins both ways the mode alternates on noise and the run moves less than with
+// cached stores alone (evidence: policy-shared-writes-margins).
+constexpr StoreModeRule kSharedWriteRule = {
+    8,     // explore_min
+    1024,  // explore_max
+    2,     // explore_growth
+    1,     // trial_copies
+    1e9,   // trial_within: always
+    2.0,   // to_streaming_margin
+    1.25,  // to_cached_margin
+    2,     // slow_to_leave
+    1.0,   // rate_weight
+    0,     // unjudged_first
+    2,     // octaves_per_class: 256 KiB-1 MiB, 1-4 MiB,
+    3,     // classes:           4 MiB and more
+};
+
+// Private copies. The first copy of a size class is not timed (into fresh memory it runs slow
+// on page faults); the first trial comes after 2 copies, so a cold workload streams from its
+// fifth copy. A trial is two copies, the second one timed: a cached copy right after streamed
+// ones finds the destination evicted from the caches and runs as slow as a cold one. For the
+// same reason the cached rate is a running mean (each copy weighs 1/4): in a program that
+// copies the same buffers between other work, the first copy after the other work runs slow,
+// the next ones fast, and one slow copy must not hand over to streaming stores. Trials wait
+// (up to every 1024 copies) while one mode runs more than 1.5x the other: streamed copies evict the destination, and at
+// 8-16 MiB cached copies then take many copies to run fast again. A lost trial waits 8 times longer for the next: in a hot loop a streamed
+// trial costs 2-3 cached copies, and the loop turning cold does not need a trial to be seen
+// (its cached copies fall below the streaming rate already measured, and two in a row switch).
+// At 4 MiB and more one copy takes over 100 us, so single timings are steady and small margins
+// do not alternate on noise. One class per doubling of the size: which mode wins depends on
+// the size against the last-level cache (evidence: policy-private-store-modes).
+constexpr StoreModeRule kPrivateCopyRule = {
+    3,     // explore_min
+    1024,  // explore_max
+    8,     // explore_growth
+    2,     // trial_copies
+    1.5,   // trial_within
+    1.05,  // to_streaming_margin
+    1.05,  // to_cached_margin
+    2,     // slow_to_leave
+    0.25,  // rate_weight
+    1,     // unjudged_first
+    1,     // octaves_per_class: 256-512 KiB, ..., 32-64 MiB,
+    9,     // classes:           64 MiB and more
+};
+
+class StoreModeLearner {
+public:
+    explicit StoreModeLearner(const StoreModeRule& rule = kSharedWriteRule) : rule_(rule) {
+        for (ClassState& c : cls_) c.explore_every = rule.explore_min;
+    }
+    // Smaller writes are not timed and always use cached stores: the effect needs many lines
+    // in flight, and a clock read (~20 ns) would cost more than it could save.
+    static constexpr std::size_t kMinBytes = 256 << 10;
+    // Rates differ with size (cache fit), so each size class (the rule's) learns its own.
+    static constexpr int kMaxClasses = 9;
+
+    // Whether the next write of n bytes uses streaming stores. Call record() after it.
+    bool streaming(std::size_t n);
+    // A write of n bytes in mode `streaming` took `seconds`.
+    void record(std::size_t n, bool streaming, double seconds);
+
+    struct ClassState {
+        double rate[2] = {0.0, 0.0};   // bytes/s: [cached, streaming] (rate_weight); 0: unknown
+        bool current_streaming = false;
+        bool trial = false;             // the next record() is a trial of the other mode
+        unsigned trial_left = 0;        // copies of the trial still to run
+        unsigned since_trial = 0;
+        unsigned explore_every = 0;    // writes between trials (rule().explore_min to explore_max)
+        unsigned slow_streak = 0;      // consecutive writes of the current mode slower than the other's rate
+        std::uint64_t writes[2] = {0, 0};
+        std::uint64_t switches = 0;
+    };
+    ClassState state(int cls) const;
+    // Forgets every measurement (tests start from a known state).
+    void reset();
+    const StoreModeRule& rule() const { return rule_; }
+    int classes() const { return static_cast<int>(rule_.classes); }
+    int class_of(std::size_t n) const;  // -1 below kMinBytes
+    std::string class_name(int cls) const;  // "256 KiB-1 MiB", "1-4 MiB", "4 MiB and more"
+
+private:
+    // Guards cls_. Never waited for: a call that finds it taken (another thread of the
+    // process in the middle of a call, or one that was when this process was forked, which
+    // would leave a mutex locked for ever in the child) uses cached stores and records nothing.
+    class TryLock {
+    public:
+        explicit TryLock(std::atomic<bool>& flag) : flag_(flag), held_(!flag.exchange(true, std::memory_order_acquire)) {}
+        ~TryLock() {
+            if (held_) flag_.store(false, std::memory_order_release);
+        }
+        bool held() const { return held_; }
+    private:
+        std::atomic<bool>& flag_;
+        bool held_;
+    };
+    StoreModeRule rule_;
+    mutable std::atomic<bool> busy_{false};
+    ClassState cls_[kMaxClasses];
+};
+
+}  // namespace policy
+}  // namespace fastcopy
