@@ -22,10 +22,9 @@ bool StoreModeLearner::streaming(std::size_t n) {
     ClassState& s = cls_[c];
     if (!s.trial && ++s.since_trial >= s.explore_every) {
         s.since_trial = 0;
-        // Far ahead of the other mode: count the trial as lost without running it; at
-        // explore_max it runs anyway (the other mode's rate may be stale).
-        const int cur = s.current_streaming ? 1 : 0;
-        if (s.rate[1 - cur] > 0 && s.rate[cur] > rule_.trial_within * s.rate[1 - cur] &&
+        // Cached stores far ahead of streaming ones: count the trial as lost without running
+        // it; at explore_max it runs anyway (the streaming rate may be stale).
+        if (!s.current_streaming && s.rate[1] > 0 && s.rate[0] > rule_.trial_within * s.rate[1] &&
             s.explore_every < rule_.explore_max) {
             s.explore_every = std::min(rule_.explore_max, s.explore_every * rule_.explore_growth);
         } else {
@@ -45,12 +44,30 @@ void StoreModeLearner::record(std::size_t n, bool streaming, double seconds) {
     const double rate = double(n) / seconds;
     const int mode = streaming ? 1 : 0, current = s.current_streaming ? 1 : 0;
     ++s.writes[mode];
-    // The class's first writes (into fresh memory: page faults) say nothing of either mode.
-    if (s.writes[0] + s.writes[1] <= rule_.unjudged_first) return;
     if (mode != current && s.trial && s.trial_left > 1) {
         // Not the last copy of a trial: it leaves the caches as that mode leaves them, so that
         // the last one is timed as the mode runs when it keeps running.
         --s.trial_left;
+        return;
+    }
+    // A trial of streaming stores judged against the cached copies after it (judge_after):
+    // skip the first (it finds the destination evicted), compare with the next.
+    if (mode == current && s.pending_rate > 0) {
+        if (s.pending_skip > 0) {
+            --s.pending_skip;
+            return;
+        }
+        const double trial_rate = s.pending_rate;
+        s.pending_rate = 0;
+        s.rate[mode] = s.rate[mode] > 0 ? s.rate[mode] + rule_.rate_weight * (rate - s.rate[mode]) : rate;
+        if (trial_rate > rule_.to_streaming_margin * rate) {
+            s.current_streaming = true;
+            s.slow_streak = 0;
+            s.explore_every = rule_.explore_min;
+            ++s.switches;
+        } else {
+            s.explore_every = std::min(rule_.explore_max, s.explore_every * rule_.explore_growth);
+        }
         return;
     }
     // A trial's rate replaces the mode's old one (measured long ago); the current mode's rate
@@ -64,6 +81,11 @@ void StoreModeLearner::record(std::size_t n, bool streaming, double seconds) {
         // A trial of the other mode (or a write decided before a switch): take over if it
         // is clearly faster, else try again later.
         s.trial = false;
+        if (mode == 1 && rule_.judge_after > 0) {
+            s.pending_rate = rate;
+            s.pending_skip = rule_.judge_after - 1;
+            return;
+        }
         if (rate > margin_to(mode) * s.rate[current]) {
             s.current_streaming = streaming;
             s.slow_streak = 0;

@@ -40,15 +40,21 @@ struct StoreModeRule {
     unsigned explore_max;        // the trial interval grows up to this
     unsigned explore_growth;     // the factor by which it grows after each lost trial
     unsigned trial_copies;       // copies a trial runs in the other mode; the last one is judged
-    // While the current mode's rate is more than this many times the other's last one, a due
-    // trial counts as lost without running (up to explore_max, where it runs): noise cannot
-    // close such a gap, and each trial costs copies in the slower mode.
+    // While cached stores run more than this many times the streaming rate last measured, a
+    // due trial of streaming stores counts as lost without running (up to explore_max, where it
+    // runs): noise cannot close such a gap, and a streamed trial costs more than its own copies
+    // (it evicts the destination). Trials of cached stores always run: they cost little where
+    // streaming wins, and a cached rate measured early (fresh memory) may be far too low.
     double trial_within;
+    // A trial of streaming stores is judged against the judge_after-th cached copy after it,
+    // not against the cached rate so far (0: at once). Cached copies right after an allocation
+    // or after streamed ones run slow for a copy or more; one timed next to the trial sees what
+    // the program's copies see now.
+    unsigned judge_after;
     double to_streaming_margin;  // how much faster streaming stores must run to take over
     double to_cached_margin;     // how much faster cached stores must run to take over
     unsigned slow_to_leave;      // slow writes of the current mode in a row that switch it
     double rate_weight;          // the weight of a write in its mode's rate (1: the last write alone)
-    unsigned unjudged_first;     // the first writes of a size class are not timed into a rate
     // Size classes, each learning on its own: from kMinBytes, each class spans this many
     // doublings of the size, and the last of `classes` takes every larger size.
     unsigned octaves_per_class;
@@ -65,40 +71,44 @@ constexpr StoreModeRule kSharedWriteRule = {
     2,     // explore_growth
     1,     // trial_copies
     1e9,   // trial_within: always
+    0,     // judge_after
     2.0,   // to_streaming_margin
     1.25,  // to_cached_margin
     2,     // slow_to_leave
     1.0,   // rate_weight
-    0,     // unjudged_first
     2,     // octaves_per_class: 256 KiB-1 MiB, 1-4 MiB,
     3,     // classes:           4 MiB and more
 };
 
-// Private copies. The first copy of a size class is not timed (into fresh memory it runs slow
-// on page faults); the first trial comes after 2 copies, so a cold workload streams from its
-// fifth copy. A trial is two copies, the second one timed: a cached copy right after streamed
-// ones finds the destination evicted from the caches and runs as slow as a cold one. For the
-// same reason the cached rate is a running mean (each copy weighs 1/4): in a program that
-// copies the same buffers between other work, the first copy after the other work runs slow,
-// the next ones fast, and one slow copy must not hand over to streaming stores. Trials wait
-// (up to every 1024 copies) while one mode runs more than 1.5x the other: streamed copies evict the destination, and at
-// 8-16 MiB cached copies then take many copies to run fast again. A lost trial waits 8 times longer for the next: in a hot loop a streamed
-// trial costs 2-3 cached copies, and the loop turning cold does not need a trial to be seen
-// (its cached copies fall below the streaming rate already measured, and two in a row switch).
-// At 4 MiB and more one copy takes over 100 us, so single timings are steady and small margins
-// do not alternate on noise. One class per doubling of the size: which mode wins depends on
-// the size against the last-level cache (evidence: policy-private-store-modes).
+// Private copies (evidence: policy-private-store-modes). At 4 MiB and more one copy takes over
+// 100 us, so single timings are steady and small margins do not alternate on noise.
+// - The first trial comes after 2 copies: a cold workload streams from its seventh copy.
+// - A trial is two copies, the second one timed: a cached copy right after streamed ones finds
+//   the destination evicted and runs as slow as a cold one.
+// - A trial of streaming stores is judged against the second cached copy after it, not the
+//   cached rate so far: on fresh memory the first cached copies ran 13-24 GB/s where the same
+//   loop ran 60-80 a few copies later, and a trial judged against them streamed a hot loop.
+// - The cached rate is a running mean (each copy weighs 1/4): in a program that copies the
+//   same buffers between other work, the first copies after the other work run slow, the next
+//   ones fast, and two slow copies must not hand over to streaming stores.
+// - A lost trial waits 8 times longer for the next, and trials of streaming stores wait (up to
+//   every 1024 copies) while cached ones run more than 1.5x faster: a streamed trial evicts
+//   the destination, and at 8-16 MiB a hot loop's cached copies then take several copies to
+//   run fast again. A loop turning cold needs no trial to be seen: its cached copies fall
+//   below the streaming rate already measured.
+// - One size class per doubling: which mode wins depends on the size against the last-level
+//   cache, and one class for every size let a 22 MiB copy's choice decide an 8.9 MiB one.
 constexpr StoreModeRule kPrivateCopyRule = {
     3,     // explore_min
     1024,  // explore_max
     8,     // explore_growth
     2,     // trial_copies
     1.5,   // trial_within
+    2,     // judge_after
     1.05,  // to_streaming_margin
     1.05,  // to_cached_margin
     2,     // slow_to_leave
     0.25,  // rate_weight
-    1,     // unjudged_first
     1,     // octaves_per_class: 256-512 KiB, ..., 32-64 MiB,
     9,     // classes:           64 MiB and more
 };
@@ -124,6 +134,8 @@ public:
         bool current_streaming = false;
         bool trial = false;             // the next record() is a trial of the other mode
         unsigned trial_left = 0;        // copies of the trial still to run
+        double pending_rate = 0.0;      // a streaming trial's rate awaiting the cached copies after it
+        unsigned pending_skip = 0;      // cached copies still to pass before judging it
         unsigned since_trial = 0;
         unsigned explore_every = 0;    // writes between trials (rule().explore_min to explore_max)
         unsigned slow_streak = 0;      // consecutive writes of the current mode slower than the other's rate

@@ -292,8 +292,8 @@ void bind_info(py::module_& m) {
         d["explore_growth"] = r.explore_growth;
         d["trial_copies"] = r.trial_copies;
         d["trial_within"] = r.trial_within;
+        d["judge_after"] = r.judge_after;
         d["rate_weight"] = r.rate_weight;
-        d["unjudged_first"] = r.unjudged_first;
         d["to_streaming_margin"] = r.to_streaming_margin;
         d["to_cached_margin"] = r.to_cached_margin;
         d["slow_to_leave"] = r.slow_to_leave;

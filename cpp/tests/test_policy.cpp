@@ -509,13 +509,17 @@ void private_copy_mode_checks() {
     };
     const std::string w = "private copies";
     {
-        // Cold from the start: copies 3 and 4 are a trial of streaming stores, and it wins.
+        // Cold from the start: copies 3 and 4 are a trial of streaming stores, judged against
+        // the second cached copy after it, and it wins.
         StoreModeLearner m(policy::kPrivateCopyRule);
         check(!copy(m, 16.5, 20) && !copy(m, 16.5, 20), w, "the first two copies streamed (cached stores come first)");
         check(m.state(cls).rate[0] > 0 && m.state(cls).writes[0] == 2, w, "the second copy was not timed, or not counted");
         check(copy(m, 16.5, 20) && !m.state(cls).current_streaming, w,
               "cold: the third copy did not start a trial, or its first copy was judged");
-        check(copy(m, 16.5, 20) && m.state(cls).current_streaming, w, "cold: the faster trial was not adopted");
+        check(copy(m, 16.5, 20) && !m.state(cls).current_streaming, w, "cold: the trial was judged before a cached copy");
+        check(!copy(m, 16.5, 20) && !m.state(cls).current_streaming, w,
+              "cold: the trial was judged against the first cached copy after it");
+        check(!copy(m, 16.5, 20) && m.state(cls).current_streaming, w, "cold: the faster trial was not adopted");
         const int st = count_streaming(m, 1000, 16.5, 20);
         check(st >= 990, w, "cold: " + std::to_string(st) + " of 1000 copies streamed (want >= 990)");
         // The program turns to copying the same buffers (hot): a trial of cached stores finds it.
@@ -597,6 +601,42 @@ void private_copy_mode_checks() {
         check(until >= 0 && until <= int(policy::kPrivateCopyRule.explore_max) + 2, w,
               "hot again, after streamed copies: cached stores took over after " + std::to_string(until) +
                   " copies (want <= explore_max)");
+    }
+    {
+        // Fresh memory: the first two cached copies run 13-14 GB/s, the streamed trial 39, and
+        // from then on a hot loop runs cached 80 (21 right after streamed copies), streamed 28.
+        // The trial is judged against the second cached copy after it, and loses.
+        StoreModeLearner m(policy::kPrivateCopyRule);
+        int i = 0, until = -1;
+        bool last_streamed = false;
+        for (; i < 400 && until < 0; ++i) {
+            const bool st = m.streaming(n);
+            const double gbps = st ? (i < 4 ? 39 : 28) : i < 2 ? 13.5 : last_streamed ? 21 : 80;
+            m.record(n, st, double(n) / (gbps * 1e9));
+            last_streamed = st;
+            if (i > 4 && !m.state(cls).current_streaming) until = i;
+        }
+        check(until >= 0 && until <= 12 && m.state(cls).switches == 0, w,
+              "fresh memory: " + std::to_string(m.state(cls).switches) + " switches, cached stores current after " +
+                  std::to_string(until) + " copies (want no switch)");
+        // Judged at once against the slow early copies, the trial would win; a cached trial
+        // then brings the loop back (trials of cached stores run however far ahead streaming
+        // looks).
+        policy::StoreModeRule at_once = policy::kPrivateCopyRule;
+        at_once.judge_after = 0;
+        StoreModeLearner e(at_once);
+        until = -1;
+        last_streamed = false;
+        for (i = 0; i < 400 && until < 0; ++i) {
+            const bool st = e.streaming(n);
+            const double gbps = st ? (i < 4 ? 39 : 28) : i < 2 ? 13.5 : last_streamed ? 21 : 80;
+            e.record(n, st, double(n) / (gbps * 1e9));
+            last_streamed = st;
+            if (i > 4 && !e.state(cls).current_streaming) until = i;
+        }
+        check(e.state(cls).switches >= 1 && until >= 0 && until <= 12, w,
+              "judged at once: " + std::to_string(e.state(cls).switches) + " switches, cached back after " +
+                  std::to_string(until) + " copies (want a switch, and cached back within 12)");
     }
     {
         // A cold workload where streaming wins by 1.15x, the least the evidence shows: adopted.

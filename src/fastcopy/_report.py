@@ -202,7 +202,8 @@ def format_info(data: Dict[str, Any], verbose: bool = False) -> str:
                      f"timed) after {r['explore_min']} copies, then {r['explore_growth']}x less often after each loss (up to every "
                      f"{r['explore_max']}), and takes "
                      f"over when {r['to_streaming_margin']:g}x faster (streaming) or {r['to_cached_margin']:g}x "
-                     f"(cached); the current one leaves after {r['slow_to_leave']} slow copies in a row: {r['why']}")
+                     f"(cached); the current one leaves after {r['slow_to_leave']} slow copies in a row; streaming "
+                     f"stores are not tried while cached ones run over {r['trial_within']:g}x faster: {r['why']}")
         for c in learned["classes"]:  # a fresh process has none
             lines.append(f"    {c['sizes']}: {c['stores']} stores now ({c['cached_writes']} copies cached at "
                          f"{c['cached_gbps']:.1f} GB/s last, {c['streaming_writes']} streamed at "

@@ -83,7 +83,7 @@ def test_a_trial_of_streaming_stores_runs_third_and_every_copy_is_right():
         fastcopy.copy(dst, src)
         ran.append(_core.last_kernel())
         assert np.array_equal(dst, src), f"copy {i}"
-    # Copies 1-2 cached (the first not timed: page faults), 3-4 a trial of streaming stores.
+    # Copies 1-2 cached, 3-4 a trial of streaming stores.
     rule = _core.private_store_mode_rule()
     first = rule["explore_min"] - 1
     assert ran[:first] == [cached] * first, ran
