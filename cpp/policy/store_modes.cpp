@@ -20,7 +20,8 @@ bool StoreModeLearner::streaming(std::size_t n) {
     TryLock lock(busy_);
     if (!lock.held()) return false;
     ClassState& s = cls_[c];
-    if (!s.trial && ++s.since_trial >= s.explore_every) {
+    // No trial while the last one awaits its judgement (judge_after).
+    if (!s.trial && s.pending_rate == 0 && ++s.since_trial >= s.explore_every) {
         s.since_trial = 0;
         // Cached stores far ahead of streaming ones: count the trial as lost without running
         // it; at explore_max it runs anyway (the streaming rate may be stale).
@@ -29,7 +30,7 @@ bool StoreModeLearner::streaming(std::size_t n) {
             s.explore_every = std::min(rule_.explore_max, s.explore_every * rule_.explore_growth);
         } else {
             s.trial = true;
-            s.trial_left = rule_.trial_copies;
+            s.trial_left = s.current_streaming ? rule_.cached_trial_copies : rule_.streaming_trial_copies;
         }
     }
     return s.trial ? !s.current_streaming : s.current_streaming;

@@ -20,7 +20,7 @@
 // The rule: for each size class (from kMinBytes), keep a measured rate of each mode (the last
 // write's, or a running mean: rate_weight);
 // use the mode with the better one; a mode whose rate is unknown or stale is tried (for
-// trial_copies writes, the last one timed) after `explore_every` writes, a number that grows (explore_min to explore_max, by
+// a few writes, the last one timed) after `explore_every` writes, a number that grows (explore_min to explore_max, by
 // explore_growth) each time the trial loses and resets when a mode switches. A switch needs a margin, so two modes
 // within noise of each other do not alternate, and the current mode must be slow
 // slow_to_leave times in a row: one write delayed by an interrupt or a preemption does not
@@ -39,7 +39,10 @@ struct StoreModeRule {
     unsigned explore_min;        // writes before the first trial of the other mode
     unsigned explore_max;        // the trial interval grows up to this
     unsigned explore_growth;     // the factor by which it grows after each lost trial
-    unsigned trial_copies;       // copies a trial runs in the other mode; the last one is judged
+    // Copies a trial runs in the other mode, the last one judged: of streaming stores, of
+    // cached stores.
+    unsigned streaming_trial_copies;
+    unsigned cached_trial_copies;
     // While cached stores run more than this many times the streaming rate last measured, a
     // due trial of streaming stores counts as lost without running (up to explore_max, where it
     // runs): noise cannot close such a gap, and a streamed trial costs more than its own copies
@@ -69,7 +72,8 @@ constexpr StoreModeRule kSharedWriteRule = {
     8,     // explore_min
     1024,  // explore_max
     2,     // explore_growth
-    1,     // trial_copies
+    1,     // streaming_trial_copies
+    1,     // cached_trial_copies
     1e9,   // trial_within: always
     0,     // judge_after
     2.0,   // to_streaming_margin
@@ -82,10 +86,11 @@ constexpr StoreModeRule kSharedWriteRule = {
 
 // Private copies (evidence: policy-private-store-modes). At 4 MiB and more one copy takes over
 // 100 us, so single timings are steady and small margins do not alternate on noise.
-// - The first trial comes after 2 copies: a cold workload streams from its seventh copy.
-// - A trial is two copies, the second one timed: a cached copy right after streamed ones finds
-//   the destination evicted and runs as slow as a cold one.
-// - A trial of streaming stores is judged against the second cached copy after it, not the
+// - The first trial comes after 2 copies: a cold workload streams from its ninth copy.
+// - A trial of streaming stores is two copies, the second one timed; a trial of cached stores
+//   four, the fourth timed: after streamed copies, which evict the destination, a hot loop's
+//   cached copies ran 22, 29, 36 and then 85 GB/s (4.4 MiB), 36, 48, 72, 79 (7.3 MiB).
+// - A trial of streaming stores is judged against the fourth cached copy after it, not the
 //   cached rate so far: on fresh memory the first cached copies ran 13-24 GB/s where the same
 //   loop ran 60-80 a few copies later, and a trial judged against them streamed a hot loop.
 // - The cached rate is a running mean (each copy weighs 1/4): in a program that copies the
@@ -102,9 +107,10 @@ constexpr StoreModeRule kPrivateCopyRule = {
     3,     // explore_min
     1024,  // explore_max
     8,     // explore_growth
-    2,     // trial_copies
+    2,     // streaming_trial_copies
+    4,     // cached_trial_copies
     1.5,   // trial_within
-    2,     // judge_after
+    4,     // judge_after
     1.05,  // to_streaming_margin
     1.05,  // to_cached_margin
     2,     // slow_to_leave

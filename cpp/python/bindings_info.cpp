@@ -290,7 +290,8 @@ void bind_info(py::module_& m) {
         d["explore_min"] = r.explore_min;
         d["explore_max"] = r.explore_max;
         d["explore_growth"] = r.explore_growth;
-        d["trial_copies"] = r.trial_copies;
+        d["streaming_trial_copies"] = r.streaming_trial_copies;
+        d["cached_trial_copies"] = r.cached_trial_copies;
         d["trial_within"] = r.trial_within;
         d["judge_after"] = r.judge_after;
         d["rate_weight"] = r.rate_weight;

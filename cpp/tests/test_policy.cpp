@@ -508,20 +508,28 @@ void private_copy_mode_checks() {
         return k;
     };
     const std::string w = "private copies";
+    // A hot loop's cached copies right after streamed ones (which evict the destination), as
+    // measured at 4.4 MiB: 22, 29, 36 GB/s, then the loop's own rate.
+    auto cached_after_streamed = [](unsigned since, double hot) {
+        static const double ramp[] = {22, 29, 36};
+        return since < 3 ? std::min(ramp[since], hot) : hot;
+    };
     {
         // Cold from the start: copies 3 and 4 are a trial of streaming stores, judged against
-        // the second cached copy after it, and it wins.
+        // the fourth cached copy after it, and it wins.
         StoreModeLearner m(policy::kPrivateCopyRule);
         check(!copy(m, 16.5, 20) && !copy(m, 16.5, 20), w, "the first two copies streamed (cached stores come first)");
         check(m.state(cls).rate[0] > 0 && m.state(cls).writes[0] == 2, w, "the second copy was not timed, or not counted");
         check(copy(m, 16.5, 20) && !m.state(cls).current_streaming, w,
               "cold: the third copy did not start a trial, or its first copy was judged");
         check(copy(m, 16.5, 20) && !m.state(cls).current_streaming, w, "cold: the trial was judged before a cached copy");
-        check(!copy(m, 16.5, 20) && !m.state(cls).current_streaming, w,
-              "cold: the trial was judged against the first cached copy after it");
+        for (unsigned k = 1; k < policy::kPrivateCopyRule.judge_after; ++k)
+            check(!copy(m, 16.5, 20) && !m.state(cls).current_streaming, w,
+                  "cold: the trial was judged against cached copy " + std::to_string(k) + " after it");
         check(!copy(m, 16.5, 20) && m.state(cls).current_streaming, w, "cold: the faster trial was not adopted");
         const int st = count_streaming(m, 1000, 16.5, 20);
-        check(st >= 990, w, "cold: " + std::to_string(st) + " of 1000 copies streamed (want >= 990)");
+        // Trials of cached stores (4 copies) after 3, 24, 192 and 1024 copies: 16 in 1000.
+        check(st >= 980, w, "cold: " + std::to_string(st) + " of 1000 copies streamed (want >= 980)");
         // The program turns to copying the same buffers (hot): a trial of cached stores finds it.
         int until = -1;
         for (int i = 0; i < 3000 && until < 0; ++i) {
@@ -570,32 +578,32 @@ void private_copy_mode_checks() {
         // faults), a cached copy right after a streamed one at 21. Cached stores end up the mode,
         // and streaming is rare.
         StoreModeLearner m(policy::kPrivateCopyRule);
-        bool last_streamed = false;
+        unsigned since = 99;  // cached copies since the last streamed one
         int streamed = 0;
         for (int i = 0; i < 2000; ++i) {
             const bool st = m.streaming(n);
-            const double gbps = st ? 24 : i == 0 ? 4 : last_streamed ? 21 : 70;
+            const double gbps = st ? 24 : i == 0 ? 4 : cached_after_streamed(since, 70);
             m.record(n, st, double(n) / (gbps * 1e9));
             streamed += st ? 1 : 0;
-            last_streamed = st;
+            since = st ? 0 : since + 1;
         }
         check(!m.state(cls).current_streaming && m.state(cls).switches == 0 && streamed <= 6, w,
               "hot with page faults and evictions: " + std::to_string(streamed) + " of 2000 copies streamed, " +
                   std::to_string(m.state(cls).switches) + " switches (want cached throughout, <= 6 streamed)");
     }
     {
-        // Cold, then hot, with what the caches do: the first cached copy after streamed ones
-        // runs 21 GB/s (the destination was evicted), the next ones 70; streamed ones 24. A
-        // trial of cached stores judged on its first copy would lose every time.
+        // Cold, then hot, with what the caches do: cached copies after streamed ones run 22, 29,
+        // 36 GB/s (the destination was evicted), the next ones 70; streamed ones 24. A trial
+        // of cached stores judged on its first copy would lose every time.
         StoreModeLearner m(policy::kPrivateCopyRule);
         count_streaming(m, 100, 16.5, 20);
         check(m.state(cls).current_streaming, w, "cold: streaming stores were not adopted");
-        bool last_streamed = true;
+        unsigned since = 0;
         int until = -1;
         for (int i = 0; i < 3000 && until < 0; ++i) {
             const bool st = m.streaming(n);
-            m.record(n, st, double(n) / ((st ? 24 : last_streamed ? 21 : 70) * 1e9));
-            last_streamed = st;
+            m.record(n, st, double(n) / ((st ? 24 : cached_after_streamed(since, 70)) * 1e9));
+            since = st ? 0 : since + 1;
             if (!m.state(cls).current_streaming) until = i;
         }
         check(until >= 0 && until <= int(policy::kPrivateCopyRule.explore_max) + 2, w,
@@ -604,16 +612,16 @@ void private_copy_mode_checks() {
     }
     {
         // Fresh memory: the first two cached copies run 13-14 GB/s, the streamed trial 39, and
-        // from then on a hot loop runs cached 80 (21 right after streamed copies), streamed 28.
-        // The trial is judged against the second cached copy after it, and loses.
+        // from then on a hot loop runs cached 80 (22-36 right after streamed copies), streamed
+        // 28. The trial is judged against the fourth cached copy after it, and loses.
         StoreModeLearner m(policy::kPrivateCopyRule);
         int i = 0, until = -1;
-        bool last_streamed = false;
+        unsigned since = 99;
         for (; i < 400 && until < 0; ++i) {
             const bool st = m.streaming(n);
-            const double gbps = st ? (i < 4 ? 39 : 28) : i < 2 ? 13.5 : last_streamed ? 21 : 80;
+            const double gbps = st ? (i < 4 ? 39 : 28) : i < 2 ? 13.5 : cached_after_streamed(since, 80);
             m.record(n, st, double(n) / (gbps * 1e9));
-            last_streamed = st;
+            since = st ? 0 : since + 1;
             if (i > 4 && !m.state(cls).current_streaming) until = i;
         }
         check(until >= 0 && until <= 12 && m.state(cls).switches == 0, w,
@@ -626,12 +634,12 @@ void private_copy_mode_checks() {
         at_once.judge_after = 0;
         StoreModeLearner e(at_once);
         until = -1;
-        last_streamed = false;
+        since = 99;
         for (i = 0; i < 400 && until < 0; ++i) {
             const bool st = e.streaming(n);
-            const double gbps = st ? (i < 4 ? 39 : 28) : i < 2 ? 13.5 : last_streamed ? 21 : 80;
+            const double gbps = st ? (i < 4 ? 39 : 28) : i < 2 ? 13.5 : cached_after_streamed(since, 80);
             e.record(n, st, double(n) / (gbps * 1e9));
-            last_streamed = st;
+            since = st ? 0 : since + 1;
             if (i > 4 && !e.state(cls).current_streaming) until = i;
         }
         check(e.state(cls).switches >= 1 && until >= 0 && until <= 12, w,
@@ -642,8 +650,8 @@ void private_copy_mode_checks() {
         // A cold workload where streaming wins by 1.15x, the least the evidence shows: adopted.
         StoreModeLearner m(policy::kPrivateCopyRule);
         const int st = count_streaming(m, 200, 17.4, 20);
-        check(m.state(cls).current_streaming && st >= 190, w,
-              "streaming 1.15x faster: " + std::to_string(st) + " of 200 copies streamed (want >= 190)");
+        check(m.state(cls).current_streaming && st >= 180, w,
+              "streaming 1.15x faster: " + std::to_string(st) + " of 200 copies streamed (want >= 180)");
         // Within 3 %: no switching back and forth.
         StoreModeLearner c(policy::kPrivateCopyRule);
         count_streaming(c, 2000, 20, 20.5);

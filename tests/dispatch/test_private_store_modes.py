@@ -87,7 +87,7 @@ def test_a_trial_of_streaming_stores_runs_third_and_every_copy_is_right():
     rule = _core.private_store_mode_rule()
     first = rule["explore_min"] - 1
     assert ran[:first] == [cached] * first, ran
-    assert ran[first:first + rule["trial_copies"]] == [STREAMING] * rule["trial_copies"], ran
+    assert ran[first:first + rule["streaming_trial_copies"]] == [STREAMING] * rule["streaming_trial_copies"], ran
     modes = _core.private_store_modes()
     assert len(modes) == 1 and modes[0]["sizes"] == "1-2 MiB", modes
     m = modes[0]
@@ -219,7 +219,7 @@ def test_info_says_what_was_learned():
         fastcopy.copy(dst, src)
     data = collect_info(brand=False)
     learned = data["private_store_modes"]
-    assert learned["rule"]["explore_min"] >= 1 and learned["rule"]["trial_copies"] >= 1
+    assert learned["rule"]["explore_min"] >= 1 and learned["rule"]["cached_trial_copies"] >= 1
     assert [c["sizes"] for c in learned["classes"]] == ["1-2 MiB"]
     text = format_info(data, verbose=True)
     assert "learned store modes" in text and "1-2 MiB:" in text, text
