@@ -69,6 +69,24 @@ const std::vector<OverrideVariable>& override_variables() {
     return all;
 }
 
+namespace {
+// The value of a size variable: SIZE_MAX for "off", else a size of at least `min`. Throws
+// std::invalid_argument naming the variable, the value and the valid values.
+std::size_t size_or_off(const char* name, const std::string& value, std::size_t min) {
+    if (lower(value) == "off") return SIZE_MAX;
+    std::size_t n = 0;
+    try {
+        n = parse_size(value);
+    } catch (const std::invalid_argument&) {
+        throw std::invalid_argument(std::string(name) + "='" + value + "' is not a size; use " + variable(name).values);
+    }
+    if (n < min)
+        throw std::invalid_argument(std::string(name) + "='" + value + "' is below the least it can be; use " +
+                                    variable(name).values);
+    return n;
+}
+}  // namespace
+
 Overrides read_overrides(const CpuFacts& cpu) {
     Overrides o;
     std::string value;
@@ -91,34 +109,12 @@ Overrides read_overrides(const CpuFacts& cpu) {
                                         variable("FASTCOPY_REP_MOVSB").values);
     }
     if (env("FASTCOPY_NT_THRESHOLD", value)) {
-        v = value.c_str();
         o.nt_threshold_set = true;
-        if (lower(v) == "off") {
-            o.nt_threshold = SIZE_MAX;
-        } else {
-            try {
-                o.nt_threshold = parse_size(v);
-            } catch (const std::invalid_argument&) {
-                throw std::invalid_argument(std::string("FASTCOPY_NT_THRESHOLD='") + v +
-                                            "' is not a size; use " + variable("FASTCOPY_NT_THRESHOLD").values);
-            }
-        }
+        o.nt_threshold = size_or_off("FASTCOPY_NT_THRESHOLD", value, 0);
     }
     if (env("FASTCOPY_NT_LEARN_FROM", value)) {
-        v = value.c_str();
         o.nt_learn_from_set = true;
-        const std::string bad_value = std::string("FASTCOPY_NT_LEARN_FROM='") + v + "' is not valid; use " +
-                                      variable("FASTCOPY_NT_LEARN_FROM").values;
-        if (lower(v) == "off") {
-            o.nt_learn_from = SIZE_MAX;
-        } else {
-            try {
-                o.nt_learn_from = parse_size(v);
-            } catch (const std::invalid_argument&) {
-                throw std::invalid_argument(bad_value);
-            }
-            if (o.nt_learn_from < kMinNtLearnFrom) throw std::invalid_argument(bad_value);
-        }
+        o.nt_learn_from = size_or_off("FASTCOPY_NT_LEARN_FROM", value, kMinNtLearnFrom);
     }
     if (env("FASTCOPY_THREADS", value)) {
         v = value.c_str();

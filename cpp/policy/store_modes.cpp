@@ -51,30 +51,22 @@ void StoreModeLearner::record(std::size_t n, bool streaming, double seconds) {
         --s.trial_left;
         return;
     }
-    // A trial of streaming stores judged against the cached copies after it (judge_after):
-    // skip the first (it finds the destination evicted), compare with the next.
+    // A trial of streaming stores judged against the judge_after-th cached copy after it.
     if (mode == current && s.pending_rate > 0) {
         if (s.pending_skip > 0) {
             --s.pending_skip;
             return;
         }
+        fold_rate(s, mode, rate);
         const double trial_rate = s.pending_rate;
         s.pending_rate = 0;
-        s.rate[mode] = s.rate[mode] > 0 ? s.rate[mode] + rule_.rate_weight * (rate - s.rate[mode]) : rate;
-        if (trial_rate > rule_.to_streaming_margin * rate) {
-            s.current_streaming = true;
-            s.slow_streak = 0;
-            s.explore_every = rule_.explore_min;
-            ++s.switches;
-        } else {
-            s.explore_every = std::min(rule_.explore_max, s.explore_every * rule_.explore_growth);
-        }
+        end_trial(s, true, trial_rate > rule_.to_streaming_margin * rate);
         return;
     }
     // A trial's rate replaces the mode's old one (measured long ago); the current mode's rate
     // moves towards each write by rate_weight, so that one write slowed by the caches another
     // copy left behind does not make it look slow.
-    if (mode == current && s.rate[mode] > 0) s.rate[mode] += rule_.rate_weight * (rate - s.rate[mode]);
+    if (mode == current) fold_rate(s, mode, rate);
     else s.rate[mode] = rate;
     // The factor by which the other mode must beat this one to take over.
     auto margin_to = [this](int to_mode) { return to_mode == 1 ? rule_.to_streaming_margin : rule_.to_cached_margin; };
@@ -87,14 +79,7 @@ void StoreModeLearner::record(std::size_t n, bool streaming, double seconds) {
             s.pending_skip = rule_.judge_after - 1;
             return;
         }
-        if (rate > margin_to(mode) * s.rate[current]) {
-            s.current_streaming = streaming;
-            s.slow_streak = 0;
-            s.explore_every = rule_.explore_min;
-            ++s.switches;
-        } else {
-            s.explore_every = std::min(rule_.explore_max, s.explore_every * rule_.explore_growth);
-        }
+        end_trial(s, streaming, rate > margin_to(mode) * s.rate[current]);
         return;
     }
     // The current mode's rate fell below the other mode's last rate, rule_.slow_to_leave times
@@ -103,13 +88,24 @@ void StoreModeLearner::record(std::size_t n, bool streaming, double seconds) {
         s.slow_streak = 0;
         return;
     }
-    if (++s.slow_streak >= rule_.slow_to_leave) {
-        s.slow_streak = 0;
-        s.current_streaming = !s.current_streaming;
-        s.explore_every = rule_.explore_min;
-        s.since_trial = 0;
-        ++s.switches;
-    }
+    if (++s.slow_streak >= rule_.slow_to_leave) switch_to(s, !s.current_streaming);
+}
+
+void StoreModeLearner::fold_rate(ClassState& s, int mode, double rate) const {
+    s.rate[mode] = s.rate[mode] > 0 ? s.rate[mode] + rule_.rate_weight * (rate - s.rate[mode]) : rate;
+}
+
+void StoreModeLearner::switch_to(ClassState& s, bool streaming) const {
+    s.current_streaming = streaming;
+    s.slow_streak = 0;
+    s.explore_every = rule_.explore_min;
+    s.since_trial = 0;
+    ++s.switches;
+}
+
+void StoreModeLearner::end_trial(ClassState& s, bool tried_streaming, bool won) const {
+    if (won) switch_to(s, tried_streaming);
+    else s.explore_every = std::min(rule_.explore_max, s.explore_every * rule_.explore_growth);
 }
 
 StoreModeLearner::ClassState StoreModeLearner::state(int cls) const {
