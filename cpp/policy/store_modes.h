@@ -84,28 +84,25 @@ constexpr StoreModeRule kSharedWriteRule = {
     3,     // classes:           4 MiB and more
 };
 
-// Private copies (evidence: policy-private-store-modes). At 4 MiB and more one copy takes over
-// 100 us, so single timings are steady and small margins do not alternate on noise.
-// - The first trial comes after 1 copy: a cold workload streams from its seventh copy (the held-
-//   out check's cold points time 15 copies each: a later start left the first point of each
-//   size class at 0.78-0.80).
+// Private copies; the figures behind each part are in the evidence (evidence:
+// policy-private-store-modes). At 4 MiB and more one copy takes long enough that single timings are steady and small
+// margins do not alternate on noise.
+// - The first trial comes after 1 copy, so a cold workload streams from its seventh copy.
 // - A trial of streaming stores is two copies, the second one timed; a trial of cached stores
 //   three, the third timed: after streamed copies, which evict the destination, a hot loop's
-//   cached copies ran 22, 29, 36 and then 85 GB/s (4.4 MiB), 36, 48, 72, 79 (7.3 MiB), against
-//   24-28 streamed.
+//   cached copies take a few copies to run at the loop's rate again.
 // - A trial of streaming stores is judged against the third cached copy after it, not the
-//   cached rate so far: on fresh memory the first cached copies ran 13-24 GB/s where the same
-//   loop ran 60-80 a few copies later, and a trial judged against them streamed a hot loop.
+//   cached rate so far: on fresh memory the first cached copies run several times slower than
+//   the same loop a few copies later.
 // - The cached rate is a running mean (each copy weighs 1/4): in a program that copies the
 //   same buffers between other work, the first copies after the other work run slow, the next
 //   ones fast, and two slow copies must not hand over to streaming stores.
 // - A lost trial waits 8 times longer for the next, and trials of streaming stores wait (up to
-//   every 1024 copies) while cached ones run more than 1.5x faster: a streamed trial evicts
-//   the destination, and at 8-16 MiB a hot loop's cached copies then take several copies to
-//   run fast again. A loop turning cold needs no trial to be seen: its cached copies fall
-//   below the streaming rate already measured.
+//   every 1024 copies) while cached ones run more than 1.5x faster: each streamed trial costs
+//   the hot loop the copies after it as well. A loop turning cold needs no trial to be seen:
+//   its cached copies fall below the streaming rate already measured.
 // - One size class per doubling: which mode wins depends on the size against the last-level
-//   cache, and one class for every size let a 22 MiB copy's choice decide an 8.9 MiB one.
+//   cache.
 constexpr StoreModeRule kPrivateCopyRule = {
     2,     // explore_min
     1024,  // explore_max
@@ -174,6 +171,13 @@ private:
         std::atomic<bool>& flag_;
         bool held_;
     };
+    // Moves the mode's rate towards a write (rate_weight); the first write sets it.
+    void fold_rate(ClassState& s, int mode, double rate) const;
+    // Makes `streaming` the mode, trials starting again from explore_min.
+    void switch_to(ClassState& s, bool streaming) const;
+    // A trial ends: the tried mode takes over when it won, else the next trial waits longer.
+    void end_trial(ClassState& s, bool tried_streaming, bool won) const;
+
     StoreModeRule rule_;
     mutable std::atomic<bool> busy_{false};
     ClassState cls_[kMaxClasses];
