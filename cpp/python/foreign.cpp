@@ -1,7 +1,9 @@
 // Arrays of other libraries read as numpy arrays (foreign.h).
 #include "python/foreign.h"
+#include "python/dlpack_exchange.h"
 #include "python/pyerr.h"
 
+#include <cstdint>
 #include <cstring>
 
 namespace fastcopy {
@@ -75,54 +77,74 @@ PyTypeObject* torch_tensor_type() {
     return cached;
 }
 
-// What the direct tensor route needs of torch, looked up once torch.Tensor is known.
+// torch.Tensor's C descriptor for `name` (a strong reference, kept for the process), or
+// nullptr when the name resolves to anything else (a Python override, a monkeypatched
+// attribute): the direct route then stays off.
+PyObject* c_descriptor(PyTypeObject* tensor, const char* name, PyTypeObject* kind) {
+    PyObject* key = PyUnicode_InternFromString(name);
+    if (!key) {
+        PyErr_Clear();
+        return nullptr;
+    }
+    PyObject* d = _PyType_Lookup(tensor, key);  // borrowed; never raises
+    Py_DECREF(key);
+    if (!d || Py_TYPE(d) != kind) return nullptr;
+    Py_INCREF(d);
+    return d;
+}
+
+// torch.Tensor's DLPack exchange table (dlpack_exchange.h) when it has one of major version 1
+// that fills a DLTensor in place; nullptr otherwise.
+const dlpack::ExchangeApi* exchange_api(PyTypeObject* tensor) {
+    PyObject* capsule = PyObject_GetAttrString(reinterpret_cast<PyObject*>(tensor), "__dlpack_c_exchange_api__");
+    if (!capsule) {
+        PyErr_Clear();
+        return nullptr;
+    }
+    void* p = PyCapsule_IsValid(capsule, dlpack::kExchangeApiCapsule)
+                  ? PyCapsule_GetPointer(capsule, dlpack::kExchangeApiCapsule)
+                  : nullptr;
+    Py_DECREF(capsule);  // the table lives as long as the process (the standard's rule)
+    // A newer major version chains the older tables it also provides.
+    auto* header = static_cast<dlpack::ExchangeApiHeader*>(p);
+    while (header && header->version.major > dlpack::kMajorVersion) header = header->prev_api;
+    if (!header || header->version.major != dlpack::kMajorVersion) return nullptr;
+    auto* api = reinterpret_cast<const dlpack::ExchangeApi*>(header);
+    return api->dltensor_from_py_object_no_sync ? api : nullptr;
+}
+
+// What the direct tensor route needs of torch, looked up once torch.Tensor is known: the
+// DLPack exchange table, which describes a tensor (device, dtype, shape, strides, data) in
+// one C call, and torch.Tensor's own C descriptors for the three facts a DLTensor does not
+// carry, called directly (no lookup through the type's MRO, no bound method; an attribute
+// set on one tensor cannot stand in for torch's answer) (evidence: copy-foreign-array-cost).
 struct TorchFacts {
-    PyObject* strided = nullptr;                 // torch.strided
-    PyObject* dtypes[16] = {};                   // the dtypes Tensor.numpy() accepts
-    Py_ssize_t itemsize[16] = {};
-    bool complex[16] = {};
-    int count = 0;
+    const dlpack::ExchangeApi* api = nullptr;
+    PyObject* requires_grad = nullptr;  // a getset descriptor
+    PyObject* is_neg = nullptr;         // method descriptors
+    PyObject* is_conj = nullptr;
 };
 
 const TorchFacts* torch_facts() {
     static TorchFacts facts;
     static bool tried = false;
-    if (tried) return facts.count ? &facts : nullptr;
-    PyObject* modules = PyImport_GetModuleDict();  // borrowed
-    PyObject* torch = modules ? PyDict_GetItemString(modules, "torch") : nullptr;  // borrowed
-    if (!torch) return nullptr;
+    if (tried) return facts.api ? &facts : nullptr;
+    PyTypeObject* tensor = torch_tensor_type();
+    if (!tensor) return nullptr;
     tried = true;
-    struct Named {
-        const char* name;
-        Py_ssize_t itemsize;
-        bool complex;
-    };
-    static const Named names[] = {{"bool", 1, false},    {"uint8", 1, false},     {"int8", 1, false},
-                                  {"int16", 2, false},   {"int32", 4, false},     {"int64", 8, false},
-                                  {"float16", 2, false}, {"float32", 4, false},   {"float64", 8, false},
-                                  {"complex64", 8, true}, {"complex128", 16, true}};
-    facts.strided = PyObject_GetAttrString(torch, "strided");  // kept for the process
-    if (!facts.strided) {
-        PyErr_Clear();
-        return nullptr;
-    }
-    for (const Named& n : names) {
-        PyObject* dtype = PyObject_GetAttrString(torch, n.name);  // kept for the process
-        if (!dtype) {
-            PyErr_Clear();
-            continue;
-        }
-        facts.dtypes[facts.count] = dtype;
-        facts.itemsize[facts.count] = n.itemsize;
-        facts.complex[facts.count] = n.complex;
-        ++facts.count;
-    }
-    return facts.count ? &facts : nullptr;
+    facts.requires_grad = c_descriptor(tensor, "requires_grad", &PyGetSetDescr_Type);
+    facts.is_neg = c_descriptor(tensor, "is_neg", &PyMethodDescr_Type);
+    facts.is_conj = c_descriptor(tensor, "is_conj", &PyMethodDescr_Type);
+    if (facts.requires_grad && facts.is_neg && facts.is_conj) facts.api = exchange_api(tensor);
+    return facts.api ? &facts : nullptr;
 }
 
-// The value of attribute `name` (a method called with no arguments when `call`) is exactly `want`.
-bool attr_is(PyObject* obj, PyObject* name, bool call, PyObject* want) {
-    PyObject* v = call ? PyObject_CallMethodNoArgs(obj, name) : PyObject_GetAttr(obj, name);
+// The descriptor's value for tensor `t` (a property read; a method called with no arguments)
+// is exactly `want`.
+bool value_is(PyObject* t, PyObject* descr, PyObject* want) {
+    PyObject* v = Py_TYPE(descr) == &PyMethodDescr_Type
+                      ? PyObject_Vectorcall(descr, &t, 1, nullptr)
+                      : Py_TYPE(descr)->tp_descr_get(descr, t, reinterpret_cast<PyObject*>(Py_TYPE(t)));
     if (!v) {
         PyErr_Clear();
         return false;
@@ -132,37 +154,35 @@ bool attr_is(PyObject* obj, PyObject* name, bool call, PyObject* want) {
     return same;
 }
 
-// One tensor of the pair: the checks that Tensor.numpy() makes, and C-contiguity. Tensors
-// without plain storage (sparse, nested, MKL-DNN, functorch wrappers) raise in one of these
-// reads or in shape/data_ptr(), and so take the general path.
-bool plain_cpu_tensor(PyObject* t, const TorchFacts& f, bool complex) {
-    static PyObject* is_cpu = PyUnicode_InternFromString("is_cpu");
-    static PyObject* layout = PyUnicode_InternFromString("layout");
-    static PyObject* requires_grad = PyUnicode_InternFromString("requires_grad");
-    static PyObject* is_contiguous = PyUnicode_InternFromString("is_contiguous");
-    static PyObject* is_neg = PyUnicode_InternFromString("is_neg");
-    static PyObject* is_conj = PyUnicode_InternFromString("is_conj");
-    return attr_is(t, is_cpu, false, Py_True) && attr_is(t, layout, false, f.strided) &&
-           attr_is(t, requires_grad, false, Py_False) &&
-           attr_is(t, is_contiguous, true, Py_True) && attr_is(t, is_neg, true, Py_False) &&
-           (!complex || attr_is(t, is_conj, true, Py_False));
+// The item size of a DLPack dtype that Tensor.numpy() turns into a numpy dtype (bool,
+// signed and unsigned integers, float16/32/64, complex64/128); 0 for any other (bfloat16,
+// the float8 kinds, vector lanes).
+std::size_t numpy_itemsize(const dlpack::DataType& t) {
+    if (t.lanes != 1) return 0;
+    switch (t.code) {
+        case dlpack::kDLBool: return t.bits == 8 ? 1 : 0;
+        case dlpack::kDLInt:
+        case dlpack::kDLUInt: return t.bits == 8 || t.bits == 16 || t.bits == 32 || t.bits == 64 ? t.bits / 8 : 0;
+        case dlpack::kDLFloat: return t.bits == 16 || t.bits == 32 || t.bits == 64 ? t.bits / 8 : 0;
+        case dlpack::kDLComplex: return t.bits == 64 || t.bits == 128 ? t.bits / 8 : 0;
+        default: return 0;
+    }
 }
 
-// data_ptr() as a pointer; nullptr when it cannot be read.
-void* data_pointer(PyObject* t) {
-    static PyObject* data_ptr = PyUnicode_InternFromString("data_ptr");
-    PyObject* v = PyObject_CallMethodNoArgs(t, data_ptr);
-    if (!v) {
-        PyErr_Clear();
-        return nullptr;
+// Elements of a C-contiguous DLTensor (torch's rule: dimensions of extent 1 may have any
+// stride); -1 when it is not C-contiguous or an extent is negative.
+long long c_contiguous_count(const dlpack::Tensor& t) {
+    long long count = 1;
+    long long expected = 1;
+    for (int i = t.ndim - 1; i >= 0; --i) {
+        const long long n = t.shape[i];
+        if (n < 0) return -1;
+        if (n != 1 && t.strides && t.strides[i] != expected) return -1;
+        if (n > 0 && count > (1LL << 62) / n) return -1;
+        count *= n;
+        expected *= n;
     }
-    void* p = PyLong_AsVoidPtr(v);
-    Py_DECREF(v);
-    if (PyErr_Occurred()) {
-        PyErr_Clear();
-        return nullptr;
-    }
-    return p;
+    return count;
 }
 
 // A torch tensor through Tensor.numpy(), which shares its memory and costs a tenth of
@@ -199,52 +219,51 @@ std::string qualified_type_name(PyObject* obj) {
 }
 
 int torch_contiguous_pair(PyObject* dst, PyObject* src, void*& dst_ptr, const void*& src_ptr, std::size_t& nbytes) {
-    static PyObject* dtype_name = PyUnicode_InternFromString("dtype");
-    static PyObject* shape_name = PyUnicode_InternFromString("shape");
     // The type's name first: a string compare costs less than looking torch up.
     if (std::strcmp(Py_TYPE(dst)->tp_name, "Tensor") != 0) return 0;
     PyTypeObject* tensor = torch_tensor_type();
     if (!tensor || Py_TYPE(dst) != tensor || Py_TYPE(src) != tensor) return 0;
     const TorchFacts* f = torch_facts();
     if (!f) return 0;
-    // One dtype object for both (torch's dtypes are singletons), among those numpy has.
-    PyObject* dd = PyObject_GetAttr(dst, dtype_name);
-    PyObject* sd = dd ? PyObject_GetAttr(src, dtype_name) : nullptr;
-    Py_XDECREF(dd);
-    Py_XDECREF(sd);  // torch keeps its dtype objects alive: identity stays meaningful
-    if (!sd) {
+    // Each DLTensor is read at once: its shape and strides belong to torch and stay valid only
+    // until control returns to it. Tensors without plain storage
+    // (sparse, MKL-DNN, nested, functorch wrappers) and dtypes DLPack lacks raise here.
+    dlpack::Tensor d, s;
+    if (f->api->dltensor_from_py_object_no_sync(dst, &d) != 0) {
         PyErr_Clear();
         return 0;
     }
-    if (dd != sd) return 0;
-    int k = 0;
-    while (k < f->count && f->dtypes[k] != dd) ++k;
-    if (k == f->count) return 0;
-    if (!plain_cpu_tensor(dst, *f, f->complex[k]) || !plain_cpu_tensor(src, *f, f->complex[k])) return 0;
-    // The same shape (torch.Size is a tuple), and its element count.
-    PyObject* ds = PyObject_GetAttr(dst, shape_name);
-    PyObject* ss = ds ? PyObject_GetAttr(src, shape_name) : nullptr;
-    int same = -1;
-    std::size_t count = 1;
-    if (ss && PyTuple_Check(ds) && PyTuple_Check(ss)) {
-        same = PyObject_RichCompareBool(ds, ss, Py_EQ);
-        for (Py_ssize_t i = 0; same == 1 && i < PyTuple_GET_SIZE(ds); ++i) {
-            const Py_ssize_t n = PyLong_AsSsize_t(PyTuple_GET_ITEM(ds, i));
-            if (n < 0) same = -1;
-            else count *= static_cast<std::size_t>(n);
-        }
-    }
-    Py_XDECREF(ds);
-    Py_XDECREF(ss);
-    if (same != 1) {
+    if (d.device.device_type != dlpack::kDLCPU || d.ndim < 0) return 0;
+    const std::size_t itemsize = numpy_itemsize(d.dtype);
+    const long long count = itemsize ? c_contiguous_count(d) : -1;
+    if (count <= 0) return 0;  // an empty copy: the general path's rules
+    char* dp = static_cast<char*>(d.data) + d.byte_offset;
+    // dst's extents, kept before the next call into torch.
+    constexpr int kMaxDims = 64;
+    if (d.ndim > kMaxDims) return 0;
+    std::int64_t extents[kMaxDims];
+    for (int i = 0; i < d.ndim; ++i) extents[i] = d.shape[i];
+    if (f->api->dltensor_from_py_object_no_sync(src, &s) != 0) {
         PyErr_Clear();
         return 0;
     }
-    nbytes = count * static_cast<std::size_t>(f->itemsize[k]);
-    if (nbytes == 0) return 0;  // an empty copy: the general path's rules
-    dst_ptr = data_pointer(dst);
-    src_ptr = dst_ptr ? data_pointer(src) : nullptr;
-    return dst_ptr && src_ptr ? 1 : 0;
+    if (s.device.device_type != dlpack::kDLCPU || s.ndim != d.ndim) return 0;
+    if (s.dtype.code != d.dtype.code || s.dtype.bits != d.dtype.bits || s.dtype.lanes != d.dtype.lanes) return 0;
+    if (c_contiguous_count(s) != count) return 0;
+    for (int i = 0; i < d.ndim; ++i)
+        if (s.shape[i] != extents[i]) return 0;  // the same shape, not only the same count
+    const char* sp = static_cast<const char*>(s.data) + s.byte_offset;
+    // What Tensor.numpy() refuses and a DLTensor does not show.
+    const bool complex = d.dtype.code == dlpack::kDLComplex;
+    for (PyObject* t : {dst, src}) {
+        if (!value_is(t, f->requires_grad, Py_False)) return 0;
+        if (!value_is(t, f->is_neg, Py_False)) return 0;
+        if (complex && !value_is(t, f->is_conj, Py_False)) return 0;
+    }
+    dst_ptr = dp;
+    src_ptr = sp;
+    nbytes = static_cast<std::size_t>(count) * itemsize;
+    return 1;
 }
 
 bool exports_foreign_array(PyObject* obj) {

@@ -43,8 +43,10 @@ PyObject* call_on_numpy_views(DropInFunction fn, const char* name, bool join, Py
 
 // A copy between two torch tensors that Tensor.numpy() would read without complaint (CPU,
 // strided, no grad, no negative or conjugate bit, a dtype numpy has) and that are both
-// C-contiguous, of the same dtype and shape: the direct route, which reads a handful of
-// tensor attributes instead of building two numpy arrays (evidence: copy-foreign-array-cost).
+// C-contiguous, of the same dtype and shape: the direct route, which describes each tensor
+// through torch's DLPack exchange table (one C call) and reads requires_grad and the negative
+// and conjugate bits through torch's own C descriptors, instead of building two numpy arrays
+// (evidence: copy-foreign-array-cost).
 // 1: `dst_ptr`, `src_ptr` and `nbytes` are filled; 0: not such a pair, or torch is not
 // imported (the general path decides, and raises any error); never raises.
 int torch_contiguous_pair(PyObject* dst, PyObject* src, void*& dst_ptr, const void*& src_ptr, std::size_t& nbytes);

@@ -81,8 +81,8 @@ def _torch():
 
 
 # every dtype torch and numpy share
-TORCH_DTYPES = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64",
-                "complex64", "complex128"]
+TORCH_DTYPES = ["bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64", "float16",
+                "float32", "float64", "complex64", "complex128"]
 
 
 @pytest.mark.parametrize("name", TORCH_DTYPES)
@@ -185,8 +185,8 @@ def test_no_warning_from_torch_on_the_way():
 
 
 # ---- small torch tensor pairs: the direct route ------------------------------------------------
-# Two small C-contiguous tensors of one dtype and shape are copied from a few tensor attributes,
-# without building numpy arrays. Every pair the route must pass on gets the general path's
+# Two small C-contiguous tensors of one dtype and shape are copied from torch's DLPack exchange
+# table and three tensor attributes, without building numpy arrays. Every pair the route must pass on gets the general path's
 # answer: the same exception, and nothing written.
 
 def _direct_route_refusals(torch):
@@ -214,13 +214,28 @@ def _direct_route_refusals(torch):
                         (TypeError, "dtype mismatch"), None),
         "other-shape": (lambda: (torch.zeros(1, 3), torch.tensor([1.0, 2.0, 3.0])),
                         (ValueError, "shape mismatch"), None),
+        # one dimension count and one element count, two shapes
+        "transposed-shape": (lambda: (torch.zeros(2, 3), torch.arange(6.0).reshape(3, 2)),
+                             (ValueError, "shape mismatch"), (ValueError, "broadcast")),
+        # an attribute set on one tensor does not stand in for torch's own answer
+        "negative-bit-shadowed": (lambda: (torch.zeros(3), _shadowed_neg_view(torch)),
+                                  (RuntimeError, "negative bit"), (RuntimeError, "negative bit")),
+        "sparse-csr": (lambda: (torch.zeros(2, 2), torch.eye(2).to_sparse_csr()),
+                       (TypeError, "Sparse"), (TypeError, "Sparse")),
     }
+
+
+def _shadowed_neg_view(torch):
+    t = torch._neg_view(torch.tensor([1.0, 2.0, 3.0]))
+    t.is_neg = lambda: False
+    return t
 
 
 @pytest.mark.parametrize("case", ["dst-requires-grad", "src-requires-grad", "parameter", "negative-bit",
                                   "conjugate-bit", "meta-device", "sparse", "bfloat16", "other-dtype",
-                                  "other-shape"])
+                                  "other-shape", "transposed-shape", "negative-bit-shadowed", "sparse-csr"])
 @pytest.mark.parametrize("entry", ["copy", "copyto"])
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
 def test_small_tensor_pairs_the_direct_route_passes_on_get_the_general_answer(case, entry):
     torch = _torch()
     make, copy_error, copyto_error = _direct_route_refusals(torch)[case]
@@ -267,6 +282,15 @@ def test_small_tensor_pairs_that_are_not_contiguous_or_overlap_are_copied_right(
     dst = torch.zeros(6)
     fastcopy.copyto(dst, base[1::2])
     assert dst.tolist() == base[1::2].tolist()
+    dst = torch.zeros(2, 3)
+    fastcopy.copy(dst, base[:6].reshape(3, 2).t())   # transposed: strides (1, 2)
+    assert dst.tolist() == base[:6].reshape(3, 2).t().tolist()
+    dst = torch.zeros(4)
+    fastcopy.copy(dst, torch.tensor([7.0]).expand(4))  # one element seen four times: stride 0
+    assert dst.tolist() == [7.0] * 4
+    wide = torch.zeros(3, 4)
+    fastcopy.copy(wide[:, 1:3], base[:6].reshape(3, 2))  # a strided destination
+    assert wide.tolist() == [[0, 0, 1, 0], [0, 2, 3, 0], [0, 4, 5, 0]]
     t = torch.arange(10, dtype=torch.int64)          # one storage, shifted either way
     ref = t.numpy().copy()
     fastcopy.copy(t[2:], t[:-2])
@@ -275,6 +299,61 @@ def test_small_tensor_pairs_that_are_not_contiguous_or_overlap_are_copied_right(
     fastcopy.copyto(t[:-3], t[3:])
     np.copyto(ref[:-3], ref[3:])
     assert t.tolist() == ref.tolist()
+
+
+@pytest.mark.parametrize("change", ["none", "no-exchange-table", "python-property", "newer-major-version",
+                                    "newer-major-version-chaining-version-1"])
+def test_the_direct_route_stays_off_when_torch_lacks_what_it_reads(tmp_path, change):
+    # In a child: each case changes torch.Tensor itself before fastcopy first looks at it
+    # ("none" shows that the count below sees the direct route).
+    _torch()
+    code = f"""
+import ctypes
+import torch
+import fastcopy
+change = {change!r}
+if change == "none":
+    pass
+elif change == "no-exchange-table":
+    del torch.Tensor.__dlpack_c_exchange_api__
+elif change == "python-property":
+    torch.Tensor.requires_grad = property(lambda self: torch._C.TensorBase.requires_grad.__get__(self))
+else:
+    # torch's own table, its major version set to 2: a layout this reader does not know,
+    # whatever the functions in it; with torch's real table chained as the older version it
+    # provides, or with none
+    name = b"dlpack_exchange_api"
+    capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    capsule_pointer.restype = ctypes.c_void_p
+    capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    real = capsule_pointer(torch.Tensor.__dlpack_c_exchange_api__, name)
+    table = (ctypes.c_char * 56)()
+    ctypes.memmove(table, real, 56)
+    ctypes.c_uint32.from_buffer(table, 0).value = 2
+    ctypes.c_void_p.from_buffer(table, 8).value = real if change.endswith("chaining-version-1") else None
+    capsule_new = ctypes.pythonapi.PyCapsule_New
+    capsule_new.restype = ctypes.py_object
+    capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    torch.Tensor.__dlpack_c_exchange_api__ = capsule_new(ctypes.addressof(table), name, None)
+# The general path reads each tensor through Tensor.numpy(); the direct route never calls it.
+numpy_calls = [0]
+tensor_numpy = torch.Tensor.numpy
+def counted_numpy(self, *args, **kwargs):
+    numpy_calls[0] += 1
+    return tensor_numpy(self, *args, **kwargs)
+torch.Tensor.numpy = counted_numpy
+src = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+dst = torch.zeros(2, 3)
+fastcopy.copy(dst, src)
+ok = torch.equal(dst, src)
+fastcopy.copyto(dst, src + 1)
+print(ok and torch.equal(dst, src + 1), numpy_calls[0])
+"""
+    proc = run_script(tmp_path, code, timeout=120)
+    assert proc.returncode == 0, explain(proc)
+    on = change in ("none", "newer-major-version-chaining-version-1")
+    expected = "0" if on else "4"                    # two tensors in each of two calls
+    assert proc.stdout.split() == ["True", expected], explain(proc)
 
 
 # ---- pyarrow and JAX --------------------------------------------------------------------------
