@@ -103,3 +103,41 @@ def test_huge_shape_in_header_is_rejected_without_allocating():
     head = struct.pack("<4sBcBBQQ", b"FCN1", 1, b"C", 2, 3, 0, 16) + struct.pack("<2Q", 2**40, 2**40) + b"<f4"
     with pytest.raises(WireError):
         decode(head + bytes(16))
+
+
+def _with_dtype_text(message: bytes, text: bytes) -> bytes:
+    """``message`` (a 1-d array's) with its dtype text replaced by ``text``."""
+    head = struct.Struct("<4sBcBBQQ")
+    magic, version, order, ndim, dlen, seq, nbytes = head.unpack_from(message, 0)
+    off = head.size + 8 * ndim
+    return (head.pack(magic, version, order, ndim, len(text), seq, nbytes) + message[head.size:off] + text
+            + message[off + dlen:])
+
+
+def test_remembered_dtypes_still_refuse_other_texts_for_them():
+    """Each side remembers the dtype texts it has checked; a text that names the same dtype in
+    another spelling is still refused after the canonical one was read, and again on a second try."""
+    good = encode(np.arange(3, dtype="<f8"), 0)
+    assert decode(good)[1].dtype == np.dtype("<f8")
+    for text in (b"float64", b"=f8", b"d"):
+        for _ in range(2):
+            with pytest.raises(WireError, match="corrupt dtype text"):
+                decode(_with_dtype_text(good, text))
+    assert decode(good)[1].dtype == np.dtype("<f8")
+
+
+def test_remembered_dtypes_stay_few_and_every_one_stays_exact():
+    """Hundreds of distinct dtypes (str lengths) pass both ways exactly; what each side remembers
+    stays bounded."""
+    from fastcopy.net import _wire
+
+    for n in range(1, 601):
+        arr = np.array(["x" * n], dtype=f"<U{n}")
+        seq, got = decode(encode(arr, n))
+        assert seq == n and got.dtype == arr.dtype and got[0] == arr[0]
+        assert len(_wire._TEXT_OF) <= _wire._REMEMBERED and len(_wire._DTYPE_OF) <= _wire._REMEMBERED
+
+
+def test_a_writable_buffer_gives_a_read_only_array():
+    seq, got = decode(bytearray(encode(np.arange(4, dtype="<i4"), 9)))
+    assert seq == 9 and got.tolist() == [0, 1, 2, 3] and not got.flags.writeable

@@ -11,7 +11,7 @@ Layout (little-endian), version 1:
 from __future__ import annotations
 
 import struct
-from typing import Tuple
+from typing import Dict, Tuple
 
 import numpy as np
 
@@ -27,8 +27,7 @@ class WireError(ValueError):
     """A payload on the key is not a valid fastcopy.net message (corrupt, truncated or foreign)."""
 
 
-def dtype_text(dtype: np.dtype) -> bytes:
-    """The dtype's wire text; TypeError for a dtype the text cannot describe exactly."""
+def _exact_dtype_text(dtype: np.dtype) -> bytes:
     if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
         raise TypeError(f"fastcopy.net: dtype {dtype} cannot be sent (only plain numeric, bool, bytes, str "
                         "and datetime dtypes travel; no object, structured or sub-array dtypes)")
@@ -36,6 +35,39 @@ def dtype_text(dtype: np.dtype) -> bytes:
     if np.dtype(text.decode()) != dtype or len(text) > 64:
         raise TypeError(f"fastcopy.net: dtype {dtype} cannot be described exactly on the wire")
     return text
+
+
+# The dtypes a process sends and receives are few; parsing and checking a dtype's text costs
+# more than the rest of a message's header, so each side remembers the texts and dtypes it has
+# checked (at most _REMEMBERED of each; both maps start over when full)
+# (evidence: net-wire-dtype-memo).
+_REMEMBERED = 256
+_TEXT_OF: Dict[np.dtype, bytes] = {}
+_DTYPE_OF: Dict[bytes, np.dtype] = {}
+
+
+def dtype_text(dtype: np.dtype) -> bytes:
+    """The dtype's wire text; TypeError for a dtype the text cannot describe exactly."""
+    text = _TEXT_OF.get(dtype)
+    if text is None:
+        text = _exact_dtype_text(dtype)
+        if len(_TEXT_OF) >= _REMEMBERED:
+            _TEXT_OF.clear()
+        _TEXT_OF[dtype] = text
+    return text
+
+
+def wire_dtype(text: bytes) -> np.dtype:
+    """The dtype a wire text names; ValueError unless the text is that dtype's own."""
+    dt = _DTYPE_OF.get(text)
+    if dt is None:
+        dt = np.dtype(text.decode("ascii"))
+        if _exact_dtype_text(dt) != text:
+            raise ValueError("not canonical")
+        if len(_DTYPE_OF) >= _REMEMBERED:
+            _DTYPE_OF.clear()
+        _DTYPE_OF[text] = dt
+    return dt
 
 
 def encode_header(arr: np.ndarray, seq: int) -> Tuple[bytes, np.ndarray]:
@@ -78,9 +110,7 @@ def decode(buf: bytes) -> Tuple[int, np.ndarray]:
     shape = struct.unpack_from(f"<{ndim}Q", buf, off)
     off += 8 * ndim
     try:
-        dt = np.dtype(bytes(buf[off:off + dlen]).decode("ascii"))
-        if dtype_text(dt) != bytes(buf[off:off + dlen]):
-            raise ValueError("not canonical")
+        dt = wire_dtype(bytes(buf[off:off + dlen]))
     except Exception as exc:
         raise WireError(f"fastcopy.net: corrupt dtype text in message header ({exc})") from None
     off += dlen
@@ -90,6 +120,9 @@ def decode(buf: bytes) -> Tuple[int, np.ndarray]:
     if count * dt.itemsize != nbytes or len(buf) - off != nbytes:
         raise WireError(f"fastcopy.net: payload holds {len(buf) - off} bytes, header says {nbytes} "
                         f"for shape {tuple(shape)} of {dt}")
-    arr = np.frombuffer(buf, dtype=dt, count=count, offset=off).reshape(shape, order=order.decode())
-    arr.flags.writeable = False
+    arr = np.frombuffer(buf, dtype=dt, count=count, offset=off)
+    if ndim != 1:
+        arr = arr.reshape(shape, order=order.decode())
+    if arr.flags.writeable:  # a bytearray or other writable buffer (bytes give read-only arrays)
+        arr.flags.writeable = False
     return seq, arr
