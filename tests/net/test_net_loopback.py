@@ -7,7 +7,9 @@ import time
 import numpy as np
 import pytest
 
+from _child import SIGINT_HANDLER, explain, run_script
 from _net import endpoint, free_port, needs_zenoh
+from conftest import no_subprocess
 
 pytestmark = [pytest.mark.net, needs_zenoh]
 
@@ -164,3 +166,83 @@ def test_open_session_applies_further_zenoh_settings():
         pub.close()
         pub.session.close()
         sub.session.close()
+
+
+def test_recv_without_timeout_waits_and_close_from_another_thread_ends_it(pair):
+    """A recv without a timeout waits for the next message; close() from another thread ends a
+    wait with ValueError, and recv after close raises at once."""
+    import threading
+
+    pub, make = pair
+    sub = make()
+    threading.Timer(0.3, lambda: pub.send(np.arange(3))).start()
+    t0 = time.monotonic()
+    assert sub.recv().tolist() == [0, 1, 2]
+    assert time.monotonic() - t0 >= 0.25
+    outcome = []
+
+    def reader():
+        try:
+            sub.recv()
+            outcome.append("returned")
+        except ValueError as exc:
+            outcome.append(str(exc))
+
+    waiting = threading.Thread(target=reader, daemon=True)
+    waiting.start()
+    time.sleep(0.3)
+    sub.close()
+    waiting.join(10)
+    assert not waiting.is_alive(), "close() did not end the wait"
+    assert len(outcome) == 1 and "closed subscriber" in outcome[0], outcome
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match="closed subscriber"):
+        sub.recv(timeout=5)
+    assert time.monotonic() - t0 < 1
+
+
+def test_recv_with_a_timeout_looks_until_it_and_takes_what_arrives(pair):
+    import threading
+
+    pub, make = pair
+    sub = make()
+    for timeout in (0, 0.05, 0.3):
+        outcome = []
+
+        def reader():
+            t0 = time.monotonic()
+            try:
+                sub.recv(timeout=timeout)
+                outcome.append(("returned", 0.0))
+            except TimeoutError:
+                outcome.append(("timed out", time.monotonic() - t0))
+
+        waiting = threading.Thread(target=reader, daemon=True)
+        waiting.start()
+        waiting.join(timeout + 5)
+        assert not waiting.is_alive(), f"recv(timeout={timeout}) still waiting"
+        assert outcome[0][0] == "timed out" and timeout <= outcome[0][1] < timeout + 2, outcome
+    threading.Timer(0.2, lambda: pub.send(np.arange(4))).start()
+    assert sub.recv(timeout=20).tolist() == [0, 1, 2, 3]
+
+
+@no_subprocess
+def test_ctrl_c_ends_a_recv_without_timeout(tmp_path):
+    """Ctrl-C during a recv that waits without a timeout raises KeyboardInterrupt there."""
+    code = SIGINT_HANDLER + f"""
+import os, threading, time
+import fastcopy.net as net
+sub = net.Subscriber("fastcopy/test/ctrl-c", listen=["{endpoint(free_port())}"])
+threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+t0 = time.monotonic()
+try:
+    sub.recv()
+    print("returned")
+except KeyboardInterrupt:
+    print("interrupted", round(time.monotonic() - t0, 1))
+sub.close()
+"""
+    proc = run_script(tmp_path, code, timeout=60)
+    assert proc.returncode == 0, explain(proc)
+    words = proc.stdout.split()
+    assert words[0] == "interrupted" and 0.4 <= float(words[1]) < 5, explain(proc)
