@@ -169,10 +169,12 @@ py::dict overrides_dict() {
     py::dict d;
     d["FASTCOPY_KERNEL"] = o.kernel.empty() ? py::object(py::none()) : py::object(py::str(o.kernel));
     d["FASTCOPY_REP_MOVSB"] = o.rep_movsb;
-    d["FASTCOPY_NT_THRESHOLD"] = o.nt_threshold_set ? size_or_none(o.nt_threshold) : py::object(py::none());
-    d["FASTCOPY_NT_LEARN_FROM"] = !o.nt_learn_from_set              ? py::object(py::none())
-                                  : o.nt_learn_from == SIZE_MAX ? py::object(py::str("off"))
-                                                                : py::object(py::int_(o.nt_learn_from));
+    // The size-or-off variables: None when unset, "off", or the size in bytes.
+    auto size_or_off = [](bool set, std::size_t n) {
+        return !set ? py::object(py::none()) : n == SIZE_MAX ? py::object(py::str("off")) : py::object(py::int_(n));
+    };
+    d["FASTCOPY_NT_THRESHOLD"] = size_or_off(o.nt_threshold_set, o.nt_threshold);
+    d["FASTCOPY_NT_LEARN_FROM"] = size_or_off(o.nt_learn_from_set, o.nt_learn_from);
     d["FASTCOPY_THREADS"] = o.threads > 0 ? py::object(py::int_(o.threads)) : py::object(py::none());
     return d;
 }

@@ -269,6 +269,15 @@ def test_rep_movsb_on_and_off():
 
 
 @needs_subprocess
+def test_nt_threshold_off_is_reported_as_off_and_unset_as_none():
+    """overrides() tells the three states apart: unset (None), "off", a size."""
+    off = probe(FASTCOPY_NT_THRESHOLD="off")
+    assert off["info"]["overrides"]["FASTCOPY_NT_THRESHOLD"] == "off"
+    assert off["info"]["thresholds"]["non_temporal_bytes"] is None
+    assert probe()["info"]["overrides"]["FASTCOPY_NT_THRESHOLD"] is None  # run_python drops FASTCOPY_*
+
+
+@needs_subprocess
 @pytest.mark.parametrize("text,value", [("64K", 64 << 10), ("8M", 8 << 20), ("1G", 1 << 30), ("123456", 123456)])
 def test_nt_threshold_override(text, value):
     out = probe(FASTCOPY_NT_THRESHOLD=text)
