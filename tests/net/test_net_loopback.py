@@ -201,7 +201,7 @@ def test_recv_without_timeout_waits_and_close_from_another_thread_ends_it(pair):
     assert time.monotonic() - t0 < 1
 
 
-def test_recv_with_a_timeout_looks_until_it_and_takes_what_arrives(pair):
+def test_recv_with_a_timeout_raises_on_time_and_takes_what_arrives(pair):
     import threading
 
     pub, make = pair

@@ -46,14 +46,18 @@ _TEXT_OF: Dict[np.dtype, bytes] = {}
 _DTYPE_OF: Dict[bytes, np.dtype] = {}
 
 
+def _remember(memo: Dict, key: object, value: object) -> None:
+    if len(memo) >= _REMEMBERED:
+        memo.clear()
+    memo[key] = value
+
+
 def dtype_text(dtype: np.dtype) -> bytes:
     """The dtype's wire text; TypeError for a dtype the text cannot describe exactly."""
     text = _TEXT_OF.get(dtype)
     if text is None:
         text = _exact_dtype_text(dtype)
-        if len(_TEXT_OF) >= _REMEMBERED:
-            _TEXT_OF.clear()
-        _TEXT_OF[dtype] = text
+        _remember(_TEXT_OF, dtype, text)
     return text
 
 
@@ -64,9 +68,7 @@ def wire_dtype(text: bytes) -> np.dtype:
         dt = np.dtype(text.decode("ascii"))
         if _exact_dtype_text(dt) != text:
             raise ValueError("not canonical")
-        if len(_DTYPE_OF) >= _REMEMBERED:
-            _DTYPE_OF.clear()
-        _DTYPE_OF[text] = dt
+        _remember(_DTYPE_OF, text, dt)
     return dt
 
 
