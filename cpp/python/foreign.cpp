@@ -226,21 +226,20 @@ int torch_contiguous_pair(PyObject* dst, PyObject* src, void*& dst_ptr, const vo
     const TorchFacts* f = torch_facts();
     if (!f) return 0;
     // Each DLTensor is read at once: its shape and strides belong to torch and stay valid only
-    // until control returns to it. Tensors without plain storage
-    // (sparse, MKL-DNN, nested, functorch wrappers) and dtypes DLPack lacks raise here.
+    // until control returns to it. Tensors without plain storage (sparse, MKL-DNN, nested,
+    // functorch wrappers) and dtypes DLPack lacks raise here.
+    constexpr int kMaxDims = 64;
     dlpack::Tensor d, s;
     if (f->api->dltensor_from_py_object_no_sync(dst, &d) != 0) {
         PyErr_Clear();
         return 0;
     }
-    if (d.device.device_type != dlpack::kDLCPU || d.ndim < 0) return 0;
+    if (d.device.device_type != dlpack::kDLCPU || d.ndim < 0 || d.ndim > kMaxDims) return 0;
     const std::size_t itemsize = numpy_itemsize(d.dtype);
     const long long count = itemsize ? c_contiguous_count(d) : -1;
     if (count <= 0) return 0;  // an empty copy: the general path's rules
     char* dp = static_cast<char*>(d.data) + d.byte_offset;
     // dst's extents, kept before the next call into torch.
-    constexpr int kMaxDims = 64;
-    if (d.ndim > kMaxDims) return 0;
     std::int64_t extents[kMaxDims];
     for (int i = 0; i < d.ndim; ++i) extents[i] = d.shape[i];
     if (f->api->dltensor_from_py_object_no_sync(src, &s) != 0) {

@@ -306,7 +306,8 @@ def test_small_tensor_pairs_that_are_not_contiguous_or_overlap_are_copied_right(
 def test_the_direct_route_stays_off_when_torch_lacks_what_it_reads(tmp_path, change):
     # In a child: each case changes torch.Tensor itself before fastcopy first looks at it
     # ("none" shows that the count below sees the direct route).
-    _torch()
+    if not hasattr(_torch().Tensor, "__dlpack_c_exchange_api__"):
+        pytest.skip("this torch has no DLPack exchange table (torch 2.13 has one)")
     code = f"""
 import ctypes
 import torch
