@@ -120,16 +120,23 @@ def test_foreign_payload_is_rejected_and_the_stream_goes_on(pair):
     assert sub.rejected == 2
 
 
-def test_slow_subscriber_in_drop_mode_counts_every_loss(pair):
-    """A subscriber that does not read while 200 messages arrive keeps the newest `capacity`;
-    MessagesLost reports the rest exactly: received + lost == published, no torn message."""
+PIECE = 1 << 20  # fastcopy.net._wire.PIECE_BYTES, checked in test_large_messages_travel_in_pieces_and_arrive_exact
+
+
+@pytest.mark.parametrize("elements, n, pieces_held", [(1000, 200, None), (PIECE * 5 // 16, 40, None), (PIECE * 5 // 16, 40, 3)],
+                         ids=["whole", "in-pieces", "in-pieces-beyond-held"])
+def test_slow_subscriber_in_drop_mode_counts_every_loss(pair, elements, n, pieces_held):
+    """A subscriber that does not read while messages arrive keeps the newest `capacity` (and,
+    of messages in pieces, the pieces it has room for); MessagesLost reports the rest exactly:
+    received + lost == published, no torn message."""
     from fastcopy.shm import MessagesLost
 
     pub, make = pair
     sub = make(capacity=8, overflow="drop")
-    n = 200
+    if pieces_held is not None:
+        sub.PIECES_HELD = pieces_held
     for k in range(n):
-        pub.send(np.full(1000, k, dtype=np.int64))
+        pub.send(np.full(elements, k, dtype=np.int64))
     received, lost, last = 0, 0, -1
     while last != n - 1:
         try:
@@ -137,13 +144,119 @@ def test_slow_subscriber_in_drop_mode_counts_every_loss(pair):
         except MessagesLost as exc:
             lost += exc.count
             continue
-        assert (arr == arr[0]).all(), "torn message"
+        assert arr.shape == (elements,) and (arr == arr[0]).all(), "torn message"
         assert arr[0] > last
         last = int(arr[0])
         received += 1
     assert lost > 0
     assert received + lost == n
     assert sub.lost == lost
+
+
+class _CountingPuts:
+    """Stands in for a Zenoh publisher: counts puts and whether each carried an attachment."""
+
+    def __init__(self, inner):
+        self.inner, self.puts = inner, []
+
+    def put(self, payload, **kw):
+        self.puts.append(kw.get("attachment") is not None)
+        return self.inner.put(payload, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_large_messages_travel_in_pieces_and_arrive_exact(pair):
+    """Messages above the piece size go as a head and marked pieces, one Zenoh message each,
+    and come back exact through recv (the subscriber's own writable array), recv_view
+    (read-only) and recv(out=); smaller ones go whole."""
+    from fastcopy.net import _wire
+
+    assert _wire.PIECE_BYTES == PIECE
+    pub, make = pair
+    sub = make(capacity=4)
+    pub._pub = counting = _CountingPuts(pub._pub)
+    rng = np.random.default_rng(3)
+    whole = rng.integers(0, 256, PIECE, dtype=np.uint8)
+    one_more = rng.integers(0, 256, PIECE + 1, dtype=np.uint8)
+    fortran = np.asfortranarray(rng.standard_normal((3, PIECE // 8 + 5)))
+    for arr in (whole, one_more, fortran):
+        pub.send(arr)
+    assert counting.puts == [False] + [False, True] + [False, True, True, True]
+    got = sub.recv(timeout=20)
+    assert got.tobytes() == whole.tobytes()
+    got = sub.recv(timeout=20)
+    assert got.flags.writeable and got.tobytes() == one_more.tobytes()
+    view = sub.recv_view(timeout=20)
+    assert not view.flags.writeable and view.flags.f_contiguous
+    np.testing.assert_array_equal(view, fortran)
+    pub.send(one_more)
+    out = np.zeros_like(one_more)
+    assert sub.recv(out=out, timeout=20) is out and out.tobytes() == one_more.tobytes()
+    assert sub.lost == 0 and sub.rejected == 0
+
+
+def _raw_publisher(pub):
+    """A plain Zenoh publisher on the pair's key (the publisher's session), to send parts by hand."""
+    zenoh = __import__("zenoh")
+    return pub.session.declare_publisher(pub.key, congestion_control=zenoh.CongestionControl.BLOCK)
+
+
+def _put_parts(raw, parts):
+    for k, buf in enumerate(parts):
+        raw.put(buf, attachment=b"P" if buf[5:6] == b"P" else None)
+
+
+def test_a_message_missing_a_piece_is_lost_and_counted_never_torn(pair):
+    """A message whose middle piece never comes, a piece without its head, and a head of the
+    same publisher cutting a message short: each cut message is counted in MessagesLost by the
+    number gap, the complete ones arrive exact, and nothing is rejected."""
+    from fastcopy.net._wire import encode_parts
+    from fastcopy.shm import MessagesLost
+
+    pub, make = pair
+    sub = make(capacity=8)
+    raw = _raw_publisher(pub)
+    msgs = [np.full(1000, k, dtype=np.int32) for k in range(5)]
+    parts = [list(encode_parts(m, k, 99, 1024)) for k, m in enumerate(msgs)]
+    assert all(len(p) == 4 for p in parts)
+    _put_parts(raw, parts[0])
+    _put_parts(raw, parts[1][:2] + parts[1][3:])   # a piece missing
+    _put_parts(raw, parts[2][2:3])                 # a piece whose head never came
+    _put_parts(raw, parts[2][:2])                  # cut short by the next head
+    _put_parts(raw, parts[3])
+    _put_parts(raw, parts[4])
+    assert sub.recv(timeout=20).tolist() == msgs[0].tolist()
+    with pytest.raises(MessagesLost) as exc:
+        sub.recv(timeout=20)
+    assert exc.value.count == 2
+    assert sub.recv(timeout=20).tolist() == msgs[3].tolist()
+    assert sub.recv(timeout=20).tolist() == msgs[4].tolist()
+    assert sub.lost == 2 and sub.rejected == 0
+    raw.undeclare()
+
+
+def test_two_publishers_pieces_interleaved_on_one_key(pair):
+    """Two publishers' messages in pieces, interleaved piece by piece on one key, each complete
+    and in its publisher's order, with no loss counted (each publisher is numbered on its own)."""
+    from fastcopy.net._wire import encode_parts
+
+    pub, make = pair
+    sub = make(capacity=8)
+    raw = _raw_publisher(pub)
+    a = [np.full(700, 10 + k, dtype=np.int16) for k in range(3)]
+    b = [np.full(900, 20 + k, dtype=np.int16) for k in range(3)]
+    for k in range(3):
+        pa = list(encode_parts(a[k], k, 1, 500))
+        pb = list(encode_parts(b[k], k, 2, 500))
+        order = [x for pair_ in zip(pa, pb) for x in pair_] + pb[len(pa):]
+        _put_parts(raw, order)
+    got = [sub.recv(timeout=20) for _ in range(6)]
+    assert [g.tolist() for g in got if g[0] < 20] == [x.tolist() for x in a]
+    assert [g.tolist() for g in got if g[0] >= 20] == [x.tolist() for x in b]
+    assert sub.lost == 0 and sub.rejected == 0
+    raw.undeclare()
 
 
 def test_open_session_applies_further_zenoh_settings():
@@ -166,6 +279,24 @@ def test_open_session_applies_further_zenoh_settings():
         pub.close()
         pub.session.close()
         sub.session.close()
+
+
+def test_session_config_lengthens_the_data_queue_unless_settings_say_otherwise():
+    """fastcopy.net's sessions hold DATA_QUEUE_BATCHES batches in each link's data queue, more
+    than Zenoh's default and no more than Zenoh takes; a setting for the path replaces it."""
+    import json
+
+    import zenoh
+
+    import fastcopy.net as net
+
+    path = "transport/link/tx/queue/size/data"
+    zenoh_default = json.loads(zenoh.Config().get_json(path))
+    assert zenoh_default < net.DATA_QUEUE_BATCHES <= 16
+    assert json.loads(net.session_config().get_json(path)) == net.DATA_QUEUE_BATCHES
+    assert json.loads(net.session_config(settings={path: 4}).get_json(path)) == 4
+    from fastcopy.net.bench import zenoh_defaults
+    assert zenoh_defaults() == {path: zenoh_default}
 
 
 def test_recv_without_timeout_waits_and_close_from_another_thread_ends_it(pair):

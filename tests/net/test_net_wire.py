@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from fastcopy.net import WireError
-from fastcopy.net._wire import decode, encode
+from fastcopy.net import _wire
+from fastcopy.net._wire import decode, encode, encode_parts
 
 pytestmark = pytest.mark.net
 
@@ -67,51 +68,131 @@ def test_unsendable_dtypes_are_refused(dtype):
 
 
 GOOD = encode(np.arange(12, dtype="<f4").reshape(3, 4), 5)
+HEAD_SIZE = _wire._HEAD.size
+KIND_AT = 5  # the kind byte, after the magic and the version
 
 
 @pytest.mark.parametrize("payload, match", [
     (b"", "shorter than a message header"),
     (b"hello world, a foreign payload on the key!!", "foreign payload"),
-    (b"FCN1" + bytes([2]) + GOOD[5:], "version 2"),
-    (GOOD[:5] + b"X" + GOOD[6:], "corrupt message header"),
+    (GOOD[:4] + bytes([1]) + GOOD[5:], "version 1"),
+    (GOOD[:KIND_AT] + b"X" + GOOD[KIND_AT + 1:], "corrupt message header"),
+    (GOOD[:KIND_AT + 1] + b"X" + GOOD[KIND_AT + 2:], "corrupt message header"),
     (GOOD[:-1], "header says 48"),
     (GOOD + b"\0", "header says 48"),
-    (GOOD[:30], "truncated|header says"),
-])
+    (GOOD[:HEAD_SIZE + 4], "truncated"),
+    (GOOD[:KIND_AT] + _wire.FIRST + GOOD[KIND_AT + 1:], "in pieces"),
+    (GOOD[:KIND_AT] + _wire.PIECE + GOOD[KIND_AT + 1:], "a piece of a message"),
+], ids=["empty", "foreign", "old-version", "kind", "order", "short-data", "long-data", "truncated",
+        "head-of-pieces", "piece"])
 def test_corrupt_payloads_are_rejected(payload, match):
     with pytest.raises(WireError, match=match):
         decode(payload)
 
 
 def test_every_single_byte_corruption_is_rejected_or_exact():
-    """A flipped byte anywhere in the header gives a WireError or a message whose array has
-    exactly the bytes after the header (the payload itself carries no checksum)."""
+    """A flipped byte anywhere in the header gives a WireError, a message whose array has
+    exactly the bytes after the header (the payload itself carries no checksum), or a head or
+    piece of a message in pieces, which a subscriber completes only with its exact pieces."""
     head_len = len(GOOD) - 48
     for i in range(head_len):
         for flip in (0x01, 0x80, 0xFF):
             bad = bytearray(GOOD)
             bad[i] ^= flip
             try:
-                _, arr = decode(bytes(bad))
+                part = _wire.read(bytes(bad))
             except WireError:
                 continue
-            assert arr.nbytes > 0
-            assert arr.tobytes(order="A") == bytes(bad[len(bad) - arr.nbytes:])
+            if isinstance(part, _wire.Head) and part.complete:
+                arr = part.array()
+                assert arr.nbytes > 0
+                assert arr.tobytes(order="A") == bytes(bad[len(bad) - arr.nbytes:])
+            elif isinstance(part, _wire.Head):
+                assert 0 < len(part.data) < part.nbytes
+            else:
+                assert isinstance(part, _wire.Piece)
 
 
 def test_huge_shape_in_header_is_rejected_without_allocating():
-    head = struct.pack("<4sBcBBQQ", b"FCN1", 1, b"C", 2, 3, 0, 16) + struct.pack("<2Q", 2**40, 2**40) + b"<f4"
+    head = _wire._HEAD.pack(b"FCN1", _wire.VERSION, _wire.WHOLE, b"C", 2, 3, 0, 0, 16) + struct.pack("<2Q", 2**40, 2**40) + b"<f4"
     with pytest.raises(WireError):
         decode(head + bytes(16))
 
 
+def test_a_message_in_pieces_larger_than_max_bytes_is_refused_before_allocating():
+    head = _wire._HEAD.pack(b"FCN1", _wire.VERSION, _wire.FIRST, b"C", 1, 3, 0, 0, 4 << 50) + struct.pack("<Q", 1 << 50) + b"<f4"
+    part = _wire.read(head + bytes(16))
+    assert not part.complete and part.nbytes == 4 << 50
+    with pytest.raises(WireError, match="more than max_bytes"):
+        _wire.Assembly(part, max_bytes=1 << 30)
+
+
+def _assemble(parts, max_bytes=1 << 30):
+    """The array the parts of one message make (head first)."""
+    head = _wire.read(parts[0])
+    if head.complete:
+        assert len(parts) == 1
+        return head.array()
+    asm = _wire.Assembly(head, max_bytes)
+    for k, buf in enumerate(parts[1:], 1):
+        piece = _wire.read(buf)
+        assert isinstance(piece, _wire.Piece) and asm.fits(piece)
+        assert asm.add(piece) == (k == len(parts) - 1)
+    return asm.array()
+
+
+@pytest.mark.parametrize("dtype", ["u1", ">i2", "<f8", "c8", "V7", "U3", "M8[ns]"])
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("piece_bytes", [1, 64, 1000, 4096])
+def test_messages_in_pieces_come_back_exact(dtype, order, piece_bytes):
+    """Messages split at piece sizes that cut elements in two come back with every byte, dtype,
+    shape and order; the head and pieces carry the publisher and the message number."""
+    rng = np.random.default_rng(piece_bytes)
+    for shape in [(0,), (5,), (13, 7), (3, 4, 9)]:
+        dt = np.dtype(dtype)
+        raw = rng.integers(0, 256, size=int(np.prod(shape)) * dt.itemsize, dtype=np.uint8)
+        arr = np.asarray(raw.view(dt).reshape(shape), order=order)
+        parts = list(encode_parts(arr, 77, 0xABCDEF, piece_bytes))
+        assert len(parts) == max(1, -(-arr.nbytes // piece_bytes))
+        for buf in parts:
+            part = _wire.read(buf)
+            assert (part.source, part.seq) == (0xABCDEF, 77)
+        got = _assemble(parts)
+        assert got.dtype == arr.dtype and got.shape == arr.shape
+        assert got.tobytes(order="A") == arr.tobytes(order="A")
+        if order == "F" and arr.ndim > 1:
+            assert got.flags.f_contiguous
+
+
+def test_a_message_in_pieces_takes_only_its_own_next_piece():
+    """A piece of another publisher, another message, at another offset, or running past the
+    message's end does not fit: the message cannot be completed from it."""
+    arr = np.arange(100, dtype=np.uint8)
+    parts = list(encode_parts(arr, 3, 1, 40))
+    assert len(parts) == 3
+    others = {
+        "publisher": list(encode_parts(arr, 3, 2, 40))[1],
+        "message": list(encode_parts(arr, 4, 1, 40))[1],
+        "offset": parts[2],
+        "too-long": _wire._PIECE.pack(b"FCN1", _wire.VERSION, _wire.PIECE, 1, 3, 40) + bytes(61),
+    }
+    for name, buf in others.items():
+        asm = _wire.Assembly(_wire.read(parts[0]), 1 << 20)
+        assert not asm.fits(_wire.read(buf)), name
+    asm = _wire.Assembly(_wire.read(parts[0]), 1 << 20)
+    assert asm.fits(_wire.read(parts[1])) and not asm.add(_wire.read(parts[1]))
+    assert asm.fits(_wire.read(parts[2])) and asm.add(_wire.read(parts[2]))
+    assert asm.array().tolist() == list(range(100)) and asm.array().flags.writeable
+
+
 def _with_dtype_text(message: bytes, text: bytes) -> bytes:
     """``message`` (a 1-d array's) with its dtype text replaced by ``text``."""
-    head = struct.Struct("<4sBcBBQQ")
-    magic, version, order, ndim, dlen, seq, nbytes = head.unpack_from(message, 0)
+    head = _wire._HEAD
+    fields = list(head.unpack_from(message, 0))
+    ndim, dlen = fields[4], fields[5]
+    fields[5] = len(text)
     off = head.size + 8 * ndim
-    return (head.pack(magic, version, order, ndim, len(text), seq, nbytes) + message[head.size:off] + text
-            + message[off + dlen:])
+    return head.pack(*fields) + message[head.size:off] + text + message[off + dlen:]
 
 
 def test_remembered_dtypes_still_refuse_other_texts_for_them():

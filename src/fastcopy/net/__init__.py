@@ -12,15 +12,18 @@ imported when a session is opened, never by ``import fastcopy``.
 from __future__ import annotations
 
 import collections
+import json
+import os
 import threading
 import time
-from typing import Any, Deque, Dict, Iterator, Optional, Sequence
+from typing import Any, Deque, Dict, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ._wire import WireError, decode, encode
+from ._wire import Assembly, Head, WireError, encode_parts, read
 
-__all__ = ["Publisher", "Subscriber", "Bridge", "WireError", "MessagesLost", "open_session", "zenoh_module"]
+__all__ = ["Publisher", "Subscriber", "Bridge", "WireError", "MessagesLost", "open_session", "session_config",
+           "zenoh_module"]
 
 
 def zenoh_module() -> Any:
@@ -43,20 +46,37 @@ def open_session(listen: Sequence[str] = (), connect: Sequence[str] = (), mode: 
     """A Zenoh session: peer mode, multicast scouting off, listening on / connecting to the given
     endpoints (e.g. ``tcp/127.0.0.1:7447``). ``mode``: "peer", "client" (talks only to routers)
     or "router". ``settings``: further Zenoh configuration, path -> value (e.g.
-    ``{"transport/link/rx/buffer_size": 1 << 24}``), applied last."""
-    import json
+    ``{"transport/link/rx/buffer_size": 1 << 24}``), applied last. The configuration:
+    :func:`session_config`."""
+    return zenoh_module().open(session_config(listen, connect, mode, settings))
 
+
+def session_config(listen: Sequence[str] = (), connect: Sequence[str] = (), mode: str = "peer",
+                   settings: Optional[Dict[str, Any]] = None) -> Any:
+    """The zenoh.Config of :func:`open_session`. The data queue of each link holds
+    DATA_QUEUE_BATCHES batches instead of Zenoh's 2 (a setting for it replaces that)."""
     zenoh = zenoh_module()
     conf = zenoh.Config()
     conf.insert_json5("mode", json.dumps(mode))
     conf.insert_json5("scouting/multicast/enabled", "false")
+    conf.insert_json5(_DATA_QUEUE, json.dumps(DATA_QUEUE_BATCHES))
     if listen:
         conf.insert_json5("listen/endpoints", json.dumps(list(listen)))
     if connect:
         conf.insert_json5("connect/endpoints", json.dumps(list(connect)))
     for path, value in (settings or {}).items():
         conf.insert_json5(path, json.dumps(value))
-    return zenoh.open(conf)
+    return conf
+
+
+# Batches (of up to 64 KiB) a link's data queue holds before a put waits for the link to send:
+# with Zenoh's 2, the publishing thread and Zenoh's sending thread take turns every two batches.
+# 16 is the most Zenoh takes: a longer queue stops its link (evidence: net-zenoh-settings).
+DATA_QUEUE_BATCHES = 16
+_DATA_QUEUE = "transport/link/tx/queue/size/data"
+# Marks the pieces of a message sent in pieces (their Zenoh attachment), so a subscriber counts
+# messages, not pieces, against its capacity without reading the payload.
+_PIECE_MARK = b"P"
 
 
 def _congestion(overflow: str) -> Any:
@@ -79,16 +99,24 @@ class Publisher:
         self.key = key
         self.overflow = overflow
         self._pub = self.session.declare_publisher(key, congestion_control=_congestion(overflow))
+        # Tells this publisher's messages from another's on the same key.
+        self.source = int.from_bytes(os.urandom(8), "little")
         self.sent = 0
         self.closed = False
 
     def send(self, arr: Any) -> None:
-        """Sends ``arr`` (any array-like numpy accepts; its dtype, shape and order travel with it)."""
+        """Sends ``arr`` (any array-like numpy accepts; its dtype, shape and order travel with it).
+        A message larger than the piece size goes as a head and pieces (fastcopy.net._wire)."""
         if self.closed:
             raise ValueError("fastcopy.net.Publisher: send on a closed publisher")
         a = np.asarray(arr)
-        self._pub.put(encode(a, self.sent))
+        parts = encode_parts(a, self.sent, self.source)
+        self._pub.put(next(parts))
+        # The number is spent once the head is out: a message cut short after it is a gap
+        # that subscribers count as lost.
         self.sent += 1
+        for piece in parts:
+            self._pub.put(piece, attachment=_PIECE_MARK)
 
     def close(self) -> None:
         if not self.closed:
@@ -107,28 +135,44 @@ class Publisher:
 class Subscriber:
     """Receives the arrays published on a Zenoh key, in order. Keeps up to ``capacity`` messages;
     ``overflow='block'`` holds Zenoh back when full (back-pressure to the publisher), ``'drop'``
-    drops the oldest. Messages lost on the way (dropped here, by Zenoh, or before this subscriber
-    joined a running publisher, which is not counted) raise MessagesLost from recv with the exact
-    count from the publisher's message numbers. A corrupt or foreign payload raises WireError from
-    recv (``rejected`` counts them); the next recv goes on."""
+    drops the oldest. Messages lost on the way (dropped here, by Zenoh, cut short, or before this
+    subscriber joined a running publisher, which is not counted) raise MessagesLost from recv
+    with the exact count from each publisher's message numbers. A corrupt or foreign payload
+    raises WireError from recv (``rejected`` counts them); the next recv goes on. ``max_bytes``:
+    the largest message in pieces accepted; a head announcing more is rejected before anything
+    is allocated."""
+
+    # Pieces held besides the capacity's messages: a message in pieces comes in while the reader
+    # takes the pieces before it. In drop mode, more pieces drop the oldest messages.
+    PIECES_HELD = 64
+    # Publishers whose next message number and unfinished message are kept (the oldest go first).
+    SOURCES_KEPT = 64
 
     def __init__(self, key: str, session: Any = None, *, capacity: int = 64, overflow: str = "block",
-                 listen: Sequence[str] = (), connect: Sequence[str] = ()) -> None:
+                 max_bytes: int = 1 << 30, listen: Sequence[str] = (), connect: Sequence[str] = ()) -> None:
         if overflow not in ("block", "drop"):
             raise ValueError(f"overflow must be 'block' or 'drop', got {overflow!r}")
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
+        if max_bytes < 1:
+            raise ValueError("max_bytes must be at least 1")
         self._own = session is None
         self.session = open_session(listen, connect) if session is None else session
         self.key = key
         self.overflow = overflow
         self.capacity = capacity
-        self._q: Deque[Any] = collections.deque()
+        self.max_bytes = max_bytes
+        self._q: Deque[Tuple[Any, bool]] = collections.deque()  # (payload, is a piece)
+        self._heads = 0   # messages (heads) in _q
+        self._pieces = 0  # pieces in _q
         self._cv = threading.Condition()
-        self._next: Optional[int] = None
+        self._next: Dict[int, int] = {}  # publisher -> its next message number
+        self._assembling: Dict[int, Assembly] = {}  # publisher -> its message coming in pieces
+        self._pending: Optional[Tuple[np.ndarray, bool]] = None
         self.lost = 0
         self.rejected = 0
         self.received = 0
+        self.dropped_here = 0
         self.closed = False
         self._sub = self.session.declare_subscriber(key, self._on_sample)
 
@@ -136,20 +180,45 @@ class Subscriber:
         # The payload as Zenoh hands it over; its bytes are taken in recv, on the receiving
         # thread, so Zenoh's own thread goes on receiving meanwhile.
         data = sample.payload
+        piece = sample.attachment is not None
         with self._cv:
-            if self.overflow == "block":
-                while len(self._q) >= self.capacity and not self.closed:
-                    self._cv.wait(0.1)
-            elif len(self._q) >= self.capacity:
-                self._q.popleft()
-                self._dropped_here += 1
-            self._q.append(data)
+            if piece:
+                if self.overflow == "block":
+                    while self._pieces >= self.PIECES_HELD and not self.closed:
+                        self._cv.wait(0.1)
+                else:
+                    # Room from the oldest messages first; while this piece's own message is the
+                    # only one left, the piece is dropped, and recv counts its message lost.
+                    while self._pieces >= self.PIECES_HELD and self._heads > 1:
+                        self._drop_oldest_message()
+                    if self._pieces >= self.PIECES_HELD:
+                        return
+                self._pieces += 1
+            else:
+                if self.overflow == "block":
+                    while self._heads >= self.capacity and not self.closed:
+                        self._cv.wait(0.1)
+                elif self._heads >= self.capacity:
+                    self._drop_oldest_message()
+                self._heads += 1
+            self._q.append((data, piece))
             self._cv.notify_all()
 
-    _dropped_here = 0
+    def _drop_oldest_message(self) -> None:
+        """Drops the oldest queued message with its pieces (and the pieces before it, of a
+        message recv has begun, which is then lost)."""
+        q = self._q
+        while q and q[0][1]:
+            q.popleft()
+            self._pieces -= 1
+        q.popleft()
+        self._heads -= 1
+        self.dropped_here += 1
+        while q and q[0][1]:
+            q.popleft()
+            self._pieces -= 1
 
-    def _take(self, timeout: Optional[float]) -> Any:
-        deadline = None if timeout is None else time.monotonic() + timeout
+    def _take(self, deadline: Optional[float], timeout: Optional[float]) -> Any:
         with self._cv:
             while not self._q:
                 if self.closed:
@@ -158,45 +227,80 @@ class Subscriber:
                 if left is not None and left <= 0:
                     raise TimeoutError(f"fastcopy.net.Subscriber: no message on {self.key!r} within {timeout} s")
                 self._cv.wait(left if left is not None else 0.5)
-            data = self._q.popleft()
+            data, piece = self._q.popleft()
+            if piece:
+                self._pieces -= 1
+            else:
+                self._heads -= 1
             self._cv.notify_all()
             return data
 
-    def recv_view(self, timeout: Optional[float] = None) -> np.ndarray:
-        """The next message as a read-only array over the received bytes (no copy after Zenoh's)."""
-        if self._pending is not None:
-            arr, self._pending = self._pending, None
-            return arr
-        data = self._take(timeout).to_bytes()
-        try:
-            seq, arr = decode(data)
-        except WireError:
-            self.rejected += 1
-            raise
-        if self._next is not None and seq != self._next:
-            gap = seq - self._next
-            self._next = seq + 1
-            if gap > 0:
-                self.lost += gap
-                self.received += 1
-                self._pending = arr
-                raise MessagesLost(gap, f"fastcopy.net: {gap} messages lost on {self.key!r}")
-            # A restarted publisher numbers from 0 again: start over from it.
-        self._next = seq + 1
-        self.received += 1
-        return arr
+    def _message(self, timeout: Optional[float]) -> Tuple[int, int, np.ndarray, bool]:
+        """(publisher, message number, array, whether the array is this subscriber's own) of the
+        next complete message. A message whose pieces do not follow its head in order (some were
+        lost) is dropped here; its number's gap counts it."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                part = read(self._take(deadline, timeout).to_bytes())
+                if isinstance(part, Head):
+                    self._assembling.pop(part.source, None)  # unfinished: lost
+                    if part.complete:
+                        return part.source, part.seq, part.array(), False
+                    self._keep(self._assembling, part.source, Assembly(part, self.max_bytes))
+                    continue
+            except WireError:
+                self.rejected += 1
+                raise
+            asm = self._assembling.get(part.source)
+            if asm is None:
+                continue  # a piece of a message whose head this subscriber did not take
+            if not asm.fits(part):
+                del self._assembling[part.source]
+                continue
+            if asm.add(part):
+                del self._assembling[part.source]
+                return part.source, part.seq, asm.array(), True
 
-    _pending: Optional[np.ndarray] = None
+    def _keep(self, memo: Dict[int, Any], source: int, value: Any) -> None:
+        if source not in memo and len(memo) >= self.SOURCES_KEPT:
+            del memo[next(iter(memo))]
+        memo[source] = value
+
+    def _recv(self, timeout: Optional[float]) -> Tuple[np.ndarray, bool]:
+        if self._pending is not None:
+            got, self._pending = self._pending, None
+            return got
+        source, seq, arr, own = self._message(timeout)
+        expected = self._next.get(source)
+        self._keep(self._next, source, seq + 1)
+        self.received += 1
+        # A publisher's first message, or a number below the expected one (a foreign or
+        # replayed publisher id), starts its count over.
+        if expected is not None and seq > expected:
+            gap = seq - expected
+            self.lost += gap
+            self._pending = (arr, own)
+            raise MessagesLost(gap, f"fastcopy.net: {gap} messages lost on {self.key!r}")
+        return arr, own
+
+    def recv_view(self, timeout: Optional[float] = None) -> np.ndarray:
+        """The next message as a read-only array over the received bytes (no copy after Zenoh's;
+        a message in pieces is copied together once)."""
+        arr, own = self._recv(timeout)
+        if own and arr.flags.writeable:
+            arr.flags.writeable = False
+        return arr
 
     def recv(self, out: Any = None, timeout: Optional[float] = None) -> Any:
         """The next message: a writable array, or copied into ``out`` (same shape and dtype, one
         copy with fastcopy.copy). MessagesLost first when messages were lost before it; the
         message after the gap is then returned by the next recv."""
-        arr = self.recv_view(timeout)
+        arr, own = self._recv(timeout)
         if out is None:
-            return arr.copy(order="K")
+            return arr if own and arr.flags.writeable else arr.copy(order="K")
         if not isinstance(out, np.ndarray) or out.shape != arr.shape or out.dtype != arr.dtype:
-            self._pending = arr  # the message stays: the next recv returns it
+            self._pending = (arr, own)  # the message stays: the next recv returns it
             raise ValueError(f"recv(out=): out must be an ndarray of shape {arr.shape} and dtype {arr.dtype}; "
                              "the message stays for the next recv")
         from .. import copy as fcopy

@@ -1,26 +1,41 @@
-"""The wire format of one fastcopy.net message: a fixed header, the shape, the dtype text, the
-array's bytes. Every field is validated strictly on receipt; anything else is a WireError.
+"""The wire format of fastcopy.net: every field is validated strictly on receipt; anything
+else is a WireError.
 
-Layout (little-endian), version 1:
-  magic  b"FCN1" (4 bytes)  version u8  order u8 (b"C" or b"F")  ndim u8  dtype_len u8
-  seq u64 (the publisher's message number, from 0)  nbytes u64 (payload length)
-  shape  ndim x u64
-  dtype  dtype_len bytes, ASCII: numpy's dtype.str of a plain (non-structured, non-object) dtype
-  payload nbytes bytes
+A message of up to PIECE_BYTES goes as one payload; a larger one as a head and pieces of
+PIECE_BYTES, each a Zenoh message of its own, which Zenoh carries without fragmenting them
+into one large message and joining them again (evidence: net-large-messages-in-pieces).
+
+Layout (little-endian), version 2:
+  head   magic b"FCN1" (4 bytes)  version u8  kind u8 (b"M" a whole message, b"H" the head
+         of one in pieces)  order u8 (b"C" or b"F")  ndim u8
+         dtype_len u8  pad u8  source u64 (the publisher's random id)  seq u64 (its message
+         number, from 0)  nbytes u64 (the array's bytes)
+         shape  ndim x u64
+         dtype  dtype_len bytes, ASCII: numpy's dtype.str of a plain (non-structured, non-object) dtype
+         data   the array's bytes: all nbytes (b"M"), or the first of them (b"H", at least one
+                byte and fewer than nbytes)
+  piece  magic b"FCN1"  version u8  kind b"P"  pad 2 bytes  source u64  seq u64  offset u64
+         data   the array's bytes from offset on, PIECE_BYTES of them or the rest
 """
 from __future__ import annotations
 
 import struct
-from typing import Dict, Tuple
+from typing import Dict, Iterator, Optional, Tuple
 
 import numpy as np
 
 from .. import _core
 
 MAGIC = b"FCN1"
-VERSION = 1
-_HEAD = struct.Struct("<4sBcBBQQ")
+VERSION = 2
+WHOLE = b"M"
+FIRST = b"H"
+PIECE = b"P"
+_HEAD = struct.Struct("<4sBccBBxQQQ")
+_PIECE = struct.Struct("<4sBc2xQQQ")
 MAX_NDIM = 32
+# The largest payload of one Zenoh message fastcopy.net sends (evidence: net-large-messages-in-pieces).
+PIECE_BYTES = 1 << 20
 
 
 class WireError(ValueError):
@@ -72,38 +87,95 @@ def wire_dtype(text: bytes) -> np.dtype:
     return dt
 
 
-def encode_header(arr: np.ndarray, seq: int) -> Tuple[bytes, np.ndarray]:
-    """(header bytes, the array as a contiguous block in its order) for message number ``seq``."""
+def _block(arr: np.ndarray) -> Tuple[bytes, np.ndarray]:
+    """(order byte, the array as a contiguous block in that order)."""
+    if arr.flags.c_contiguous:
+        return b"C", arr
+    if arr.flags.f_contiguous:
+        return b"F", arr
+    return b"C", np.ascontiguousarray(arr)
+
+
+def encode_header(arr: np.ndarray, source: int, seq: int) -> Tuple[bytes, np.ndarray]:
+    """(head bytes without data, the array as a contiguous block in its order) for message
+    number ``seq`` of publisher ``source``."""
     if arr.ndim > MAX_NDIM:
         raise ValueError(f"fastcopy.net: {arr.ndim} dimensions, at most {MAX_NDIM}")
-    if arr.flags.c_contiguous:
-        order = b"C"
-    elif arr.flags.f_contiguous:
-        order = b"F"
-    else:
-        arr = np.ascontiguousarray(arr)
-        order = b"C"
+    order, block = _block(arr)
     dt = dtype_text(arr.dtype)
-    head = _HEAD.pack(MAGIC, VERSION, order, arr.ndim, len(dt), seq, arr.nbytes)
-    return head + struct.pack(f"<{arr.ndim}Q", *arr.shape) + dt, arr
+    head = _HEAD.pack(MAGIC, VERSION, WHOLE, order, arr.ndim, len(dt), source, seq, arr.nbytes)
+    return head + struct.pack(f"<{arr.ndim}Q", *arr.shape) + dt, block
 
 
-def encode(arr: np.ndarray, seq: int) -> bytes:
-    """The message: one copy of the array's bytes, into a bytes object, which Zenoh takes at
-    half the cost of a bytearray (evidence: net-send-payload-type)."""
-    head, block = encode_header(arr, seq)
+def encode(arr: np.ndarray, seq: int, source: int = 0) -> bytes:
+    """The whole message in one payload (any size): one copy of the array's bytes, into a bytes
+    object, which Zenoh takes at half the cost of a bytearray (evidence: net-send-payload-type)."""
+    head, block = encode_header(arr, source, seq)
     return _core.concat_bytes(head, block)
 
 
-def decode(buf: bytes) -> Tuple[int, np.ndarray]:
-    """(seq, read-only array viewing ``buf``); WireError for anything but a valid message."""
-    if len(buf) < _HEAD.size:
+def encode_parts(arr: np.ndarray, seq: int, source: int, piece_bytes: int = PIECE_BYTES) -> Iterator[bytes]:
+    """The payloads of message ``seq``: the whole message when it holds at most ``piece_bytes``
+    bytes, else a head with the first ``piece_bytes`` and pieces of the rest, built one at a
+    time as the caller takes them."""
+    head, block = encode_header(arr, source, seq)
+    nbytes = block.nbytes
+    if nbytes <= piece_bytes:
+        yield _core.concat_bytes(head, block)
+        return
+    flat = block.ravel(order="A").view(np.uint8)
+    yield _core.concat_bytes(head[:5] + FIRST + head[6:], flat[:piece_bytes])
+    for offset in range(piece_bytes, nbytes, piece_bytes):
+        yield _core.concat_bytes(_PIECE.pack(MAGIC, VERSION, PIECE, source, seq, offset),
+                                 flat[offset:offset + piece_bytes])
+
+
+class Head:
+    """A message's head: who sent it, its number, its array's dtype, shape, order and size, and
+    ``data``, the bytes of the array it carries (all of them unless ``complete`` is False)."""
+
+    __slots__ = ("source", "seq", "dtype", "shape", "order", "nbytes", "count", "data", "complete")
+
+    def __init__(self, source: int, seq: int, dtype: np.dtype, shape: Tuple[int, ...], order: str,
+                 nbytes: int, count: int, data: memoryview, complete: bool) -> None:
+        self.source, self.seq, self.dtype, self.shape = source, seq, dtype, shape
+        self.order, self.nbytes, self.count, self.data = order, nbytes, count, data
+        self.complete = complete
+
+    def array(self) -> np.ndarray:
+        """The read-only array over ``data`` (a complete message)."""
+        arr = np.frombuffer(self.data, dtype=self.dtype, count=self.count)
+        if len(self.shape) != 1:
+            arr = arr.reshape(self.shape, order=self.order)
+        if arr.flags.writeable:  # a bytearray or other writable buffer (bytes give read-only arrays)
+            arr.flags.writeable = False
+        return arr
+
+
+class Piece:
+    """A piece of a message sent in pieces: its publisher, message number, offset and bytes."""
+
+    __slots__ = ("source", "seq", "offset", "data")
+
+    def __init__(self, source: int, seq: int, offset: int, data: memoryview) -> None:
+        self.source, self.seq, self.offset, self.data = source, seq, offset, data
+
+
+def read(buf: bytes) -> "Head | Piece":
+    """The head or piece ``buf`` holds; WireError for anything but a valid one."""
+    if len(buf) < _PIECE.size:
         raise WireError(f"fastcopy.net: payload of {len(buf)} bytes is shorter than a message header")
-    magic, version, order, ndim, dlen, seq, nbytes = _HEAD.unpack_from(buf, 0)
+    magic, version, kind = buf[:4], buf[4], buf[5:6]
     if magic != MAGIC:
         raise WireError(f"fastcopy.net: payload does not start with {MAGIC!r} (a foreign payload on the key)")
     if version != VERSION:
         raise WireError(f"fastcopy.net: wire format version {version}, this fastcopy reads version {VERSION}")
+    if kind == PIECE:
+        _, _, _, source, seq, offset = _PIECE.unpack_from(buf, 0)
+        return Piece(source, seq, offset, memoryview(buf)[_PIECE.size:])
+    if kind not in (WHOLE, FIRST) or len(buf) < _HEAD.size:
+        raise WireError("fastcopy.net: corrupt message header (kind or length)")
+    _, _, _, order, ndim, dlen, source, seq, nbytes = _HEAD.unpack_from(buf, 0)
     if order not in (b"C", b"F") or ndim > MAX_NDIM or dlen == 0 or dlen > 64:
         raise WireError("fastcopy.net: corrupt message header (order, ndim or dtype length out of range)")
     off = _HEAD.size
@@ -119,12 +191,54 @@ def decode(buf: bytes) -> Tuple[int, np.ndarray]:
     count = 1
     for n in shape:
         count *= n
-    if count * dt.itemsize != nbytes or len(buf) - off != nbytes:
-        raise WireError(f"fastcopy.net: payload holds {len(buf) - off} bytes, header says {nbytes} "
-                        f"for shape {tuple(shape)} of {dt}")
-    arr = np.frombuffer(buf, dtype=dt, count=count, offset=off)
-    if ndim != 1:
-        arr = arr.reshape(shape, order=order.decode())
-    if arr.flags.writeable:  # a bytearray or other writable buffer (bytes give read-only arrays)
-        arr.flags.writeable = False
-    return seq, arr
+    held = len(buf) - off
+    if count * dt.itemsize != nbytes or (held != nbytes if kind == WHOLE else not 0 < held < nbytes):
+        raise WireError(f"fastcopy.net: payload holds {held} bytes, header says {nbytes} "
+                        f"for shape {tuple(shape)} of {dt}" + ("" if kind == WHOLE else " (the head of a message in pieces)"))
+    return Head(source, seq, dt, shape, order.decode(), nbytes, count, memoryview(buf)[off:], kind == WHOLE)
+
+
+def decode(buf: bytes) -> Tuple[int, np.ndarray]:
+    """(seq, read-only array viewing ``buf``) of a message in one payload; WireError for
+    anything else."""
+    part = read(buf)
+    if not isinstance(part, Head):
+        raise WireError("fastcopy.net: a piece of a message where a whole message was expected")
+    if not part.complete:
+        raise WireError("fastcopy.net: the head of a message in pieces where a whole message was expected")
+    return part.seq, part.array()
+
+
+class Assembly:
+    """A message arriving in pieces, copied into an array of its own as they come. ``add`` takes
+    the next piece of the same message (same publisher and number, at the offset reached);
+    anything else means the message cannot be completed."""
+
+    def __init__(self, head: Head, max_bytes: int) -> None:
+        if head.nbytes > max_bytes:
+            raise WireError(f"fastcopy.net: a message of {head.nbytes} bytes, more than max_bytes={max_bytes}")
+        self.head = head
+        self.buf = np.empty(head.nbytes, np.uint8)
+        self.filled = 0
+        self._put(head.data)
+
+    def _put(self, data: memoryview) -> None:
+        n = len(data)
+        _core.copy(self.buf[self.filled:self.filled + n], np.frombuffer(data, np.uint8))
+        self.filled += n
+
+    def fits(self, piece: Piece) -> bool:
+        """Whether ``piece`` is this message's next one."""
+        return (piece.source == self.head.source and piece.seq == self.head.seq and piece.offset == self.filled
+                and 0 < len(piece.data) <= self.head.nbytes - self.filled)
+
+    def add(self, piece: Piece) -> bool:
+        """Copies in ``piece`` (one that fits); True when the message is complete."""
+        self._put(piece.data)
+        return self.filled == self.head.nbytes
+
+    def array(self) -> np.ndarray:
+        """The complete message's array (writable, owned by the caller)."""
+        h = self.head
+        arr = self.buf.view(h.dtype)
+        return arr.reshape(h.shape, order=h.order) if len(h.shape) != 1 else arr
