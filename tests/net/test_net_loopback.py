@@ -120,10 +120,10 @@ def test_foreign_payload_is_rejected_and_the_stream_goes_on(pair):
     assert sub.rejected == 2
 
 
-PIECE = 1 << 20  # fastcopy.net._wire.PIECE_BYTES, checked in test_large_messages_travel_in_pieces_and_arrive_exact
+LARGE = 2621440  # bytes: a message in pieces (above fastcopy.net._wire.SPLIT_FROM, checked below)
 
 
-@pytest.mark.parametrize("elements, n, pieces_held", [(1000, 200, None), (PIECE * 5 // 16, 40, None), (PIECE * 5 // 16, 40, 3)],
+@pytest.mark.parametrize("elements, n, pieces_held", [(1000, 200, None), (LARGE // 8, 40, None), (LARGE // 8, 40, 3)],
                          ids=["whole", "in-pieces", "in-pieces-beyond-held"])
 def test_slow_subscriber_in_drop_mode_counts_every_loss(pair, elements, n, pieces_held):
     """A subscriber that does not read while messages arrive keeps the newest `capacity` (and,
@@ -131,6 +131,9 @@ def test_slow_subscriber_in_drop_mode_counts_every_loss(pair, elements, n, piece
     received + lost == published, no torn message."""
     from fastcopy.shm import MessagesLost
 
+    from fastcopy.net import _wire
+
+    assert (elements * 8 > _wire.SPLIT_FROM) == (elements == LARGE // 8)
     pub, make = pair
     sub = make(capacity=8, overflow="drop")
     if pieces_held is not None:
@@ -168,22 +171,25 @@ class _CountingPuts:
 
 
 def test_large_messages_travel_in_pieces_and_arrive_exact(pair):
-    """Messages above the piece size go as a head and marked pieces, one Zenoh message each,
+    """Messages above the split size go as a head and marked pieces, one Zenoh message each,
     and come back exact through recv (the subscriber's own writable array), recv_view
     (read-only) and recv(out=); smaller ones go whole."""
     from fastcopy.net import _wire
 
-    assert _wire.PIECE_BYTES == PIECE
     pub, make = pair
     sub = make(capacity=4)
     pub._pub = counting = _CountingPuts(pub._pub)
     rng = np.random.default_rng(3)
-    whole = rng.integers(0, 256, PIECE, dtype=np.uint8)
-    one_more = rng.integers(0, 256, PIECE + 1, dtype=np.uint8)
-    fortran = np.asfortranarray(rng.standard_normal((3, PIECE // 8 + 5)))
+    whole = rng.integers(0, 256, _wire.SPLIT_FROM, dtype=np.uint8)
+    one_more = rng.integers(0, 256, _wire.SPLIT_FROM + 1, dtype=np.uint8)
+    fortran = np.asfortranarray(rng.standard_normal((3, (_wire.PIECES + 1) * _wire.PIECE_BYTES // 24 + 5)))
+    expected = []
     for arr in (whole, one_more, fortran):
         pub.send(arr)
-    assert counting.puts == [False] + [False, True] + [False, True, True, True]
+        parts = -(-arr.nbytes // _wire.piece_bytes_for(arr.nbytes))
+        expected += [False] + [True] * (parts - 1)
+    assert _wire.piece_bytes_for(fortran.nbytes) == _wire.PIECE_BYTES
+    assert counting.puts == expected and expected.count(True) == (_wire.PIECES - 1) + _wire.PIECES + 1
     got = sub.recv(timeout=20)
     assert got.tobytes() == whole.tobytes()
     got = sub.recv(timeout=20)

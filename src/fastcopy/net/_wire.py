@@ -1,9 +1,9 @@
 """The wire format of fastcopy.net: every field is validated strictly on receipt; anything
 else is a WireError.
 
-A message of up to PIECE_BYTES goes as one payload; a larger one as a head and pieces of
-PIECE_BYTES, each a Zenoh message of its own, which Zenoh carries without fragmenting them
-into one large message and joining them again (evidence: net-large-messages-in-pieces).
+A message of up to SPLIT_FROM bytes goes as one payload; a larger one as a head and pieces
+(piece_bytes_for), each a Zenoh message of its own: Zenoh moves a large message it fragments
+and joins again itself several times slower (evidence: net-large-messages-in-pieces).
 
 Layout (little-endian), version 2:
   head   magic b"FCN1" (4 bytes)  version u8  kind u8 (b"M" a whole message, b"H" the head
@@ -15,7 +15,7 @@ Layout (little-endian), version 2:
          data   the array's bytes: all nbytes (b"M"), or the first of them (b"H", at least one
                 byte and fewer than nbytes)
   piece  magic b"FCN1"  version u8  kind b"P"  pad 2 bytes  source u64  seq u64  offset u64
-         data   the array's bytes from offset on, PIECE_BYTES of them or the rest
+         data   the array's bytes from offset on, a piece's size of them or the rest
 """
 from __future__ import annotations
 
@@ -33,9 +33,21 @@ FIRST = b"H"
 PIECE = b"P"
 _HEAD = struct.Struct("<4sBccBBxQQQ")
 _PIECE = struct.Struct("<4sBc2xQQQ")
+_PREFIX = struct.Struct("<4sBc")
+_ORDER = {b"C": "C", b"F": "F"}
 MAX_NDIM = 32
-# The largest payload of one Zenoh message fastcopy.net sends (evidence: net-large-messages-in-pieces).
+# Messages above SPLIT_FROM bytes go in at least PIECES pieces of at most PIECE_BYTES each
+# (evidence: net-large-messages-in-pieces).
+SPLIT_FROM = 128 << 10
+PIECES = 4
 PIECE_BYTES = 1 << 20
+
+
+def piece_bytes_for(nbytes: int) -> int:
+    """The piece size of a message of ``nbytes`` (``nbytes`` itself: the message goes whole)."""
+    if nbytes <= SPLIT_FROM:
+        return nbytes
+    return min(PIECE_BYTES, -(-nbytes // PIECES))
 
 
 class WireError(ValueError):
@@ -114,12 +126,14 @@ def encode(arr: np.ndarray, seq: int, source: int = 0) -> bytes:
     return _core.concat_bytes(head, block)
 
 
-def encode_parts(arr: np.ndarray, seq: int, source: int, piece_bytes: int = PIECE_BYTES) -> Iterator[bytes]:
+def encode_parts(arr: np.ndarray, seq: int, source: int, piece_bytes: Optional[int] = None) -> Iterator[bytes]:
     """The payloads of message ``seq``: the whole message when it holds at most ``piece_bytes``
-    bytes, else a head with the first ``piece_bytes`` and pieces of the rest, built one at a
-    time as the caller takes them."""
+    bytes (by default piece_bytes_for its size), else a head with the first ``piece_bytes`` and
+    pieces of the rest, built one at a time as the caller takes them."""
     head, block = encode_header(arr, source, seq)
     nbytes = block.nbytes
+    if piece_bytes is None:
+        piece_bytes = piece_bytes_for(nbytes)
     if nbytes <= piece_bytes:
         yield _core.concat_bytes(head, block)
         return
@@ -132,19 +146,19 @@ def encode_parts(arr: np.ndarray, seq: int, source: int, piece_bytes: int = PIEC
 
 class Head:
     """A message's head: who sent it, its number, its array's dtype, shape, order and size, and
-    ``data``, the bytes of the array it carries (all of them unless ``complete`` is False)."""
+    the bytes of the array it carries, ``buf[off:]`` (all of them unless ``complete`` is False)."""
 
-    __slots__ = ("source", "seq", "dtype", "shape", "order", "nbytes", "count", "data", "complete")
+    __slots__ = ("source", "seq", "dtype", "shape", "order", "nbytes", "count", "buf", "off", "complete")
 
     def __init__(self, source: int, seq: int, dtype: np.dtype, shape: Tuple[int, ...], order: str,
-                 nbytes: int, count: int, data: memoryview, complete: bool) -> None:
+                 nbytes: int, count: int, buf: bytes, off: int, complete: bool) -> None:
         self.source, self.seq, self.dtype, self.shape = source, seq, dtype, shape
-        self.order, self.nbytes, self.count, self.data = order, nbytes, count, data
-        self.complete = complete
+        self.order, self.nbytes, self.count = order, nbytes, count
+        self.buf, self.off, self.complete = buf, off, complete
 
     def array(self) -> np.ndarray:
-        """The read-only array over ``data`` (a complete message)."""
-        arr = np.frombuffer(self.data, dtype=self.dtype, count=self.count)
+        """The read-only array over the bytes (a complete message)."""
+        arr = np.frombuffer(self.buf, dtype=self.dtype, count=self.count, offset=self.off)
         if len(self.shape) != 1:
             arr = arr.reshape(self.shape, order=self.order)
         if arr.flags.writeable:  # a bytearray or other writable buffer (bytes give read-only arrays)
@@ -153,33 +167,42 @@ class Head:
 
 
 class Piece:
-    """A piece of a message sent in pieces: its publisher, message number, offset and bytes."""
+    """A piece of a message sent in pieces: its publisher, message number, offset in the
+    message, and its bytes, ``buf[_PIECE.size:]``."""
 
-    __slots__ = ("source", "seq", "offset", "data")
+    __slots__ = ("source", "seq", "offset", "buf")
 
-    def __init__(self, source: int, seq: int, offset: int, data: memoryview) -> None:
-        self.source, self.seq, self.offset, self.data = source, seq, offset, data
+    def __init__(self, source: int, seq: int, offset: int, buf: bytes) -> None:
+        self.source, self.seq, self.offset, self.buf = source, seq, offset, buf
+
+    @property
+    def size(self) -> int:
+        return len(self.buf) - _PIECE.size
 
 
 def read(buf: bytes) -> "Head | Piece":
     """The head or piece ``buf`` holds; WireError for anything but a valid one."""
-    if len(buf) < _PIECE.size:
-        raise WireError(f"fastcopy.net: payload of {len(buf)} bytes is shorter than a message header")
-    magic, version, kind = buf[:4], buf[4], buf[5:6]
+    n = len(buf)
+    if n >= _HEAD.size:
+        magic, version, kind, order_byte, ndim, dlen, source, seq, nbytes = _HEAD.unpack_from(buf, 0)
+    elif n >= _PIECE.size:
+        magic, version, kind = _PREFIX.unpack_from(buf, 0)
+    else:
+        raise WireError(f"fastcopy.net: payload of {n} bytes is shorter than a message header")
     if magic != MAGIC:
         raise WireError(f"fastcopy.net: payload does not start with {MAGIC!r} (a foreign payload on the key)")
     if version != VERSION:
         raise WireError(f"fastcopy.net: wire format version {version}, this fastcopy reads version {VERSION}")
     if kind == PIECE:
         _, _, _, source, seq, offset = _PIECE.unpack_from(buf, 0)
-        return Piece(source, seq, offset, memoryview(buf)[_PIECE.size:])
-    if kind not in (WHOLE, FIRST) or len(buf) < _HEAD.size:
+        return Piece(source, seq, offset, buf)
+    if kind not in (WHOLE, FIRST) or n < _HEAD.size:
         raise WireError("fastcopy.net: corrupt message header (kind or length)")
-    _, _, _, order, ndim, dlen, source, seq, nbytes = _HEAD.unpack_from(buf, 0)
-    if order not in (b"C", b"F") or ndim > MAX_NDIM or dlen == 0 or dlen > 64:
+    order = _ORDER.get(order_byte)
+    if order is None or ndim > MAX_NDIM or dlen == 0 or dlen > 64:
         raise WireError("fastcopy.net: corrupt message header (order, ndim or dtype length out of range)")
     off = _HEAD.size
-    if len(buf) < off + 8 * ndim + dlen:
+    if n < off + 8 * ndim + dlen:
         raise WireError("fastcopy.net: truncated message header")
     shape = struct.unpack_from(f"<{ndim}Q", buf, off)
     off += 8 * ndim
@@ -189,13 +212,13 @@ def read(buf: bytes) -> "Head | Piece":
         raise WireError(f"fastcopy.net: corrupt dtype text in message header ({exc})") from None
     off += dlen
     count = 1
-    for n in shape:
-        count *= n
-    held = len(buf) - off
+    for extent in shape:
+        count *= extent
+    held = n - off
     if count * dt.itemsize != nbytes or (held != nbytes if kind == WHOLE else not 0 < held < nbytes):
         raise WireError(f"fastcopy.net: payload holds {held} bytes, header says {nbytes} "
                         f"for shape {tuple(shape)} of {dt}" + ("" if kind == WHOLE else " (the head of a message in pieces)"))
-    return Head(source, seq, dt, shape, order.decode(), nbytes, count, memoryview(buf)[off:], kind == WHOLE)
+    return Head(source, seq, dt, shape, order, nbytes, count, buf, off, kind == WHOLE)
 
 
 def decode(buf: bytes) -> Tuple[int, np.ndarray]:
@@ -220,21 +243,21 @@ class Assembly:
         self.head = head
         self.buf = np.empty(head.nbytes, np.uint8)
         self.filled = 0
-        self._put(head.data)
+        self._put(head.buf, head.off)
 
-    def _put(self, data: memoryview) -> None:
-        n = len(data)
-        _core.copy(self.buf[self.filled:self.filled + n], np.frombuffer(data, np.uint8))
+    def _put(self, buf: bytes, off: int) -> None:
+        n = len(buf) - off
+        _core.copy(self.buf[self.filled:self.filled + n], np.frombuffer(buf, np.uint8, n, off))
         self.filled += n
 
     def fits(self, piece: Piece) -> bool:
         """Whether ``piece`` is this message's next one."""
         return (piece.source == self.head.source and piece.seq == self.head.seq and piece.offset == self.filled
-                and 0 < len(piece.data) <= self.head.nbytes - self.filled)
+                and 0 < piece.size <= self.head.nbytes - self.filled)
 
     def add(self, piece: Piece) -> bool:
         """Copies in ``piece`` (one that fits); True when the message is complete."""
-        self._put(piece.data)
+        self._put(piece.buf, _PIECE.size)
         return self.filled == self.head.nbytes
 
     def array(self) -> np.ndarray:
