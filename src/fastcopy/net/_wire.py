@@ -38,7 +38,7 @@ _ORDER = {b"C": "C", b"F": "F"}
 MAX_NDIM = 32
 # Messages above SPLIT_FROM bytes go in at least PIECES pieces of at most PIECE_BYTES each
 # (evidence: net-large-messages-in-pieces).
-SPLIT_FROM = 128 << 10
+SPLIT_FROM = 512 << 10
 PIECES = 4
 PIECE_BYTES = 1 << 20
 
