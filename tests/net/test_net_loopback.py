@@ -287,24 +287,6 @@ def test_open_session_applies_further_zenoh_settings():
         sub.session.close()
 
 
-def test_session_config_lengthens_the_data_queue_unless_settings_say_otherwise():
-    """fastcopy.net's sessions hold DATA_QUEUE_BATCHES batches in each link's data queue, more
-    than Zenoh's default and no more than Zenoh takes; a setting for the path replaces it."""
-    import json
-
-    import zenoh
-
-    import fastcopy.net as net
-
-    path = "transport/link/tx/queue/size/data"
-    zenoh_default = json.loads(zenoh.Config().get_json(path))
-    assert zenoh_default < net.DATA_QUEUE_BATCHES <= 16
-    assert json.loads(net.session_config().get_json(path)) == net.DATA_QUEUE_BATCHES
-    assert json.loads(net.session_config(settings={path: 4}).get_json(path)) == 4
-    from fastcopy.net.bench import zenoh_defaults
-    assert zenoh_defaults() == {path: zenoh_default}
-
-
 def test_recv_without_timeout_waits_and_close_from_another_thread_ends_it(pair):
     """A recv without a timeout waits for the next message; close() from another thread ends a
     wait with ValueError, and recv after close raises at once."""

@@ -22,8 +22,7 @@ import numpy as np
 
 from ._wire import Assembly, Head, WireError, encode_parts, read
 
-__all__ = ["Publisher", "Subscriber", "Bridge", "WireError", "MessagesLost", "open_session", "session_config",
-           "zenoh_module"]
+__all__ = ["Publisher", "Subscriber", "Bridge", "WireError", "MessagesLost", "open_session", "zenoh_module"]
 
 
 def zenoh_module() -> Any:
@@ -46,34 +45,20 @@ def open_session(listen: Sequence[str] = (), connect: Sequence[str] = (), mode: 
     """A Zenoh session: peer mode, multicast scouting off, listening on / connecting to the given
     endpoints (e.g. ``tcp/127.0.0.1:7447``). ``mode``: "peer", "client" (talks only to routers)
     or "router". ``settings``: further Zenoh configuration, path -> value (e.g.
-    ``{"transport/link/rx/buffer_size": 1 << 24}``), applied last. The configuration:
-    :func:`session_config`."""
-    return zenoh_module().open(session_config(listen, connect, mode, settings))
-
-
-def session_config(listen: Sequence[str] = (), connect: Sequence[str] = (), mode: str = "peer",
-                   settings: Optional[Dict[str, Any]] = None) -> Any:
-    """The zenoh.Config of :func:`open_session`. The data queue of each link holds
-    DATA_QUEUE_BATCHES batches instead of Zenoh's 2 (a setting for it replaces that)."""
+    ``{"transport/link/rx/buffer_size": 1 << 24}``), applied last."""
     zenoh = zenoh_module()
     conf = zenoh.Config()
     conf.insert_json5("mode", json.dumps(mode))
     conf.insert_json5("scouting/multicast/enabled", "false")
-    conf.insert_json5(_DATA_QUEUE, json.dumps(DATA_QUEUE_BATCHES))
     if listen:
         conf.insert_json5("listen/endpoints", json.dumps(list(listen)))
     if connect:
         conf.insert_json5("connect/endpoints", json.dumps(list(connect)))
     for path, value in (settings or {}).items():
         conf.insert_json5(path, json.dumps(value))
-    return conf
+    return zenoh.open(conf)
 
 
-# Batches (of up to 64 KiB) a link's data queue holds before a put waits for the link to send:
-# with Zenoh's 2, the publishing thread and Zenoh's sending thread take turns every two batches.
-# 16 is the most Zenoh takes: a longer queue stops its link (evidence: net-zenoh-settings).
-DATA_QUEUE_BATCHES = 16
-_DATA_QUEUE = "transport/link/tx/queue/size/data"
 # Marks the pieces of a message sent in pieces (their Zenoh attachment), so a subscriber counts
 # messages, not pieces, against its capacity without reading the payload.
 _PIECE_MARK = b"P"

@@ -43,16 +43,6 @@ def _zenoh_pair(port: int, settings: Optional[Dict[str, Any]] = None) -> Tuple:
     return a, b
 
 
-def zenoh_defaults() -> Dict[str, Any]:
-    """The settings fastcopy.net's sessions change, at the values the installed Zenoh gives them
-    by default: plain Zenoh is measured as a user gets it."""
-    import json
-
-    from . import _DATA_QUEUE, zenoh_module
-
-    return {_DATA_QUEUE: json.loads(zenoh_module().Config().get_json(_DATA_QUEUE))}
-
-
 def _wait(pub_send: Callable[[], None], got: Callable[[], int]) -> None:
     deadline = time.monotonic() + 20
     while got() == 0:
@@ -91,12 +81,12 @@ def fastcopy_net(size: int, count: int) -> float:
 
 def zenoh_plain(size: int, count: int, settings: Optional[Dict[str, Any]] = None) -> float:
     """Plain Zenoh: put(arr.tobytes()), receive np.frombuffer(payload.to_bytes()).reshape(shape);
-    ``settings``: Zenoh configuration for both sessions (open_session; by default Zenoh's own)."""
+    ``settings``: Zenoh configuration for both sessions (open_session)."""
     import queue
 
     from . import _congestion
 
-    a, b = _zenoh_pair(_port(), zenoh_defaults() if settings is None else settings)
+    a, b = _zenoh_pair(_port(), settings)
     try:
         q: "queue.Queue" = queue.Queue(8)
         # Blocking congestion control, as fastcopy.net's default and IpcEnds': with Zenoh's
@@ -204,13 +194,10 @@ class IpcEnds:
         from . import Publisher, Subscriber, open_session
 
         ep = _endpoint(port)
-        # Plain Zenoh runs with Zenoh's own settings, as a user gets it.
-        settings = zenoh_defaults() if kind == "zenoh_plain" else None
-        self.session = (open_session(listen=[ep], settings=settings) if role == "parent"
-                        else open_session(connect=[ep], settings=settings))
+        self.session = open_session(listen=[ep]) if role == "parent" else open_session(connect=[ep])
         if kind == "net":
             self.pub = Publisher(out_key, self.session)
-            self.sub = Subscriber(in_key, self.session, capacity=64)
+            self.sub = Subscriber(in_key, self.session, capacity=8)
             self._zpub = self.pub._pub
         else:
             import queue
