@@ -160,3 +160,65 @@ def test_message_larger_than_remote_slots_is_reported_and_the_bridge_goes_on():
             into.stop()
             out.stop()
         assert "does not fit the local topic's 1024-byte slots" in "".join(into.stderr)
+
+
+def test_bridge_into_assembles_messages_in_pieces_in_the_local_topics_slot(monkeypatch):
+    """A receiving bridge (in this process) assembles a C-order message in pieces in a loan of
+    the local Topic's slot and publishes it without another copy; a Fortran-order one and whole
+    messages go through Topic.send. Every message reaches the local subscriber exact."""
+    import threading
+
+    from fastcopy import net, shm
+    from fastcopy.net import _wire
+
+    sends = []
+    topic_send = shm.Topic.send
+
+    def counting_send(self, *args, **kwargs):
+        sends.append(args[0].nbytes)
+        return topic_send(self, *args, **kwargs)
+
+    monkeypatch.setattr(shm.Topic, "send", counting_send)
+    _, local, key = _names()
+    port = free_port()
+    rng = np.random.default_rng(5)
+    big = _wire.SPLIT_FROM * 3
+    c_order = rng.integers(0, 256, big, dtype=np.uint8).reshape(3, -1)
+    strings = np.array(["abc", "de", "f"] * (big // 36), dtype="<U3")
+    fortran = np.asfortranarray(rng.standard_normal((4, big // 32)))
+    pub = net.Publisher(key, listen=[endpoint(port)])
+    br = net.Bridge.into(key, local, slot_bytes=4 * big, connect=[endpoint(port)], log=open(os.devnull, "w"))
+    runner = threading.Thread(target=br.run, daemon=True)
+    runner.start()
+    sub = shm.Topic.subscribe(local)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert time.monotonic() < deadline, "the bridge never forwarded a probe"
+            pub.send(np.int8(-1))
+            try:
+                sub.recv(timeout=0.05)
+                break
+            except TimeoutError:
+                continue
+        time.sleep(0.2)
+        while True:
+            try:
+                sub.recv(timeout=0.2)
+            except TimeoutError:
+                break
+        sends.clear()
+        for arr in (c_order, strings, fortran):
+            pub.send(arr)
+        for arr in (c_order, strings, fortran):
+            got = sub.recv(timeout=20)
+            assert got.dtype == arr.dtype and got.shape == arr.shape
+            np.testing.assert_array_equal(got, arr)
+        assert sends == [fortran.nbytes]
+        assert br.lost == 0 and br.rejected == 0 and br.too_big == 0
+    finally:
+        br.stop()
+        runner.join(10)
+        sub.close()
+        br.close()
+        pub.close()

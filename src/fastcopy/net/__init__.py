@@ -16,7 +16,7 @@ import json
 import os
 import threading
 import time
-from typing import Any, Deque, Dict, Iterator, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -128,7 +128,7 @@ class Subscriber:
     is allocated."""
 
     # Pieces held besides the capacity's messages: a message in pieces comes in while the reader
-    # takes the pieces before it. In drop mode, more pieces drop the oldest messages.
+    # takes the pieces before it. In drop mode, more pieces drop older messages' pieces.
     PIECES_HELD = 64
     # Publishers whose next message number and unfinished message are kept (the oldest go first).
     SOURCES_KEPT = 64
@@ -157,7 +157,7 @@ class Subscriber:
         self.lost = 0
         self.rejected = 0
         self.received = 0
-        self.dropped_here = 0
+        self._dropped_here = 0
         self.closed = False
         self._sub = self.session.declare_subscriber(key, self._on_sample)
 
@@ -172,12 +172,9 @@ class Subscriber:
                     while self._pieces >= self.PIECES_HELD and not self.closed:
                         self._cv.wait(0.1)
                 else:
-                    # Room from the oldest messages first; while this piece's own message is the
-                    # only one left, the piece is dropped, and recv counts its message lost.
-                    while self._pieces >= self.PIECES_HELD and self._heads > 1:
-                        self._drop_oldest_message()
-                    if self._pieces >= self.PIECES_HELD:
-                        return
+                    while self._pieces >= self.PIECES_HELD:
+                        if not self._make_room_for_piece():
+                            return  # recv counts this piece's message lost
                 self._pieces += 1
             else:
                 if self.overflow == "block":
@@ -189,6 +186,19 @@ class Subscriber:
             self._q.append((data, piece))
             self._cv.notify_all()
 
+    def _make_room_for_piece(self) -> bool:
+        """Drop mode, the pieces held reached: drops the oldest piece queued before the newest
+        head (of an older message, recv counts it lost). False when only the newest message's
+        own pieces are queued: the incoming piece is then dropped."""
+        q = self._q
+        last_head = max((i for i, (_, piece) in enumerate(q) if not piece), default=-1)
+        for i in range(last_head):
+            if q[i][1]:
+                del q[i]
+                self._pieces -= 1
+                return True
+        return False
+
     def _drop_oldest_message(self) -> None:
         """Drops the oldest queued message with its pieces (and the pieces before it, of a
         message recv has begun, which is then lost)."""
@@ -198,7 +208,7 @@ class Subscriber:
             self._pieces -= 1
         q.popleft()
         self._heads -= 1
-        self.dropped_here += 1
+        self._dropped_here += 1
         while q and q[0][1]:
             q.popleft()
             self._pieces -= 1
@@ -220,10 +230,11 @@ class Subscriber:
             self._cv.notify_all()
             return data
 
-    def _message(self, timeout: Optional[float]) -> Tuple[int, int, np.ndarray, bool]:
+    def _message(self, timeout: Optional[float], into: Optional[Callable[[Head], Any]]) -> Tuple[int, int, np.ndarray, bool]:
         """(publisher, message number, array, whether the array is this subscriber's own) of the
         next complete message. A message whose pieces do not follow its head in order (some were
-        lost) is dropped here; its number's gap counts it."""
+        lost) is dropped here; its number's gap counts it. ``into(head)``: where a message in
+        pieces goes (see _wire.Assembly), or None for an array of its own."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
@@ -232,7 +243,8 @@ class Subscriber:
                     self._assembling.pop(part.source, None)  # unfinished: lost
                     if part.complete:
                         return part.source, part.seq, part.array(), False
-                    self._keep(self._assembling, part.source, Assembly(part, self.max_bytes))
+                    target = into(part) if into is not None and part.nbytes <= self.max_bytes else None
+                    self._keep(self._assembling, part.source, Assembly(part, self.max_bytes, target))
                     continue
             except WireError:
                 self.rejected += 1
@@ -252,11 +264,13 @@ class Subscriber:
             del memo[next(iter(memo))]
         memo[source] = value
 
-    def _recv(self, timeout: Optional[float]) -> Tuple[np.ndarray, bool]:
+    def _recv(self, timeout: Optional[float], into: Optional[Callable[[Head], Any]] = None) -> Tuple[np.ndarray, bool]:
+        """(the next message's array, whether it is this subscriber's own); MessagesLost first
+        when messages were lost before it."""
         if self._pending is not None:
             got, self._pending = self._pending, None
             return got
-        source, seq, arr, own = self._message(timeout)
+        source, seq, arr, own = self._message(timeout, into)
         expected = self._next.get(source)
         self._keep(self._next, source, seq + 1)
         self.received += 1
