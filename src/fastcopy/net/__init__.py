@@ -16,7 +16,7 @@ import json
 import os
 import threading
 import time
-from typing import Any, Callable, Deque, Dict, Iterator, Optional, Sequence, Tuple
+from typing import Any, Deque, Dict, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -230,11 +230,10 @@ class Subscriber:
             self._cv.notify_all()
             return data
 
-    def _message(self, timeout: Optional[float], into: Optional[Callable[[Head], Any]]) -> Tuple[int, int, np.ndarray, bool]:
+    def _message(self, timeout: Optional[float]) -> Tuple[int, int, np.ndarray, bool]:
         """(publisher, message number, array, whether the array is this subscriber's own) of the
         next complete message. A message whose pieces do not follow its head in order (some were
-        lost) is dropped here; its number's gap counts it. ``into(head)``: where a message in
-        pieces goes (see _wire.Assembly), or None for an array of its own."""
+        lost) is dropped here; its number's gap counts it."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
@@ -243,8 +242,7 @@ class Subscriber:
                     self._assembling.pop(part.source, None)  # unfinished: lost
                     if part.complete:
                         return part.source, part.seq, part.array(), False
-                    target = into(part) if into is not None and part.nbytes <= self.max_bytes else None
-                    self._keep(self._assembling, part.source, Assembly(part, self.max_bytes, target))
+                    self._keep(self._assembling, part.source, Assembly(part, self.max_bytes))
                     continue
             except WireError:
                 self.rejected += 1
@@ -264,13 +262,13 @@ class Subscriber:
             del memo[next(iter(memo))]
         memo[source] = value
 
-    def _recv(self, timeout: Optional[float], into: Optional[Callable[[Head], Any]] = None) -> Tuple[np.ndarray, bool]:
+    def _recv(self, timeout: Optional[float]) -> Tuple[np.ndarray, bool]:
         """(the next message's array, whether it is this subscriber's own); MessagesLost first
         when messages were lost before it."""
         if self._pending is not None:
             got, self._pending = self._pending, None
             return got
-        source, seq, arr, own = self._message(timeout, into)
+        source, seq, arr, own = self._message(timeout)
         expected = self._next.get(source)
         self._keep(self._next, source, seq + 1)
         self.received += 1

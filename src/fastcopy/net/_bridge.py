@@ -3,11 +3,9 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Optional, Sequence
 
 import numpy as np
-
-from ..shm.channel import LoanedArray
 
 
 class Bridge:
@@ -81,7 +79,7 @@ class Bridge:
                 self.forwarded += 1
             else:
                 try:
-                    arr, _ = self._remote._recv(0.2, self._loan_for)
+                    arr = self._remote.recv_view(timeout=0.2)
                 except TimeoutError:
                     continue
                 except MessagesLost as exc:
@@ -92,11 +90,6 @@ class Bridge:
                     self.rejected += 1
                     self._say(f"rejected a payload: {exc}")
                     continue
-                if isinstance(arr, LoanedArray):  # a message in pieces, assembled in the slot
-                    self._local.publish(arr)
-                    del arr
-                    self.forwarded += 1
-                    continue
                 if arr.nbytes > self._local.slot_bytes:
                     self.too_big += 1
                     self._say(f"message of {arr.nbytes} bytes does not fit the local topic's "
@@ -105,25 +98,6 @@ class Bridge:
                 self._local.send(np.ascontiguousarray(arr) if not (arr.flags.c_contiguous or arr.flags.f_contiguous)
                                  else arr)
                 self.forwarded += 1
-
-    def _loan_for(self, head: Any) -> Optional[Tuple[np.ndarray, np.ndarray]]:
-        """Where the receiving bridge assembles a message in pieces: a loan of the local Topic's
-        next slot (the message is then published without another copy), or None (its own array,
-        sent with a copy) for a message that does not fit, a Fortran-order one (the Topic holds
-        C order), or when the Topic cannot lend now (a loan of another publisher's unfinished
-        message, or subscribers holding every slot for longer than the loan waits)."""
-        from ..shm import ChannelError
-
-        if head.nbytes > self._local.slot_bytes or (head.order == "F" and len(head.shape) > 1):
-            return None
-        try:
-            loan = self._local.loan(head.shape, head.dtype, timeout=self.LOAN_WAIT)
-        except (TimeoutError, ChannelError, TypeError, ValueError):
-            return None
-        return loan, loan.reshape(-1).view(np.uint8)
-
-    # Seconds the receiving bridge waits for a free slot to assemble a message in.
-    LOAN_WAIT = 0.2
 
     def close(self) -> None:
         self._stop.set()

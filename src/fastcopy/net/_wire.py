@@ -233,22 +233,15 @@ def decode(buf: bytes) -> Tuple[int, np.ndarray]:
 
 
 class Assembly:
-    """A message arriving in pieces, copied into an array of its own as they come, or into
-    ``into``: (the array to hand over, a flat uint8 view of its ``nbytes`` bytes), such as a
-    loan from a local Topic. ``add`` takes the next piece of the same message (same publisher
-    and number, at the offset reached); anything else means the message cannot be completed."""
+    """A message arriving in pieces, copied into an array of its own as they come. ``add`` takes
+    the next piece of the same message (same publisher and number, at the offset reached);
+    anything else means the message cannot be completed."""
 
-    def __init__(self, head: Head, max_bytes: int, into: Optional[Tuple[np.ndarray, np.ndarray]] = None) -> None:
+    def __init__(self, head: Head, max_bytes: int) -> None:
         if head.nbytes > max_bytes:
             raise WireError(f"fastcopy.net: a message of {head.nbytes} bytes, more than max_bytes={max_bytes}")
         self.head = head
-        if into is None:
-            self.target: Optional[np.ndarray] = None
-            self.buf = np.empty(head.nbytes, np.uint8)
-        else:
-            self.target, self.buf = into
-            if self.buf.dtype != np.uint8 or self.buf.shape != (head.nbytes,):
-                raise ValueError(f"Assembly: into must give a flat uint8 view of {head.nbytes} bytes")
+        self.buf = np.empty(head.nbytes, np.uint8)
         self.filled = 0
         self._put(head.buf, head.off)
 
@@ -268,10 +261,7 @@ class Assembly:
         return self.filled == self.head.nbytes
 
     def array(self) -> np.ndarray:
-        """The complete message's array (writable, owned by the caller): ``into``'s array when
-        one was given."""
-        if self.target is not None:
-            return self.target
+        """The complete message's array (writable, owned by the caller)."""
         h = self.head
         arr = self.buf.view(h.dtype)
         return arr.reshape(h.shape, order=h.order) if len(h.shape) != 1 else arr
