@@ -157,7 +157,6 @@ class Subscriber:
         self.lost = 0
         self.rejected = 0
         self.received = 0
-        self._dropped_here = 0
         self.closed = False
         self._sub = self.session.declare_subscriber(key, self._on_sample)
 
@@ -208,7 +207,6 @@ class Subscriber:
             self._pieces -= 1
         q.popleft()
         self._heads -= 1
-        self._dropped_here += 1
         while q and q[0][1]:
             q.popleft()
             self._pieces -= 1

@@ -99,21 +99,17 @@ def wire_dtype(text: bytes) -> np.dtype:
     return dt
 
 
-def _block(arr: np.ndarray) -> Tuple[bytes, np.ndarray]:
-    """(order byte, the array as a contiguous block in that order)."""
-    if arr.flags.c_contiguous:
-        return b"C", arr
-    if arr.flags.f_contiguous:
-        return b"F", arr
-    return b"C", np.ascontiguousarray(arr)
-
-
 def encode_header(arr: np.ndarray, source: int, seq: int) -> Tuple[bytes, np.ndarray]:
     """(head bytes without data, the array as a contiguous block in its order) for message
     number ``seq`` of publisher ``source``."""
     if arr.ndim > MAX_NDIM:
         raise ValueError(f"fastcopy.net: {arr.ndim} dimensions, at most {MAX_NDIM}")
-    order, block = _block(arr)
+    if arr.flags.c_contiguous:
+        order, block = b"C", arr
+    elif arr.flags.f_contiguous:
+        order, block = b"F", arr
+    else:
+        order, block = b"C", np.ascontiguousarray(arr)
     dt = dtype_text(arr.dtype)
     head = _HEAD.pack(MAGIC, VERSION, WHOLE, order, arr.ndim, len(dt), source, seq, arr.nbytes)
     return head + struct.pack(f"<{arr.ndim}Q", *arr.shape) + dt, block
