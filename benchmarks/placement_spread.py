@@ -11,7 +11,7 @@ each and the same arguments.
 
     PYTHONPATH=src python benchmarks/placement_spread.py [--kernels generic,avx2]
         [--points 1625@177,1808@222] [--placements 40] [--repeats 7] [--min-time 0.0005]
-        [--slow 1.3] [--seed 11]
+        [--slow 1.3] [--seed 11] [--threads 1] [--keep]
 
 evidence: kernels-backward-short-distance (docs/evidence/kernels.md)
 """
@@ -47,24 +47,31 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--min-time", type=float, default=0.0005, help="seconds per timed loop")
     ap.add_argument("--slow", type=float, default=1.3, help="a placement is slow above this time ratio")
     ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--threads", type=int, default=1, help="run each kernel on this many threads (the pool)")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep every placement allocated, so that the next one lands elsewhere (default: keep those "
+                         "of the current point only)")
     args = ap.parse_args(argv)
     names = args.kernels.split(",")
     unknown = sorted(set(names) - set(fastcopy.kernels()))
     if unknown:
         raise SystemExit(f"--kernels: not usable here: {', '.join(unknown)} (usable: {', '.join(fastcopy.kernels())})")
-    if len(names) < 2 or args.placements < 1 or args.repeats < 1:
-        raise SystemExit("need at least two kernels, one placement and one repeat")
+    if len(names) < 2 or args.placements < 1 or args.repeats < 1 or args.threads < 1:
+        raise SystemExit("need at least two kernels, one placement, one repeat and one thread")
     rng = random.Random(args.seed)
     kept = []  # every placement stays allocated, so the next one lands elsewhere
     print(f"kernels {', '.join(names)} (reference {names[0]}); {args.placements} placements per point, "
-          f"{args.repeats} interleaved repeats of >= {args.min_time * 1e3:g} ms loops, medians")
+          f"{args.repeats} interleaved repeats of >= {args.min_time * 1e3:g} ms loops, medians; "
+          f"{args.threads} thread(s) per copy")
     for size, distance in parse_points(args.points):
         ratios: Dict[str, List[float]] = {name: [] for name in names[1:]}
+        if not args.keep:
+            kept.clear()
         for _ in range(args.placements):
             dst, src = check.place(size, distance, rng.randrange(1 << 30))
             kept.append((dst, src))
-            fns = {name: fastcopy.kernel(name) for name in names}
-            loops = {name: check._calibrate(f, dst, src, args.min_time) for name, f in fns.items()}
+            fns = {name: fastcopy.kernel(name, args.threads) for name in names}
+            loops = dict(zip(names, check.loop_copies([fns[n] for n in names], dst, src, args.min_time)))
             samples: Dict[str, List[float]] = {name: [] for name in names}
             order = list(names)
             for _ in range(args.repeats):

@@ -119,9 +119,10 @@ def profile_section(p: Dict[str, Any], classes: List[str]) -> List[str]:
                       "there; copies into and out of shared memory keep the guard at every size)")
         learn = ""
         if nt.get("learn_from") is not None:
-            learn = (f" From {size(nt['learn_from'])}, private copies without overlap that this rule does not "
-                     "stream (smaller, or at a page distance it excludes) time themselves and use cached or "
-                     f"streaming stores, whichever ran faster lately ({linked('evidence: policy-private-store-modes')}).")
+            learn = (f" From {size(nt['learn_from'])}, private copies without overlap time themselves and use cached "
+                     "or streaming stores, whichever ran faster lately, those this rule streams as well as those it "
+                     "does not (smaller, or at a page distance it excludes); each size class starts as the rule says "
+                     f"({linked('evidence: policy-private-store-modes')}).")
         out += [f"`{nt['kernel']}` for copies without overlap from the threshold up, {guard}.{learn} "
                 "The threshold follows the L3 size the CPU reports:", ""]
         out += table(["L3", "threshold", "why"],

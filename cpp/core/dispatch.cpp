@@ -166,26 +166,29 @@ policy::StoreModeLearner& private_store_modes() {
 }
 
 namespace {
-// A private copy of at least nt.learn_from bytes (copy_bytes checked the size) that the NT rule
-// does not stream (below its threshold, or at a page distance its guard excludes): the
-// profile's kernel (cached stores) or the NT kernel, as private_store_modes() decides from the
-// timings of earlier copies; this one is timed too. The guard stands for what a static rule
-// cannot see; timed copies see it (a streamed trial that 4K-aliases loses). Overlapping copies,
-// forced kernels and copies given the NT kernel already run as the profile says.
-void copy_learning_store_mode(const policy::Profile& p, CopyFn cached, void* dst, const void* src, std::size_t n) {
-    const policy::NtRule& nt = p.region[static_cast<int>(Region::Private)].nt;
+// A private copy of at least nt.learn_from bytes (copy_bytes checked the size): the band's
+// kernel (cached stores) or the NT kernel, as private_store_modes() decides from the timings of
+// earlier copies; this one is timed too. `chosen` is the profile's choice: the NT kernel where
+// the rule streams this copy, and each size class starts in that mode. The rule's guard stands
+// for what a static rule cannot see; timed copies see it (a streamed trial that 4K-aliases
+// loses). Overlapping copies, forced kernels and profiles whose band kernel streams already
+// run as the profile says.
+void copy_learning_store_mode(const policy::Profile& p, CopyFn chosen, void* dst, const void* src, std::size_t n) {
+    const policy::RegionRules& rules = p.region[static_cast<int>(Region::Private)];
+    const policy::NtRule& nt = rules.nt;
     const bool pooled = n >= p.parallel.threshold && pool::threads() > 1;
+    const CopyFn cached = p.forced ? chosen : policy::choose_band_inline(rules, dst, src, n).fn;
     if (p.forced || !nt.fn || cached == nt.fn || policy::ranges_overlap(dst, src, n)) {
         if (pooled && !policy::ranges_overlap(dst, src, n) && !p.forced) {
-            t_last_kernel = cached;
-            pool::parallel_copy(dst, src, n, cached);
+            t_last_kernel = chosen;
+            pool::parallel_copy(dst, src, n, chosen);
         } else {
-            run(cached, dst, src, n);
+            run(chosen, dst, src, n);
         }
         return;
     }
     policy::StoreModeLearner& modes = private_store_modes();
-    const bool streaming = modes.streaming(n);
+    const bool streaming = modes.streaming(n, chosen == nt.fn);
     const CopyFn k = streaming ? nt.fn : cached;
     const auto t0 = std::chrono::steady_clock::now();
     if (pooled) {

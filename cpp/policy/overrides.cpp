@@ -56,9 +56,9 @@ const std::vector<OverrideVariable>& override_variables() {
          "profile's page-distance guard stays); off: no non-temporal stores",
          "the profile's threshold", 0, -1},
         {"FASTCOPY_NT_LEARN_FROM", "bytes or a binary unit such as 1M, 4M (at least 256K), or off",
-         "private copies from this size that the NT rule does not stream (below its threshold, or at a page "
-         "distance its guard excludes) time themselves and use cached or streaming stores, whichever ran faster "
-         "lately (nt.learn_from); off: the profile as it is. No effect without an NT rule",
+         "private copies without overlap from this size time themselves and use cached or streaming stores, "
+         "whichever ran faster lately, those the NT rule streams as well (each size class starts as the rule says; "
+         "nt.learn_from); off: the profile as it is. No effect without an NT rule",
          "the profile's nt.learn_from", 0, -1},
         {"FASTCOPY_THREADS",
          "a whole number from 1 (no threading) to " + std::to_string(kMaxThreads) + ", or 0 for the default",
@@ -159,8 +159,7 @@ void apply_overrides(Profile& p, const Overrides& o, const CpuFacts& cpu) {
         p.overrides.push_back(o.nt_learn_from == SIZE_MAX
                                   ? "FASTCOPY_NT_LEARN_FROM=off: no private copy learns its store mode"
                                   : "FASTCOPY_NT_LEARN_FROM=" + size_words(o.nt_learn_from) +
-                                        ": private copies from there that the NT rule does not stream learn "
-                                        "their store mode");
+                                        ": private copies from there learn their store mode");
     }
     // Learning chooses between cached stores and the NT kernel: nothing to learn without one.
     if (private_nt.threshold == SIZE_MAX || !private_nt.fn) private_nt.learn_from = SIZE_MAX;

@@ -84,12 +84,13 @@ struct NtRule {
     // split over the pool, large streamed copies win at small distances too (evidence:
     // zen4-nt-page-distance). SIZE_MAX: every size.
     std::size_t min_page_distance_below = SIZE_MAX;
-    // From this size, copies without overlap that the rule does not stream (below the
-    // threshold, or at a page distance the guard excludes) time themselves and use cached
-    // stores or this rule's kernel, whichever ran faster lately (StoreModeLearner,
-    // kPrivateCopyRule): cached stores win while the buffers sit in the last-level cache,
-    // streaming ones while they do not (evidence: policy-private-store-modes). Private region
-    // only; SIZE_MAX: off.
+    // From this size, copies without overlap time themselves and use cached stores (the
+    // band's kernel) or this rule's kernel, whichever ran faster lately (StoreModeLearner,
+    // kPrivateCopyRule), copies the rule streams as well as those it does not (below the
+    // threshold, or at a page distance the guard excludes); a size class starts in the mode
+    // the rule gives its first copy. Cached stores win while the buffers sit in the last-level
+    // cache, streaming ones while they do not (evidence: policy-private-store-modes). Private
+    // region only; SIZE_MAX: off.
     std::size_t learn_from = SIZE_MAX;
 };
 // True when the NT rule applies to this copy (size, no overlap, page distance).

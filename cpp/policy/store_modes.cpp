@@ -14,12 +14,16 @@ int StoreModeLearner::class_of(std::size_t n) const {
     return std::min(classes() - 1, doublings / static_cast<int>(rule_.octaves_per_class));
 }
 
-bool StoreModeLearner::streaming(std::size_t n) {
+bool StoreModeLearner::streaming(std::size_t n, bool start_streaming) {
     const int c = class_of(n);
     if (c < 0) return false;
     TryLock lock(busy_);
-    if (!lock.held()) return false;
+    if (!lock.held()) return start_streaming;
     ClassState& s = cls_[c];
+    if (!s.started) {
+        s.started = true;
+        s.current_streaming = start_streaming;
+    }
     // No trial while the last one awaits its judgement (judge_after).
     if (!s.trial && s.pending_rate == 0 && ++s.since_trial >= s.explore_every) {
         s.since_trial = 0;

@@ -10,12 +10,14 @@
 //   cached stores run 6-18x slower and streaming stores about as fast as before; flushing the
 //   lines on the reader's side or zeroing them first does not help (evidence:
 //   policy-shared-writes-placement).
-// - Private copies from the profile's nt.learn_from that its NT rule does not stream (smaller
-//   than its threshold, or at a page distance its guard excludes; kPrivateCopyRule). Whether such a copy finds its buffers in the last-level cache decides
-//   the winner: a program that copies the same buffers again and again (hot) runs cached
-//   stores 2-3x faster than streaming ones, a program streaming through more data than the
-//   cache holds (cold) runs streaming stores 1.1-1.3x faster (evidence:
-//   policy-private-store-modes).
+// - Private copies without overlap from the profile's nt.learn_from (kPrivateCopyRule), those
+//   its NT rule streams as well as those it does not (smaller than its threshold, or at a page
+//   distance its guard excludes); a size class starts in the mode the rule gives its first
+//   copy. Whether a copy finds its buffers in the last-level cache decides the winner: a
+//   program that copies the same buffers again and again (hot) runs cached stores 2-3x faster
+//   than streaming ones below the threshold and about 1.3x faster just above it, a program
+//   streaming through more data than the cache holds (cold) runs streaming stores 1.1-1.3x
+//   faster (evidence: policy-private-store-modes).
 //
 // The rule: for each size class (from kMinBytes), keep a measured rate of each mode (the last
 // write's, or a running mean: rate_weight);
@@ -130,14 +132,17 @@ public:
     // Rates differ with size (cache fit), so each size class (the rule's) learns its own.
     static constexpr int kMaxClasses = 9;
 
-    // Whether the next write of n bytes uses streaming stores. Call record() after it.
-    bool streaming(std::size_t n);
+    // Whether the next write of n bytes uses streaming stores. Call record() after it. A size
+    // class starts in the mode its first write gives as `start_streaming` (where a static rule
+    // streams, the learning starts from streaming stores).
+    bool streaming(std::size_t n, bool start_streaming = false);
     // A write of n bytes in mode `streaming` took `seconds`.
     void record(std::size_t n, bool streaming, double seconds);
 
     struct ClassState {
         double rate[2] = {0.0, 0.0};   // bytes/s: [cached, streaming] (rate_weight); 0: unknown
         bool current_streaming = false;
+        bool started = false;           // the first write chose current_streaming (start_streaming)
         bool trial = false;             // the next record() is a trial of the other mode
         unsigned trial_left = 0;        // copies of the trial still to run
         double pending_rate = 0.0;      // a streaming trial's rate awaiting the cached copies after it
@@ -159,7 +164,8 @@ public:
 private:
     // Guards cls_. Never waited for: a call that finds it taken (another thread of the
     // process in the middle of a call, or one that was when this process was forked, which
-    // would leave a mutex locked for ever in the child) uses cached stores and records nothing.
+    // would leave a mutex locked for ever in the child) uses start_streaming (the static
+    // rule's mode) and records nothing.
     class TryLock {
     public:
         explicit TryLock(std::atomic<bool>& flag) : flag_(flag), held_(!flag.exchange(true, std::memory_order_acquire)) {}

@@ -30,11 +30,11 @@ def _guard_end(nt: Dict[str, Any]) -> str:
 
 
 def _learn_words(nt: Dict[str, Any]) -> str:
-    """Words for the sizes below the NT threshold that learn their store mode ("" when none)."""
+    """Words for the sizes that learn their store mode ("" when none)."""
     start = nt.get("learn_from")
     return "" if start is None else \
-        f"; from {human_size(start)}, copies it does not stream use cached or streaming stores, whichever ran " \
-        "faster lately"
+        f"; from {human_size(start)}, copies use cached or streaming stores, whichever ran faster lately " \
+        "(starting as this rule says)"
 
 
 def _cpu_brand() -> Optional[str]:
@@ -381,9 +381,9 @@ def _format_profile(profile: Dict[str, Any], source: Dict[str, Any]) -> List[str
             rows.append(f"  non-temporal stores ({nt['kernel']}) from {human_size(nt['threshold'])} without "
                         f"overlap{cond}: {nt['why']}")
             if nt.get("learn_from") is not None:
-                rows.append(f"  from {human_size(nt['learn_from'])}, copies without overlap that this rule does not "
-                            "stream (smaller, or at a page distance it excludes) time themselves and use cached or "
-                            "streaming stores, whichever ran faster lately")
+                rows.append(f"  from {human_size(nt['learn_from'])}, copies without overlap time themselves and use "
+                            "cached or streaming stores, whichever ran faster lately, those this rule streams as "
+                            "well (each size class starts as the rule says)")
         return rows
 
     private = None

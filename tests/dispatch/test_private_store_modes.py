@@ -97,6 +97,36 @@ def test_a_trial_of_streaming_stores_runs_third_and_every_copy_is_right():
 
 
 @needs_streaming
+def test_copies_the_rule_streams_start_streaming_then_try_cached_stores():
+    """Above the NT threshold a size class starts in the rule's streaming stores and tries the
+    band's kernel (cached stores) after explore_min copies; every copy is right."""
+    load(learning_profile(256 << 10, threshold=MiB))
+    n = 2 * MiB + 4096
+    dst, src = aligned_pair(n)
+    assert _core.chosen_kernel(dst.ctypes.data, src.ctypes.data, n) == STREAMING
+    cached = _core.chosen_kernel(dst.ctypes.data, src.ctypes.data, MiB - 1)
+    assert cached != STREAMING
+    rng = np.random.default_rng(4)
+    ran = []
+    rule = _core.private_store_mode_rule()
+    copies = rule["explore_min"] - 1 + rule["cached_trial_copies"] + 1
+    for i in range(copies):
+        src[...] = rng.integers(0, 256, n, dtype=np.uint8)
+        _core.reset_last_kernel()
+        fastcopy.copy(dst, src)
+        ran.append(_core.last_kernel())
+        assert np.array_equal(dst, src), f"copy {i}"
+    first = rule["explore_min"] - 1
+    assert ran[:first] == [STREAMING] * first, ran
+    assert ran[first:first + rule["cached_trial_copies"]] == [cached] * rule["cached_trial_copies"], ran
+    modes = _core.private_store_modes()
+    assert len(modes) == 1 and modes[0]["sizes"] == "2-4 MiB", modes
+    # The copy after the trial runs whichever mode won it (timing decides).
+    assert modes[0]["streaming_writes"] >= first and modes[0]["cached_writes"] >= rule["cached_trial_copies"], modes
+    assert modes[0]["cached_writes"] + modes[0]["streaming_writes"] == copies, modes
+
+
+@needs_streaming
 def test_smaller_overlapping_and_forced_copies_are_not_timed():
     load(learning_profile(MiB))
     n = 2 * MiB

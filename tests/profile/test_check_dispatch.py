@@ -280,6 +280,31 @@ def test_hot_check_says_so():
     assert result["config"]["cold"] is False and "hot caches" in result["report"]
 
 
+@pytest.mark.parametrize("calibrated, expect", [
+    ([1, 5, 12], [12, 12, 12]),                # large copies: one count for all, the largest
+    ([1, 1, 1], [3, 3, 3]),                    # at least MIN_LOOP_COPIES
+    ([2, 64, 8], [64, 64, 64]),                # up to EQUAL_LOOPS_UP_TO
+    ([40, 500, 2], [40, 500, 3]),              # many copies per loop: each variant its own count
+])
+def test_loop_copies(monkeypatch, calibrated, expect):
+    """Copies per loop: a variant whose first call ran slow (auto calibrated to 1 copy at
+    12 MB) must not be timed in shorter loops than the others, where loops hold few copies."""
+    assert check.MIN_LOOP_COPIES == 3 and check.EQUAL_LOOPS_UP_TO == 64
+    counts = dict(zip("abc", calibrated))
+    fns = [lambda d, s, k=k: None for k in "abc"]
+    for f, k in zip(fns, "abc"):
+        f.key = k
+    monkeypatch.setattr(check, "_calibrate", lambda f, dst, src, min_time: counts[f.key])
+    assert check.loop_copies(fns, None, None, 0.001) == expect
+
+
+def test_a_hot_point_times_the_loops_loop_copies_gives(monkeypatch):
+    monkeypatch.setattr(check, "loop_copies", lambda fns, dst, src, min_time: [7] * len(fns))
+    with profile_forced(generic_profile(), "test: generic everywhere"):
+        result = fastcopy.check_dispatch(points=1, seed=3, repeats=2, min_time=0.0001, max_size=4096)
+    assert all(n == 7 for n in result["points"][0]["iterations"].values())
+
+
 @pytest.mark.parametrize("bad", [dict(cold=True), dict(cold=True, min_size=(1 << 20) - 1, max_size=1 << 21),
                                  dict(cold=1)])
 def test_cold_check_needs_sizes_from_one_mib(bad):

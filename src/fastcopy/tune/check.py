@@ -16,8 +16,10 @@ was tuned on:
 - with ``cold`` (sizes from 1 MiB), each variant timed one copy at a time instead, each copy
   after writing a buffer of twice the last-level cache, so that neither buffer is cached: the
   state of an array a program has not touched for a while;
-- each variant timed in loops of at least ``min_time`` seconds, after an untimed calibration
-  loop, so neither the timer nor the first iterations weigh; the variants interleaved in a new
+- each variant timed in loops of at least 3 copies lasting at least ``min_time`` seconds, after
+  untimed calibration loops, and where loops hold few copies (large sizes) every variant of a
+  point runs the same count, so neither the timer nor the first copy after another variant
+  weighs; the variants interleaved in a new
   order every repeat; medians. A loop during which this thread was not running (its CPU time
   under 90 % of the wall time: the OS ran another job) is run again, up to three times.
 
@@ -38,7 +40,7 @@ import platform
 import random
 import sys
 import time
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -66,6 +68,10 @@ AUTO = "auto"
 COPYTO = "np.copyto"
 # Calibration doubles the iterations until a loop lasts min_time; this many doublings at most.
 MAX_DOUBLINGS = 40
+# The fewest copies in one timed loop of a hot point, and up to how many copies per loop every
+# variant of a point runs the same count (loop_copies; evidence: large-copies-hot-cold-zen4).
+MIN_LOOP_COPIES = 3
+EQUAL_LOOPS_UP_TO = 64
 # Cold points: one copy per sample, so a call's own cost (up to about a microsecond through
 # Python) must stay small against the copy: from 1 MiB it is under 2 % at the 15-21 GB/s of an
 # uncached copy (evidence: large-copies-hot-cold-zen4).
@@ -230,6 +236,18 @@ def _calibrate(f: Callable[[Any, Any], Any], dst: np.ndarray, src: np.ndarray, m
     return n
 
 
+def loop_copies(fns: Sequence[Callable[[Any, Any], Any]], dst: np.ndarray, src: np.ndarray,
+                min_time: float) -> List[int]:
+    """Copies per timed loop of each variant: enough for its loop to last ``min_time``, at least
+    MIN_LOOP_COPIES; where every variant needs at most EQUAL_LOOPS_UP_TO, all run the largest
+    count. The first copy of a loop finds the caches as the variant before it left them (a
+    streaming one evicts the destination): in loops of a few copies a variant given fewer
+    copies would pay that more often. In loops of many copies it weighs nothing, and one count
+    for all would make the slowest calls' loops many times longer."""
+    counts = [max(MIN_LOOP_COPIES, _calibrate(f, dst, src, min_time)) for f in fns]
+    return [max(counts)] * len(counts) if max(counts) <= EQUAL_LOOPS_UP_TO else counts
+
+
 def _timed(f: Callable[[Any, Any], Any], dst: np.ndarray, src: np.ndarray, n: int) -> Tuple[float, int]:
     """(seconds per copy, loops run again): a loop during which the OS ran another thread in
     this one's place (CPU time under RUNNING_SHARE of the wall time) is run again, up to
@@ -300,7 +318,7 @@ def measure_point(size: int, offset: int, repeats: int, min_time: float, rng: ra
             raise RuntimeError(f"fastcopy check: {name} copied wrong bytes at {size} B, offset {offset}"
                                + (" (overlapping)" if overlap else ""))
     if evict is None:
-        loops = {name: _calibrate(f, dst, src, min_time) for name, f in variants.items()}
+        loops = dict(zip(variants, loop_copies(list(variants.values()), dst, src, min_time)))
     else:
         loops = {name: 1 for name in variants}
     samples: Dict[str, List[float]] = {name: [] for name in variants}
@@ -377,12 +395,14 @@ def judge_point(point: Dict[str, Any], level: float = CONFIDENCE, seed: int = 0)
 
 
 # ---- the whole check --------------------------------------------------------------------
-def estimate_seconds(points: int, repeats: int, min_time: float, variants: int, cold_seconds: float = 0.0) -> float:
-    """A rough duration: every variant at every point runs repeats + about 4 loops (calibration);
-    a cold check (``cold_seconds``: one eviction and one copy) runs repeats of one copy each."""
+def estimate_seconds(points: int, repeats: int, min_time: float, variants: int, cold_seconds: float = 0.0,
+                     copy_seconds: float = 0.0) -> float:
+    """A rough duration: every variant at every point runs repeats + about 4 loops (calibration)
+    of at least min_time, or of MIN_LOOP_COPIES copies of ``copy_seconds`` each where longer; a
+    cold check (``cold_seconds``: one eviction and one copy) runs repeats of one copy each."""
     if cold_seconds:
         return points * variants * repeats * cold_seconds
-    return points * variants * (repeats + 4) * min_time * 1.2
+    return points * variants * (repeats + 4) * max(min_time * 1.2, MIN_LOOP_COPIES * copy_seconds)
 
 
 def check_dispatch(points: int = DEFAULT_POINTS, seed: Optional[int] = None, repeats: int = DEFAULT_REPEATS,
@@ -425,8 +445,10 @@ def check_dispatch(points: int = DEFAULT_POINTS, seed: Optional[int] = None, rep
               "max_size": max_size, "near_share": NEAR_SHARE, "aligned_share": ALIGNED_SHARE,
               "backward_share": BACKWARD_SHARE, "cold": cold, "evict_bytes": 0 if evict is None else evict.nbytes,
               "confidence": confidence, "resamples": RESAMPLES, "command": command,
+              # a copy of the sizes' geometric middle at about 20 GB/s (a rough figure)
               "estimated_seconds": estimate_seconds(points, repeats, min_time,
-                                                    len(variants_for(max_size if cold else min_size)), cold_seconds)}
+                                                    len(variants_for(max_size if cold else min_size)), cold_seconds,
+                                                    (min_size * max_size) ** 0.5 / 20e9)}
     t0 = time.monotonic()
     load_before = _load()
     measured = []
