@@ -59,7 +59,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if len(names) < 2 or args.placements < 1 or args.repeats < 1 or args.threads < 1:
         raise SystemExit("need at least two kernels, one placement, one repeat and one thread")
     rng = random.Random(args.seed)
-    kept = []  # every placement stays allocated, so the next one lands elsewhere
+    kept = []  # the placements stay allocated (the point's, or with --keep all), so the next lands elsewhere
     print(f"kernels {', '.join(names)} (reference {names[0]}); {args.placements} placements per point, "
           f"{args.repeats} interleaved repeats of >= {args.min_time * 1e3:g} ms loops, medians; "
           f"{args.threads} thread(s) per copy")

@@ -100,12 +100,13 @@ def test_a_trial_of_streaming_stores_runs_third_and_every_copy_is_right():
 def test_copies_the_rule_streams_start_streaming_then_try_cached_stores():
     """Above the NT threshold a size class starts in the rule's streaming stores and tries the
     band's kernel (cached stores) after explore_min copies; every copy is right."""
-    load(learning_profile(256 << 10, threshold=MiB))
     n = 2 * MiB + 4096
     dst, src = aligned_pair(n)
-    assert _core.chosen_kernel(dst.ctypes.data, src.ctypes.data, n) == STREAMING
-    cached = _core.chosen_kernel(dst.ctypes.data, src.ctypes.data, MiB - 1)
+    load(learning_profile(256 << 10))  # the NT threshold far above n: the band's kernel at n
+    cached = _core.chosen_kernel(dst.ctypes.data, src.ctypes.data, n)
     assert cached != STREAMING
+    load(learning_profile(256 << 10, threshold=MiB))
+    assert _core.chosen_kernel(dst.ctypes.data, src.ctypes.data, n) == STREAMING
     rng = np.random.default_rng(4)
     ran = []
     rule = _core.private_store_mode_rule()
