@@ -166,19 +166,27 @@ policy::StoreModeLearner& private_store_modes() {
 }
 
 namespace {
+// The band's kernel (cached stores) a private copy of at least nt.learn_from bytes learns
+// against the NT kernel, or nullptr where the copy runs as the profile says: overlapping
+// copies, forced kernels, profiles without an NT kernel and bands whose kernel streams already.
+CopyFn learning_cached_kernel(const policy::Profile& p, void* dst, const void* src, std::size_t n) {
+    const policy::RegionRules& rules = p.region[static_cast<int>(Region::Private)];
+    if (p.forced || !rules.nt.fn || policy::ranges_overlap(dst, src, n)) return nullptr;
+    const CopyFn cached = policy::choose_band_inline(rules, dst, src, n).fn;
+    return cached == rules.nt.fn ? nullptr : cached;
+}
+
 // A private copy of at least nt.learn_from bytes (copy_bytes checked the size): the band's
 // kernel (cached stores) or the NT kernel, as private_store_modes() decides from the timings of
 // earlier copies; this one is timed too. `chosen` is the profile's choice: the NT kernel where
 // the rule streams this copy, and each size class starts in that mode. The rule's guard stands
 // for what a static rule cannot see; timed copies see it (a streamed trial that 4K-aliases
-// loses). Overlapping copies, forced kernels and profiles whose band kernel streams already
-// run as the profile says.
+// loses).
 void copy_learning_store_mode(const policy::Profile& p, CopyFn chosen, void* dst, const void* src, std::size_t n) {
-    const policy::RegionRules& rules = p.region[static_cast<int>(Region::Private)];
-    const policy::NtRule& nt = rules.nt;
+    const policy::NtRule& nt = p.region[static_cast<int>(Region::Private)].nt;
     const bool pooled = n >= p.parallel.threshold && pool::threads() > 1;
-    const CopyFn cached = p.forced ? chosen : policy::choose_band_inline(rules, dst, src, n).fn;
-    if (p.forced || !nt.fn || cached == nt.fn || policy::ranges_overlap(dst, src, n)) {
+    const CopyFn cached = learning_cached_kernel(p, dst, src, n);
+    if (!cached) {
         if (pooled && !policy::ranges_overlap(dst, src, n) && !p.forced) {
             t_last_kernel = chosen;
             pool::parallel_copy(dst, src, n, chosen);
@@ -200,6 +208,15 @@ void copy_learning_store_mode(const policy::Profile& p, CopyFn chosen, void* dst
     modes.record(n, streaming, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 }  // namespace
+
+CopyFn learned_kernel(void* dst, const void* src, std::size_t n) {
+    const policy::Profile& p = active();
+    const CopyFn chosen = policy::choose(p, dst, src, n, Region::Private).fn;
+    const policy::NtRule& nt = p.region[static_cast<int>(Region::Private)].nt;
+    const CopyFn cached = n >= nt.learn_from ? learning_cached_kernel(p, dst, src, n) : nullptr;
+    if (!cached) return chosen;
+    return private_store_modes().settled_streaming(n, chosen == nt.fn) ? nt.fn : cached;
+}
 
 void copy_bytes(void* dst, const void* src, std::size_t n, Region region) {
     const policy::Profile& p = active();

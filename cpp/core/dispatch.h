@@ -61,6 +61,10 @@ std::string parallel_reason();
 
 // The kernel the active profile picks for one contiguous copy.
 CopyFn choose_kernel(void* dst, const void* src, std::size_t n, Region region);
+// The kernel a private copy of these addresses runs now, outside a trial: choose_kernel's,
+// or for copies that learn their store mode (nt.learn_from) the band's or the NT kernel, as
+// private_store_modes() has settled. Changes nothing.
+CopyFn learned_kernel(void* dst, const void* src, std::size_t n);
 // Name of a kernel function (for info and tests); "unknown" if not in the table.
 const char* kernel_name(CopyFn fn);
 

@@ -40,6 +40,13 @@ bool StoreModeLearner::streaming(std::size_t n, bool start_streaming) {
     return s.trial ? !s.current_streaming : s.current_streaming;
 }
 
+bool StoreModeLearner::settled_streaming(std::size_t n, bool start_streaming) const {
+    const int c = class_of(n);
+    if (c < 0) return false;
+    const ClassState s = state(c);
+    return s.started ? s.current_streaming : start_streaming;
+}
+
 void StoreModeLearner::record(std::size_t n, bool streaming, double seconds) {
     const int c = class_of(n);
     if (c < 0 || !(seconds > 0)) return;

@@ -138,6 +138,10 @@ public:
     bool streaming(std::size_t n, bool start_streaming = false);
     // A write of n bytes in mode `streaming` took `seconds`.
     void record(std::size_t n, bool streaming, double seconds);
+    // The mode writes of n bytes run in outside trials: the class's current mode, or
+    // `start_streaming` before its first write. Changes nothing (it reads state()): the mode
+    // the dispatch check reports auto's copies ran in.
+    bool settled_streaming(std::size_t n, bool start_streaming = false) const;
 
     struct ClassState {
         double rate[2] = {0.0, 0.0};   // bytes/s: [cached, streaming] (rate_weight); 0: unknown

@@ -307,6 +307,23 @@ void bind_info(py::module_& m) {
     }, "The rule private copies from nt.learn_from follow to pick cached or streaming stores.");
     m.def("reset_private_store_modes", [] { private_store_modes().reset(); },
           "Forget what private copies measured (the next ones start with cached stores).");
+    m.def("simulate_private_store_modes", [](std::size_t n, bool start_streaming, double cached_gbps,
+                                              double streaming_gbps, int copies) {
+        if (!(cached_gbps > 0) || !(streaming_gbps > 0) || copies < 0)
+            throw py::value_error("simulate_private_store_modes: rates must be positive and copies at least 0");
+        policy::StoreModeLearner& modes = private_store_modes();
+        int streamed = 0;
+        for (int i = 0; i < copies; ++i) {
+            const bool st = modes.streaming(n, start_streaming);
+            modes.record(n, st, double(n) / ((st ? streaming_gbps : cached_gbps) * 1e9));
+            streamed += st ? 1 : 0;
+        }
+        return streamed;
+    }, py::arg("nbytes"), py::arg("start_streaming"), py::arg("cached_gbps"), py::arg("streaming_gbps"),
+       py::arg("copies"),
+       "Feeds private copies' learner `copies` decisions for copies of nbytes as if each ran at the given rate of "
+       "its mode (nothing is copied; tests reach a learned mode without depending on the CPU's timings). "
+       "Returns how many were streamed.");
     m.def("cpu_facts", &facts_dict, "The CPU facts detected at import, as a dict.");
     m.def("evidence", [] {
         py::list out;
@@ -422,6 +439,11 @@ void bind_info(py::module_& m) {
                                                      static_cast<Region>(region))));
     }, py::arg("dst_address"), py::arg("src_address"), py::arg("nbytes"), py::arg("region") = 0,
        "Name of the kernel the policy picks for these addresses and size (nothing is copied).");
+    m.def("learned_kernel", [](std::uintptr_t dst, std::uintptr_t src, std::size_t n) {
+        return std::string(kernel_name(learned_kernel(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n)));
+    }, py::arg("dst_address"), py::arg("src_address"), py::arg("nbytes"),
+       "Name of the kernel a private copy of these addresses and size runs now: chosen_kernel's, or where "
+       "copies learn their store mode, the one of the mode learned so far (outside trials; nothing is copied).");
 }
 
 }  // namespace fastcopy

@@ -700,6 +700,42 @@ void private_copy_mode_checks() {
         c.record(big + 4096, next, double(big) / ((next ? 21 : 17) * 1e9));
         check(c.state(bc).current_streaming, w, "a copy the rule does not stream changed a started class's mode");
     }
+    {
+        // settled_streaming: the mode outside trials, changing nothing. Before a class's first
+        // write, the mode the caller's rule gives; then the class's current mode, whatever the
+        // caller's rule says, also while a trial of the other mode runs; below the learner's
+        // smallest size, cached stores.
+        StoreModeLearner m(policy::kPrivateCopyRule);
+        check(m.settled_streaming(n, true) && !m.settled_streaming(n, false) && !m.state(cls).started, w,
+              "settled_streaming before the first write: not the rule's mode, or it started the class");
+        check(!m.settled_streaming(StoreModeLearner::kMinBytes - 1, true), w,
+              "settled_streaming below the smallest timed size is not cached stores");
+        m.record(n, m.streaming(n, true), double(n) / 21e9);  // the class starts streaming
+        check(m.settled_streaming(n, false) && m.state(cls).writes[1] == 1, w,
+              "settled_streaming after a streamed start: not the class's mode, or it counted a write");
+        int trial_at = -1;
+        for (int i = 0; i < 8 && trial_at < 0; ++i) {
+            const bool st = m.streaming(n, true);
+            if (!st) trial_at = i;
+            else m.record(n, st, double(n) / 21e9);
+        }
+        check(trial_at >= 0 && m.state(cls).trial && m.settled_streaming(n, false), w,
+              "settled_streaming during a trial of cached stores: not the class's streaming mode");
+        m.record(n, false, double(n) / 17e9);
+        for (int i = 0; i < 8; ++i) {  // the trial ends (lost: cached stores slower), streaming stays
+            const bool st = m.streaming(n, true);
+            m.record(n, st, double(n) / ((st ? 21 : 17) * 1e9));
+        }
+        check(!m.state(cls).trial && m.state(cls).current_streaming == m.settled_streaming(n, false), w,
+              "settled_streaming after the trial: not the class's mode");
+        StoreModeLearner h(policy::kPrivateCopyRule);  // hot: cached stores take over
+        for (int i = 0; i < 40; ++i) {
+            const bool st = h.streaming(n, true);
+            h.record(n, st, double(n) / ((st ? 26 : 60) * 1e9));
+        }
+        check(!h.state(cls).current_streaming && !h.settled_streaming(n, true), w,
+              "settled_streaming after cached stores took over: not cached");
+    }
 }
 
 }  // namespace

@@ -256,3 +256,43 @@ def test_info_says_what_was_learned():
     assert "learned store modes" in text and "1-2 MiB:" in text, text
     summary = format_info(data)
     assert "whichever ran faster lately" in summary
+
+
+@needs_streaming
+def test_learned_kernel_names_the_kernel_of_the_mode_learned():
+    """_core.learned_kernel (what the dispatch check reports auto ran): the profile's kernel
+    before a class's first copy and where copies do not learn; then the band's kernel once
+    cached stores took over (hot) and the NT kernel while streaming stores stay (cold). The
+    learner is fed chosen rates, so the modes do not depend on this CPU's timings."""
+    n = 2 * MiB + 4096
+    dst, src = aligned_pair(n)
+    load(learning_profile(256 << 10))
+    cached = _core.chosen_kernel(dst.ctypes.data, src.ctypes.data, n)
+    assert cached != STREAMING
+    load(learning_profile(256 << 10, threshold=MiB))  # the rule streams n
+    d, s = dst.ctypes.data, src.ctypes.data
+    assert _core.learned_kernel(d, s, n) == _core.chosen_kernel(d, s, n) == STREAMING
+    assert _core.private_store_modes() == []  # the query starts nothing
+    small = 128 << 10  # below learn_from: the profile's kernel
+    assert _core.learned_kernel(d, s, small) == _core.chosen_kernel(d, s, small)
+
+    _core.simulate_private_store_modes(n, True, 60.0, 25.0, 40)  # hot
+    assert [m["stores"] for m in _core.private_store_modes()] == ["cached"]
+    assert _core.learned_kernel(d, s, n) == cached
+    fastcopy.copy(dst, src)  # a real copy runs the learned mode's kernel (no trial is due yet)
+    assert _core.last_kernel() == cached and np.array_equal(dst, src)
+    # Overlapping copies and forced kernels run as the profile says.
+    assert _core.learned_kernel(s + 4096, s, n) == _core.chosen_kernel(s + 4096, s, n)
+
+    _core.reset_private_store_modes()
+    _core.simulate_private_store_modes(n, True, 17.0, 21.0, 40)  # cold
+    assert [m["stores"] for m in _core.private_store_modes()] == ["streaming"]
+    assert _core.learned_kernel(d, s, n) == STREAMING
+    os.environ["FASTCOPY_KERNEL"] = "generic"
+    _core.init_policy()
+    assert _core.learned_kernel(d, s, n) == "generic"
+
+
+def test_simulated_copies_need_positive_rates():
+    with pytest.raises(ValueError, match="rates must be positive"):
+        _core.simulate_private_store_modes(MiB, False, 0.0, 20.0, 3)

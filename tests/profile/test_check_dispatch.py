@@ -96,6 +96,7 @@ def test_overlapping_points_are_measured_as_the_backward_class():
     assert (point["dst_page_offset"] - point["src_page_offset"]) % 4096 == 100
     assert check.point_class(point) == "backward" and check.point_class({"offset": 100}) == "far"
     assert point["picked"] == _core.chosen_kernel(0x10064, 0x10000, 5000)
+    assert point["ran"] == point["picked"]  # copies this small do not learn a store mode
     assert set(fastcopy.kernels()) <= set(point["seconds"])
 
 
@@ -243,6 +244,31 @@ def test_pool_variants_from_the_parallel_threshold():
     assert point["picked"] == "generic x2"
 
 
+def test_a_point_reports_the_kernel_auto_ran_as_learned(monkeypatch):
+    """A point names the kernel the profile picks ("picked", what tune's decisions judge) and
+    the one fastcopy.copy runs after the point's repeats (_core.learned_kernel at the point's
+    own buffers and size, on the pool from the parallel threshold on, as "picked")."""
+    p = generic_profile()
+    p["parallel"] = {"threshold": 1 << 16, "threads": 0, "why": "forced by the test"}
+    asked = []
+
+    def learned(dst, src, n):
+        asked.append((dst, src, n))
+        return "avx2" if "avx2" in fastcopy.kernels() else fastcopy.kernels()[-1]
+
+    monkeypatch.setattr(_core, "learned_kernel", learned)
+    fastcopy.set_threads(2)
+    try:
+        with profile_forced(p, "test: pool from 64 KiB"):
+            point = check.measure_point(1 << 16, 64, repeats=2, min_time=0.0001, rng=random.Random(2))
+    finally:
+        fastcopy.set_threads(0)
+    assert point["picked"] == "generic x2"
+    assert point["ran"] == learned(0, 0, 0) + " x2"
+    (dst, src, n), _ = asked
+    assert n == 1 << 16 and (dst - src) % 4096 == 64 and (dst - point["dst_page_offset"]) % 4096 == 0
+
+
 def test_cold_check_evicts_before_every_copy_it_times(monkeypatch):
     """A cold check times one copy per sample, each right after the eviction (twice the
     last-level cache written over on every thread the pool uses), and says so in its report."""
@@ -373,9 +399,20 @@ def test_report_names_lowest_points_and_winner():
               "summary": check.summarize(pts)}
     text = check.format_report(result)
     lowest = text.split("lowest points:")[1].splitlines()[1]
-    assert "0.800 [0.790, 0.810] at 5000 B" in lowest and "picked generic, avx2 won" in lowest
+    assert "0.800 [0.790, 0.810] at 5000 B" in lowest and "auto ran generic, avx2 won" in lowest
     assert f"geometric mean {math.exp((math.log(0.8) + math.log(0.95)) / 3):.3f}" in text
     assert result["summary"]["below_0_90"] == 1 and result["summary"]["wins"] == {"avx2": 2, "generic": 1}
+    assert "*" not in text  # no point ran another kernel than the profile picks
+
+    # A point where the learned store mode ran another kernel: marked in the table, named in
+    # the lowest points, explained under the table.
+    pts[1]["ran"] = "avx2_nt x2"
+    text = check.format_report(result)
+    row = next(line for line in text.splitlines() if line.split()[:1] == ["5000"])
+    assert " avx2_nt x2* " in row, row
+    lowest = text.split("lowest points:")[1].splitlines()[1]
+    assert "auto ran avx2_nt x2 (learned store mode; the profile picks generic), avx2 won" in lowest, lowest
+    assert text.splitlines()[-1].startswith("*: the store mode learned")
 
 
 def test_placement_spread_benchmark_runs(capsys):

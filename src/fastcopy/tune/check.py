@@ -333,12 +333,18 @@ def measure_point(size: int, offset: int, repeats: int, min_time: float, rng: ra
                 seconds, again = _timed_cold(variants[name], dst, src, evict)
             samples[name].append(seconds)
             reruns += again
-    picked = _core.chosen_kernel(dst.ctypes.data, src.ctypes.data, size)
-    pool = [name for name in variants if name.startswith(picked + " x")]
+
+    def on_pool(kernel: str) -> str:  # " xN" from the parallel threshold on
+        pool = [name for name in variants if name.startswith(kernel + " x")]
+        return pool[0] if pool else kernel
+
     return {"size": size, "offset": offset, "overlap": overlap, "src_page_offset": src.ctypes.data % PAGE,
             "dst_page_offset": dst.ctypes.data % PAGE,
-            # the profile's kernel; on the pool (" xN") from the parallel threshold on
-            "picked": pool[0] if pool else picked,
+            # the profile's kernel
+            "picked": on_pool(_core.chosen_kernel(dst.ctypes.data, src.ctypes.data, size)),
+            # the kernel fastcopy.copy runs after the repeats: where copies learn their store
+            # mode (the profile's nt.learn_from), the band's or the NT kernel, as learned
+            "ran": on_pool(_core.learned_kernel(dst.ctypes.data, src.ctypes.data, size)),
             "iterations": loops, "reruns": reruns, "seconds": samples}
 
 
@@ -411,7 +417,8 @@ def check_dispatch(points: int = DEFAULT_POINTS, seed: Optional[int] = None, rep
                    command: str = "fastcopy.check_dispatch()", cold: bool = False) -> Dict[str, Any]:
     """Measures the active dispatch profile at random points (see the module's description) and
     returns a dict: ``config``, ``machine``, ``profile``, ``points`` (each with size, offset,
-    the kernel the profile picked, medians, the winner and the ratio with its interval),
+    the kernel the profile picked and the kernel fastcopy.copy ran (they differ where copies
+    learn their store mode), medians, the winner and the ratio with its interval),
     ``summary`` (geometric mean and lowest points with intervals, wins per variant) and
     ``report`` (the text :func:`format_report` makes). ``seed`` None draws one and records it.
     ``cold``: every sample one copy with neither buffer cached (sizes from COLD_MIN_SIZE).
@@ -524,11 +531,11 @@ def format_report(result: Dict[str, Any]) -> str:
         f"ratio = median time of the best other variant / median time of fastcopy.copy, the best chosen on other "
         f"repeats than it is timed on ({pct}% bootstrap intervals)",
         "",
-        f"{'size':>9} {'offset':>6} {'class':>12} {'src%4K':>6} {'auto picks':>11} {'winner':>13} {'winner GB/s':>11} "
+        f"{'size':>9} {'offset':>6} {'class':>12} {'src%4K':>6} {'auto runs':>12} {'winner':>13} {'winner GB/s':>11} "
         f"{'auto GB/s':>9} {'ratio':>6}  {pct}% CI",
     ]
     for p in sorted(pts, key=lambda p: (p["size"], p["offset"])):
-        lines.append(f"{p['size']:>9} {p['offset']:>6} {point_class(p):>12} {p['src_page_offset']:>6} {p['picked']:>11} "
+        lines.append(f"{p['size']:>9} {p['offset']:>6} {point_class(p):>12} {p['src_page_offset']:>6} {_auto_runs(p):>12} "
                      f"{p['winner']:>13} {p['gbps'][p['winner']]:>11.2f} {p['gbps'][AUTO]:>9.2f} {p['ratio']:>6.3f}  "
                      f"[{p['ci'][0]:.3f}, {p['ci'][1]:.3f}]" + ("  <" if p["ratio"] < 0.9 else ""))
     lo, hi = s["geomean_ci"]
@@ -539,9 +546,29 @@ def format_report(result: Dict[str, Any]) -> str:
     for i in s["lowest"]:
         p = pts[i]
         lines.append(f"  {p['ratio']:.3f} [{p['ci'][0]:.3f}, {p['ci'][1]:.3f}] at {p['size']} B, offset {p['offset']}"
-                     f" ({point_class(p)}, src at {p['src_page_offset']} in its page): auto picked {p['picked']}, {p['winner']} won")
+                     f" ({point_class(p)}, src at {p['src_page_offset']} in its page): auto ran {_auto_ran_words(p)}, "
+                     f"{p['winner']} won")
     lines.append("wins: " + ", ".join(f"{name} {n}" for name, n in s["wins"].items()))
+    if any(_learned(p) for p in pts):
+        lines.append("*: the store mode learned from the copies timed (cached or streaming stores) runs this kernel, "
+                     "not the one the profile picks")
     return "\n".join(lines)
+
+
+def _learned(point: Dict[str, Any]) -> bool:
+    """Whether auto's copies at the point ran another kernel than the profile picks (learned
+    store mode); points recorded without "ran" ran the profile's kernel."""
+    return point.get("ran", point["picked"]) != point["picked"]
+
+
+def _auto_runs(point: Dict[str, Any]) -> str:
+    return point["ran"] + "*" if _learned(point) else point["picked"]
+
+
+def _auto_ran_words(point: Dict[str, Any]) -> str:
+    if _learned(point):
+        return f"{point['ran']} (learned store mode; the profile picks {point['picked']})"
+    return point["picked"]
 
 
 # ---- command line (python -m fastcopy tune --check) ---------------------------------------
