@@ -226,6 +226,80 @@ def test_check_end_to_end_under_a_forced_profile(temporary_cache):
     assert callable(fastcopy.tune)  # importing fastcopy.tune.check leaves fastcopy.tune() the function
 
 
+@pytest.mark.parametrize("repeats, shares", [(15, [5, 5, 5]), (16, [6, 5, 5]), (2, [1, 1, 0])])
+def test_the_repeats_are_shared_between_the_passes(repeats, shares):
+    assert check.PASSES == 3 and check.pass_repeats(repeats) == shares
+
+
+def test_every_point_is_measured_once_per_pass_in_turn(monkeypatch):
+    """The check measures every point in the first pass, then every point again in each later
+    one (fresh buffers each time), with its share of the repeats and the loops the first pass
+    calibrated; a point's samples come from all its passes, each placement recorded."""
+    calls = []
+    real = check.measure_point
+
+    def recording(size, offset, repeats, min_time, rng, overlap=False, evict=None, loops=None):
+        point = real(size, offset, repeats, min_time, rng, overlap, evict, loops)
+        calls.append((size, repeats, loops, dict(point["iterations"]), point["src_page_offset"]))
+        return point
+
+    monkeypatch.setattr(check, "measure_point", recording)
+    with profile_forced(generic_profile(), "test: generic everywhere"):
+        result = fastcopy.check_dispatch(points=3, seed=5, repeats=4, min_time=0.0001, max_size=8192)
+    sizes = [p["size"] for p in result["points"]]
+    assert [c[0] for c in calls] == sizes * 3
+    assert [c[1] for c in calls] == [2] * 3 + [1] * 6  # 4 repeats: 2, 1, 1
+    assert all(c[2] is None for c in calls[:3])  # the first pass calibrates
+    for i, first in enumerate(calls[:3]):
+        assert calls[3 + i][2] == calls[6 + i][2] == first[3]  # later passes time its loops
+    for i, p in enumerate(result["points"]):
+        assert all(len(t) == 4 for t in p["seconds"].values())
+        assert [pl["src_page_offset"] for pl in p["placements"]] == [calls[i][4], calls[3 + i][4], calls[6 + i][4]]
+    assert "in each of 3 passes" in result["report"]
+
+
+def _fake_point(size, auto_slow):
+    """A measured point (as measure_point returns it) of three variants and one repeat per
+    entry of ``auto_slow``: auto takes 1 us (3 us where True), "a" 1.05 us, "b" 1.1 us."""
+    n = len(auto_slow)
+    return {"size": size, "offset": 64, "overlap": False, "src_page_offset": 0, "dst_page_offset": 64,
+            "picked": "a", "ran": "a", "iterations": {"auto": 1, "a": 1, "b": 1}, "reruns": 0,
+            "seconds": {"auto": [3e-6 if slow else 1e-6 for slow in auto_slow], "a": [1.05e-6] * n,
+                        "b": [1.1e-6] * n}}
+
+
+@pytest.mark.parametrize("passes, disturbed_ratio", [(1, (0.3, 0.4)), (3, (0.85, 1.1))])
+def test_a_disturbance_during_one_pass_does_not_decide_a_point(monkeypatch, passes, disturbed_ratio):
+    """A disturbance of the machine while one point is measured (auto three times slower there,
+    as when the host takes the pool's second vCPU): in one pass it reaches all the point's
+    repeats and the point reads 0.35; in three passes it reaches a third of them, and the point
+    reads near its undisturbed 1.05 (0.9: the held-out ratio's random halvings include some
+    where the disturbed third is most of a half)."""
+    monkeypatch.setattr(check, "PASSES", passes)
+    taken = []
+
+    def fake(size, offset, repeats, min_time, rng, overlap=False, evict=None, loops=None):
+        taken.append(size)
+        disturbed = len(taken) == 1  # the first measurement of the first point
+        return _fake_point(size, [disturbed] * repeats)
+
+    monkeypatch.setattr(check, "measure_point", fake)
+    result = fastcopy.check_dispatch(points=2, seed=5, repeats=15, min_time=0.0001, max_size=8192)
+    low, high = disturbed_ratio
+    assert low <= result["points"][0]["ratio"] <= high, result["points"][0]["ratio"]
+    assert result["points"][1]["ratio"] == pytest.approx(1.05)
+
+
+def test_merge_placements_keeps_each_repeat_paired():
+    a, b = _fake_point(1000, [False, True]), _fake_point(1000, [False])
+    b["src_page_offset"], b["ran"], b["reruns"] = 128, "b", 2
+    point = check.merge_placements([a, b])
+    assert point["seconds"]["auto"] == [1e-6, 3e-6, 1e-6] and point["seconds"]["a"] == [1.05e-6] * 3
+    assert point["reruns"] == 2 and point["ran"] == "b" and point["picked"] == "a"
+    assert [pl["src_page_offset"] for pl in point["placements"]] == [0, 128]
+    assert a["seconds"]["auto"] == [1e-6, 3e-6]  # the parts are left as they were
+
+
 def test_pool_variants_from_the_parallel_threshold():
     """At and above the parallel threshold each kernel is also timed on the pool, and a profile
     that names the pool there is said to pick it (" xN")."""

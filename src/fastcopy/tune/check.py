@@ -13,6 +13,10 @@ was tuned on:
   class), half of them at a shift of 1..255 bytes;
 - each point on fresh numpy allocations (where the allocator puts them is part of what a user
   gets), with the same buffers for every variant of that point (hot caches);
+- in PASSES (three) passes over all the points, each point measured in each pass on fresh
+  allocations with a third of the repeats, so that a disturbance of the machine lasting
+  seconds reaches only a third of a point's repeats, and a point is judged over three
+  placements;
 - with ``cold`` (sizes from 1 MiB), each variant timed one copy at a time instead, each copy
   after writing a buffer of twice the last-level cache, so that neither buffer is cached: the
   state of an array a program has not touched for a while;
@@ -63,6 +67,13 @@ CONFIDENCE = 0.95
 RESAMPLES = 2000
 # Random halvings of the repeats the ratio is averaged over (held_out_ratio).
 SPLITS = 64
+# Passes over all the points, each measuring every point on fresh buffers (a placement of its
+# own) with a third of the repeats: a disturbance of a few seconds (the host running another
+# guest on a vCPU, or moving one) then reaches a third of a point's repeats, which its medians
+# outlast, where in one pass it could reach all of them. The later passes time the loops the
+# first one calibrated (its correctness copies warm the fresh buffers), so the passes cost
+# little more than one (evidence: check-passes).
+PASSES = 3
 LOWEST_SHOWN = 5
 AUTO = "auto"
 COPYTO = "np.copyto"
@@ -300,9 +311,12 @@ def _timed_cold(f: Callable[[Any, Any], Any], dst: np.ndarray, src: np.ndarray,
 
 
 def measure_point(size: int, offset: int, repeats: int, min_time: float, rng: random.Random,
-                  overlap: bool = False, evict: Optional[Callable[[], None]] = None) -> Dict[str, Any]:
+                  overlap: bool = False, evict: Optional[Callable[[], None]] = None,
+                  loops: Optional[Dict[str, int]] = None) -> Dict[str, Any]:
     """Times every variant at one point on fresh buffers; seconds per copy, one per repeat.
-    With ``evict`` (a cold point), each sample is one copy right after ``evict()``."""
+    With ``evict`` (a cold point), each sample is one copy right after ``evict()``. ``loops``:
+    the copies per timed loop of each variant ("iterations" of an earlier measurement of the
+    point), instead of calibrating them here."""
     from .. import _core
 
     dst, src = place(size, offset, rng.randrange(1 << 30), overlap)
@@ -317,10 +331,10 @@ def measure_point(size: int, offset: int, repeats: int, min_time: float, rng: ra
         if not np.array_equal(dst, original):
             raise RuntimeError(f"fastcopy check: {name} copied wrong bytes at {size} B, offset {offset}"
                                + (" (overlapping)" if overlap else ""))
-    if evict is None:
-        loops = dict(zip(variants, loop_copies(list(variants.values()), dst, src, min_time)))
-    else:
+    if evict is not None:
         loops = {name: 1 for name in variants}
+    elif loops is None:
+        loops = dict(zip(variants, loop_copies(list(variants.values()), dst, src, min_time)))
     samples: Dict[str, List[float]] = {name: [] for name in variants}
     reruns = 0
     order = list(variants)
@@ -346,6 +360,26 @@ def measure_point(size: int, offset: int, repeats: int, min_time: float, rng: ra
             # mode (the profile's nt.learn_from), the band's or the NT kernel, as learned
             "ran": on_pool(_core.learned_kernel(dst.ctypes.data, src.ctypes.data, size)),
             "iterations": loops, "reruns": reruns, "seconds": samples}
+
+
+def pass_repeats(repeats: int) -> List[int]:
+    """The repeats of each of the PASSES passes: ``repeats`` shared out, the first passes
+    taking one more where it does not divide (a pass may get none)."""
+    return [repeats // PASSES + (k < repeats % PASSES) for k in range(PASSES)]
+
+
+def merge_placements(parts: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    """One point from its measurements on several placements (measure_point, in the order
+    taken): every variant's samples in that order (each repeat's samples stay paired), the
+    loops run again summed, the first placement's page offsets and pick, the last one's kernel
+    auto ran, and each placement's own in ``placements``."""
+    point = dict(parts[0])
+    point["seconds"] = {name: [t for p in parts for t in p["seconds"][name]] for name in parts[0]["seconds"]}
+    point["reruns"] = sum(p["reruns"] for p in parts)
+    point["ran"] = parts[-1]["ran"]
+    point["placements"] = [{key: p[key] for key in ("src_page_offset", "dst_page_offset", "picked", "ran",
+                                                    "iterations")} for p in parts]
+    return point
 
 
 def held_out_ratio(auto_times: Sequence[float], others: Dict[str, Sequence[float]], level: float = CONFIDENCE,
@@ -403,9 +437,10 @@ def judge_point(point: Dict[str, Any], level: float = CONFIDENCE, seed: int = 0)
 # ---- the whole check --------------------------------------------------------------------
 def estimate_seconds(points: int, repeats: int, min_time: float, variants: int, cold_seconds: float = 0.0,
                      copy_seconds: float = 0.0) -> float:
-    """A rough duration: every variant at every point runs repeats + about 4 loops (calibration)
-    of at least min_time, or of MIN_LOOP_COPIES copies of ``copy_seconds`` each where longer; a
-    cold check (``cold_seconds``: one eviction and one copy) runs repeats of one copy each."""
+    """A rough duration: every variant at every point runs repeats + about 4 loops (calibration,
+    in the first pass) of at least min_time, or of MIN_LOOP_COPIES copies of ``copy_seconds``
+    each where longer; a cold check (``cold_seconds``: one eviction and one copy) runs repeats
+    of one copy each."""
     if cold_seconds:
         return points * variants * repeats * cold_seconds
     return points * variants * (repeats + 4) * max(min_time * 1.2, MIN_LOOP_COPIES * copy_seconds)
@@ -458,12 +493,15 @@ def check_dispatch(points: int = DEFAULT_POINTS, seed: Optional[int] = None, rep
                                                     (min_size * max_size) ** 0.5 / 20e9)}
     t0 = time.monotonic()
     load_before = _load()
-    measured = []
-    for i, (size, offset, overlap) in enumerate(drawn):
-        measured.append(judge_point(measure_point(size, offset, repeats, min_time, rng, overlap, evict), confidence,
-                                    seed + i))
-        if progress is not None:
-            progress(i + 1, points)
+    shares = [share for share in pass_repeats(repeats) if share]
+    parts: List[List[Dict[str, Any]]] = [[] for _ in drawn]
+    for k, share in enumerate(shares):
+        for i, (size, offset, overlap) in enumerate(drawn):
+            loops = parts[i][0]["iterations"] if parts[i] else None
+            parts[i].append(measure_point(size, offset, share, min_time, rng, overlap, evict, loops))
+            if progress is not None:
+                progress(k * points + i + 1, len(shares) * points)
+    measured = [judge_point(merge_placements(got), confidence, seed + i) for i, got in enumerate(parts)]
     result = {"config": config, "machine": _machine(), "profile": {"name": profile["name"],
                                                                  "source": profile["source"]},
               "load_before": load_before, "load_after": _load(), "elapsed_seconds": time.monotonic() - t0,
@@ -520,7 +558,8 @@ def format_report(result: Dict[str, Any]) -> str:
         f"{c['points']} points, seed {c['seed']}: sizes log-uniform {_size_words(c['min_size'])}-"
         f"{_size_words(c['max_size'])}; {c['backward_share']:.0%} overlapping (dst = src + offset, the backward "
         f"class); the others (dst - src) mod 4096 from 1..{NEAR_MAX} for {c['near_share']:.0%}, 0 for "
-        f"{c['aligned_share']:.0%}, else 0..4095; fresh numpy arrays per point",
+        f"{c['aligned_share']:.0%}, else 0..4095; fresh numpy arrays per point in each of {PASSES} passes "
+        f"over the points (the repeats shared between them)",
         (f"{c['repeats']} interleaved repeats of one cold copy per variant (before each, "
          f"{_size_words(c['evict_bytes'])} written over so neither buffer is cached), medians; "
          if c.get("cold") else
@@ -546,13 +585,19 @@ def format_report(result: Dict[str, Any]) -> str:
     for i in s["lowest"]:
         p = pts[i]
         lines.append(f"  {p['ratio']:.3f} [{p['ci'][0]:.3f}, {p['ci'][1]:.3f}] at {p['size']} B, offset {p['offset']}"
-                     f" ({point_class(p)}, src at {p['src_page_offset']} in its page): auto ran {_auto_ran_words(p)}, "
+                     f" ({point_class(p)}, src at {_src_offsets(p)} in its page): auto ran {_auto_ran_words(p)}, "
                      f"{p['winner']} won")
     lines.append("wins: " + ", ".join(f"{name} {n}" for name, n in s["wins"].items()))
     if any(_learned(p) for p in pts):
         lines.append("*: the store mode learned from the copies timed (cached or streaming stores) runs this kernel, "
                      "not the one the profile picks")
     return "\n".join(lines)
+
+
+def _src_offsets(point: Dict[str, Any]) -> str:
+    """Where the source starts in its page, in each placement ("1296 and 2256")."""
+    got = [str(pl["src_page_offset"]) for pl in point.get("placements", [point])]
+    return " and ".join(got)
 
 
 def _learned(point: Dict[str, Any]) -> bool:
