@@ -32,7 +32,17 @@ def test_bridge_fanout_every_subscriber_gets_every_message_and_its_own_figure():
         assert len(reps) == REPEATS
         for rep in reps:
             assert [sub["messages"] for sub in rep] == [COUNT] * n  # every subscriber, every message
-            assert all(sub["seconds"] > 0 for sub in rep)
+            assert all(sub["seconds"] > 0 and sub["cpu_seconds"] > 0 for sub in rep)
+        # CPU per message: the publisher's and the bridge's of each round, each subscriber's own.
+        rounds = row["cpu"][n]
+        assert len(rounds) == REPEATS and all(r["publisher"] > 0 and r["bridge"] > 0 for r in rounds)
+        cpu = row["cpu_us"][n]
+        assert cpu["publisher"] == pytest.approx(statistics.median(1e6 * r["publisher"] / COUNT for r in rounds))
+        assert cpu["bridge"] == pytest.approx(statistics.median(1e6 * r["bridge"] / COUNT for r in rounds))
+        alls = [1e6 * (r["publisher"] + r["bridge"] + sum(sub["cpu_seconds"] for sub in rep)) / COUNT
+                for r, rep in zip(rounds, reps)]
+        assert cpu["all"] == pytest.approx(statistics.median(alls))
+        assert cpu["subscriber"] > 0
         # Each subscriber's figure: the median over the repeats of its own rounds.
         own = [statistics.median(SIZE * rep[i]["messages"] / rep[i]["seconds"] / 1e9 for rep in reps)
                for i in range(n)]
@@ -46,3 +56,7 @@ def test_bridge_fanout_every_subscriber_gets_every_message_and_its_own_figure():
     text = format_fanout(res)
     assert "3 subscribers: " + ", ".join(f"{g:.2f}" for g in row["gbps"][3]) in text
     assert f"min of 3 / single {row['ratio'][3]:.2f}x" in text
+    c = row["cpu_us"][3]
+    assert (f"3 subscribers: publisher {c['publisher']:.0f}, bridge {c['bridge']:.0f}, subscriber "
+            f"{c['subscriber']:.0f} ({c['all']:.0f} in all)") in text
+    assert res["cpus"] >= 1 and f"on {res['cpus']} usable CPUs" in text

@@ -189,7 +189,9 @@ def test_large_messages_travel_in_pieces_and_arrive_exact(pair):
         parts = -(-arr.nbytes // _wire.piece_bytes_for(arr.nbytes))
         expected += [False] + [True] * (parts - 1)
     assert _wire.piece_bytes_for(fortran.nbytes) == _wire.PIECE_BYTES
-    assert counting.puts == expected and expected.count(True) == (_wire.PIECES - 1) + _wire.PIECES + 1
+    assert _wire.piece_bytes_for(one_more.nbytes) == _wire.MIN_PIECE_BYTES == _wire.SPLIT_FROM
+    # one_more: a head and one piece (of one byte); fortran: a head and PIECES + 1 pieces.
+    assert counting.puts == expected and expected.count(True) == 1 + _wire.PIECES + 1
     got = sub.recv(timeout=20)
     assert got.tobytes() == whole.tobytes()
     got = sub.recv(timeout=20)

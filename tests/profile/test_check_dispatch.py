@@ -297,6 +297,8 @@ def test_merge_placements_keeps_each_repeat_paired():
     assert point["seconds"]["auto"] == [1e-6, 3e-6, 1e-6] and point["seconds"]["a"] == [1.05e-6] * 3
     assert point["reruns"] == 2 and point["ran"] == "b" and point["picked"] == "a"
     assert [pl["src_page_offset"] for pl in point["placements"]] == [0, 128]
+    assert check._src_offsets(point) == "0 and 128"
+    assert check._src_offsets(check.merge_placements([a, a, b])) == "0 and 128"  # each offset once
     assert a["seconds"]["auto"] == [1e-6, 3e-6]  # the parts are left as they were
 
 

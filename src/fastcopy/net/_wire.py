@@ -3,7 +3,8 @@ else is a WireError.
 
 A message of up to SPLIT_FROM bytes goes as one payload; a larger one as a head and pieces
 (piece_bytes_for), each a Zenoh message of its own: Zenoh moves a large message it fragments
-and joins again itself several times slower (evidence: net-large-messages-in-pieces).
+and joins again itself several times slower (evidence: net-large-messages-in-pieces,
+net-pieces-from-128k).
 
 Layout (little-endian), version 2:
   head   magic b"FCN1" (4 bytes)  version u8  kind u8 (b"M" a whole message, b"H" the head
@@ -36,10 +37,12 @@ _PIECE = struct.Struct("<4sBc2xQQQ")
 _PREFIX = struct.Struct("<4sBc")
 _ORDER = {b"C": "C", b"F": "F"}
 MAX_NDIM = 32
-# Messages above SPLIT_FROM bytes go in at least PIECES pieces of at most PIECE_BYTES each
-# (evidence: net-large-messages-in-pieces).
-SPLIT_FROM = 512 << 10
+# Messages above SPLIT_FROM bytes go in pieces: a quarter of the message each (at least PIECES
+# pieces), at least MIN_PIECE_BYTES and at most PIECE_BYTES (evidence:
+# net-large-messages-in-pieces, net-pieces-from-128k).
+SPLIT_FROM = 128 << 10
 PIECES = 4
+MIN_PIECE_BYTES = 128 << 10
 PIECE_BYTES = 1 << 20
 
 
@@ -47,7 +50,7 @@ def piece_bytes_for(nbytes: int) -> int:
     """The piece size of a message of ``nbytes`` (``nbytes`` itself: the message goes whole)."""
     if nbytes <= SPLIT_FROM:
         return nbytes
-    return min(PIECE_BYTES, -(-nbytes // PIECES))
+    return max(MIN_PIECE_BYTES, min(PIECE_BYTES, -(-nbytes // PIECES)))
 
 
 class WireError(ValueError):

@@ -336,7 +336,8 @@ def _fanout_bridge(conn: Any, key: str, topic: str, port: int, slot_bytes: int) 
     th = threading.Thread(target=bridge.run, daemon=True)
     th.start()
     conn.send("ready")
-    conn.recv()
+    while conn.recv() == "cpu":  # the CPU seconds this process used so far, every thread's
+        conn.send(time.process_time())
     bridge.stop()
     th.join(10)
     conn.send((bridge.forwarded, bridge.lost))
@@ -347,7 +348,7 @@ def _fanout_subscriber(conn: Any, topic: str) -> None:  # pragma: no cover - chi
     """Child: on ("round", size), subscribes to ``topic``, says "subscribed", takes recv_view and
     counts the messages of ``size`` bytes until the end marker (size 0: until any message),
     dropping each view at once (as the ipc benchmark's view rows do); reports (messages,
-    time.monotonic() at the last of them) and unsubscribes. Counting up to the end marker,
+    time.monotonic() at the last of them, the CPU seconds it used meanwhile) and unsubscribes. Counting up to the end marker,
     rather than up to the number sent, makes a lost message show in the count. CLOCK_MONOTONIC
     is the same clock in every process, so the parent subtracts its own start time."""
     from ..shm import Topic
@@ -364,7 +365,7 @@ def _fanout_subscriber(conn: Any, topic: str) -> None:  # pragma: no cover - chi
             continue
         try:
             conn.send("subscribed")
-            got, last = 0, time.monotonic()
+            got, last, cpu0 = 0, time.monotonic(), time.process_time()
             while True:
                 view = sub.recv_view(timeout=60)
                 if view.nbytes == size:
@@ -374,7 +375,7 @@ def _fanout_subscriber(conn: Any, topic: str) -> None:  # pragma: no cover - chi
                     break
                 del view
             del view
-            conn.send((got, last))
+            conn.send((got, last, time.process_time() - cpu0))
         except Exception as exc:
             conn.send(("error", f"{type(exc).__name__}: {exc}"))
         finally:
@@ -394,32 +395,61 @@ def _replies(conns: List[Any], timeout: float) -> List[Any]:
     return out
 
 
-def _fanout_round(pub: Any, conns: List[Any], size: int, count: int, timeout: float) -> List[Dict[str, float]]:
-    """``count`` messages of ``size`` bytes, then the end marker, to the subscribers of ``conns``;
-    per subscriber, the messages it received and the seconds from the first send to its last."""
+def _fanout_round(pub: Any, conns: List[Any], size: int, count: int, timeout: float,
+                  bridge: Any = None) -> Tuple[List[Dict[str, float]], Dict[str, float]]:
+    """``count`` messages of ``size`` bytes, then the end marker, to the subscribers of ``conns``:
+    (per subscriber, the messages it received, the seconds from the first send to its last and
+    the CPU seconds it used; the CPU seconds this process (the publisher) and the ``bridge``
+    child's process used over the round)."""
     for c in conns:
         c.send(("round", size))
     _replies(conns, timeout)  # all subscribed: each gets every message of the round
     arr = np.ones(size, np.uint8)
+
+    def bridge_cpu() -> float:
+        if bridge is None:
+            return 0.0
+        bridge.send("cpu")
+        return float(_replies([bridge], timeout)[0])
+
+    b0, p0 = bridge_cpu(), time.process_time()
     t0 = time.monotonic()
     for _ in range(count):
         pub.send(arr)
     pub.send(_END)
-    return [{"messages": got, "seconds": t - t0} for got, t in _replies(conns, timeout)]
+    subs = [{"messages": got, "seconds": t - t0, "cpu_seconds": cpu} for got, t, cpu in _replies(conns, timeout)]
+    p1 = time.process_time()
+    return subs, {"publisher": p1 - p0, "bridge": bridge_cpu() - b0}
 
 
-def fanout_summary(size: int, runs: Dict[int, List[List[Dict[str, float]]]]) -> Dict[str, Any]:
+def fanout_summary(size: int, runs: Dict[int, List[List[Dict[str, float]]]],
+                   cpu: Optional[Dict[int, List[Dict[str, float]]]] = None) -> Dict[str, Any]:
     """The figures of one size from its runs (subscriber count -> one list per repeat of each
-    subscriber's {"messages", "seconds"}): ``gbps`` (subscriber count -> per-subscriber median
-    GB/s over the repeats) and ``ratio`` (subscriber count > 1 -> the slowest subscriber's
-    figure over the single subscriber's)."""
+    subscriber's {"messages", "seconds", "cpu_seconds"}; ``cpu``: subscriber count -> per
+    repeat, the publisher's and the bridge's CPU seconds): ``gbps`` (subscriber count ->
+    per-subscriber median GB/s over the repeats), ``ratio`` (subscriber count > 1 -> the slowest
+    subscriber's figure over the single subscriber's) and ``cpu_us`` (subscriber count -> the
+    medians over the repeats of the CPU microseconds per message of the publisher, the bridge
+    and a subscriber (the median of the subscribers), and "all": the three processes' sum with
+    every subscriber: what one message costs the machine)."""
     gbps: Dict[int, List[float]] = {}
+    cpu_us: Dict[int, Dict[str, float]] = {}
     for n, reps in runs.items():
         gbps[n] = [statistics.median(size * rep[i]["messages"] / rep[i]["seconds"] / 1e9 for rep in reps)
                    for i in range(n)]
+        if cpu and cpu.get(n):
+            per: Dict[str, List[float]] = {"publisher": [], "bridge": [], "subscriber": [], "all": []}
+            for rep, rc in zip(reps, cpu[n]):
+                msgs = max(1, max(sub["messages"] for sub in rep))
+                subs = [1e6 * sub["cpu_seconds"] / msgs for sub in rep]
+                pub, bridge = 1e6 * rc["publisher"] / msgs, 1e6 * rc["bridge"] / msgs
+                for key, value in (("publisher", pub), ("bridge", bridge), ("subscriber", statistics.median(subs)),
+                                   ("all", pub + bridge + sum(subs))):
+                    per[key].append(value)
+            cpu_us[n] = {key: statistics.median(v) for key, v in per.items()}
     single = gbps.get(1, [0.0])[0]
     ratio = {n: min(g) / single for n, g in gbps.items() if n > 1 and single > 0}
-    return {"size": size, "gbps": gbps, "ratio": ratio, "runs": runs}
+    return {"size": size, "gbps": gbps, "ratio": ratio, "cpu_us": cpu_us, "runs": runs, "cpu": cpu or {}}
 
 
 def run_fanout(sizes: Sequence[int] = FANOUT_SIZES, repeats: int = 3, subscribers: Sequence[int] = FANOUT_SUBSCRIBERS,
@@ -429,7 +459,7 @@ def run_fanout(sizes: Sequence[int] = FANOUT_SIZES, repeats: int = 3, subscriber
     one unmeasured round with the most subscribers first, then ``repeats`` rounds of each
     subscriber count, in an order that changes per repeat (repeat_order). Returns
     {"sizes", "subscribers", "repeats", "counts", "rows": [fanout_summary per size], "bridge":
-    {"forwarded", "lost"}, "published"}."""
+    {"forwarded", "lost"}, "published", "cpus" (the CPUs this process may run on)}."""
     from ..bench.engine import repeat_order
     from . import Publisher
 
@@ -472,10 +502,13 @@ def run_fanout(sizes: Sequence[int] = FANOUT_SIZES, repeats: int = 3, subscriber
             n_msgs = counts[size] = count or max(8, min(2000, total // size))
             _fanout_round(pub, subs, size, n_msgs, timeout)  # warm-up: the slots' pages, Zenoh's buffers
             runs: Dict[int, List[List[Dict[str, float]]]] = {n: [] for n in subscribers}
+            cpu: Dict[int, List[Dict[str, float]]] = {n: [] for n in subscribers}
             for r in range(repeats):
                 for n in repeat_order(subscribers, r):
-                    runs[n].append(_fanout_round(pub, subs[:n], size, n_msgs, timeout))
-            rows.append(fanout_summary(size, runs))
+                    got, used = _fanout_round(pub, subs[:n], size, n_msgs, timeout, bridge)
+                    runs[n].append(got)
+                    cpu[n].append(used)
+            rows.append(fanout_summary(size, runs, cpu))
         bridge.send("stop")
         stopped = True
         bridge_end = _replies([bridge], timeout)[0]
@@ -496,7 +529,8 @@ def run_fanout(sizes: Sequence[int] = FANOUT_SIZES, repeats: int = 3, subscriber
             c.close()
         pub.close()
     return {"sizes": sizes, "subscribers": subscribers, "repeats": repeats, "counts": counts, "rows": rows,
-            "bridge": {"forwarded": bridge_end[0], "lost": bridge_end[1]}, "published": pub.sent}
+            "bridge": {"forwarded": bridge_end[0], "lost": bridge_end[1]}, "published": pub.sent,
+            "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()}
 
 
 def format_fanout(res: Dict[str, Any]) -> str:
@@ -511,6 +545,14 @@ def format_fanout(res: Dict[str, Any]) -> str:
             cells.append(f"{n} subscriber{'s' if n > 1 else ''}: " + ", ".join(f"{x:.2f}" for x in g))
         cells += [f"min of {n} / single {r:.2f}x" for n, r in row["ratio"].items()]
         out.append(f"{row['size'] >> 10:>8} KiB  " + "  ".join(cells))
+        if row.get("cpu_us"):
+            out.append(" " * 14 + "CPU us per message: " + "; ".join(
+                f"{n} subscriber{'s' if n > 1 else ''}: publisher {c['publisher']:.0f}, bridge {c['bridge']:.0f}, "
+                f"subscriber {c['subscriber']:.0f} ({c['all']:.0f} in all)" for n, c in row["cpu_us"].items()))
+    if any(row.get("cpu_us") for row in res["rows"]):
+        out.append(f"CPU: every thread of each process over a round (time.process_time), per message; on "
+                   f"{res.get('cpus', '?')} usable CPUs, messages costing X us in all come at most one per "
+                   f"X / {res.get('cpus', '?')} us: where that is the pace, each added subscriber's own CPU slows all")
     return "\n".join(out)
 
 

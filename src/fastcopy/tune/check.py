@@ -595,9 +595,9 @@ def format_report(result: Dict[str, Any]) -> str:
 
 
 def _src_offsets(point: Dict[str, Any]) -> str:
-    """Where the source starts in its page, in each placement ("1296 and 2256")."""
+    """Where the source starts in its page in the placements, each offset once ("1296 and 2256")."""
     got = [str(pl["src_page_offset"]) for pl in point.get("placements", [point])]
-    return " and ".join(got)
+    return " and ".join(dict.fromkeys(got))
 
 
 def _learned(point: Dict[str, Any]) -> bool:
