@@ -181,6 +181,14 @@ def metadata(argv: Sequence[str]) -> Dict[str, Any]:
 FAR_FACTOR = 2.0  # a probe above this many times the run's lowest counts as "far apart"
 
 
+def usable_cpu_count() -> int:
+    """How many CPUs this process may run on (its affinity mask; all online CPUs elsewhere)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
 def cpu_pair() -> Optional[Tuple[int, int]]:
     """The first two CPUs of this process's affinity mask (None with fewer than two): on a
     2-vCPU machine, the two CPUs the processes of an IPC benchmark share."""

@@ -348,9 +348,10 @@ def _fanout_subscriber(conn: Any, topic: str) -> None:  # pragma: no cover - chi
     """Child: on ("round", size), subscribes to ``topic``, says "subscribed", takes recv_view and
     counts the messages of ``size`` bytes until the end marker (size 0: until any message),
     dropping each view at once (as the ipc benchmark's view rows do); reports (messages,
-    time.monotonic() at the last of them, the CPU seconds it used meanwhile) and unsubscribes. Counting up to the end marker,
-    rather than up to the number sent, makes a lost message show in the count. CLOCK_MONOTONIC
-    is the same clock in every process, so the parent subtracts its own start time."""
+    time.monotonic() at the last of them, the CPU seconds it used meanwhile) and unsubscribes.
+    Counting up to the end marker, rather than up to the number sent, makes a lost message show
+    in the count. CLOCK_MONOTONIC is the same clock in every process, so the parent subtracts
+    its own start time."""
     from ..shm import Topic
 
     while True:
@@ -461,6 +462,7 @@ def run_fanout(sizes: Sequence[int] = FANOUT_SIZES, repeats: int = 3, subscriber
     {"sizes", "subscribers", "repeats", "counts", "rows": [fanout_summary per size], "bridge":
     {"forwarded", "lost"}, "published", "cpus" (the CPUs this process may run on)}."""
     from ..bench.engine import repeat_order
+    from ..bench.system import usable_cpu_count
     from . import Publisher
 
     sizes = [int(s) for s in sizes]
@@ -530,7 +532,7 @@ def run_fanout(sizes: Sequence[int] = FANOUT_SIZES, repeats: int = 3, subscriber
         pub.close()
     return {"sizes": sizes, "subscribers": subscribers, "repeats": repeats, "counts": counts, "rows": rows,
             "bridge": {"forwarded": bridge_end[0], "lost": bridge_end[1]}, "published": pub.sent,
-            "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()}
+            "cpus": usable_cpu_count()}
 
 
 def format_fanout(res: Dict[str, Any]) -> str:

@@ -23,9 +23,9 @@ was tuned on:
 - each variant timed in loops of at least 3 copies lasting at least ``min_time`` seconds, after
   untimed calibration loops, and where loops hold few copies (large sizes) every variant of a
   point runs the same count, so neither the timer nor the first copy after another variant
-  weighs; the variants interleaved in a new
-  order every repeat; medians. A loop during which this thread was not running (its CPU time
-  under 90 % of the wall time: the OS ran another job) is run again, up to three times.
+  weighs; the variants interleaved in a new order every repeat; medians. A loop during which
+  this thread was not running (its CPU time under 90 % of the wall time: the OS ran another
+  job) is run again, up to three times.
 
 Per point: ratio = median time of the best other variant / median time of ``fastcopy.copy``
 (1.0: the profile picked the fastest; above 1: it beat every single alternative, e.g. with the

@@ -301,7 +301,9 @@ def busy_warning() -> Optional[str]:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):
         return None
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    from ..bench.system import usable_cpu_count
+
+    cpus = usable_cpu_count()
     if load > cpus / 2:
         return (f"load average {load:.1f} on {cpus} CPUs before measuring: other work shares the machine, "
                 "so thread-pool and large-copy figures reflect it; tune on an idle machine for a profile to keep")
