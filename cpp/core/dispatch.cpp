@@ -12,6 +12,7 @@
 
 #include "kernels/registry.h"
 #include "policy/select.h"
+#include "policy/split_modes.h"
 #include "policy/store_modes.h"
 #include "pool/pool.h"
 
@@ -165,6 +166,11 @@ policy::StoreModeLearner& private_store_modes() {
     return modes;
 }
 
+policy::SplitLearner& private_split_modes() {
+    static policy::SplitLearner modes;
+    return modes;
+}
+
 namespace {
 // The band's kernel (cached stores) a private copy of at least nt.learn_from bytes learns
 // against the NT kernel, or nullptr where the copy runs as the profile says: overlapping
@@ -207,7 +213,46 @@ void copy_learning_store_mode(const policy::Profile& p, CopyFn chosen, void* dst
     }
     modes.record(n, streaming, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
+
+// Whether a copy of n bytes goes to the pool: from the profile's parallel threshold, with more
+// than one thread, no forced kernel and no overlap (the pool's chunks would race).
+inline bool pooled_copy(const policy::Profile& p, const void* dst, const void* src, std::size_t n) {
+    return n >= p.parallel.threshold && !p.forced && !policy::ranges_overlap(dst, src, n) && pool::threads() > 1;
+}
+
+// Whether private_split_modes() decides a private copy of n bytes that goes to the pool: from
+// its smallest timed size, below nt.learn_from (those copies learn their store mode instead).
+inline bool learns_split(const policy::Profile& p, std::size_t n) {
+    return n >= policy::SplitLearner::kMinBytes && n < p.region[static_cast<int>(Region::Private)].nt.learn_from;
+}
+
+// A private copy that goes to the pool: split across it or on the caller alone, as
+// private_split_modes() decides from the timings of earlier copies; this one is timed too.
+// A split copy that no worker took part in (the worker asleep and not yet running, the pool
+// busy or backing off) is not recorded: it says nothing about splitting, and a worker woken
+// from sleep under a hypervisor often takes milliseconds to join, longer than a trial of
+// splitting lasts (evidence: policy-private-split).
+void copy_learning_split(CopyFn k, void* dst, const void* src, std::size_t n) {
+    policy::SplitLearner& modes = private_split_modes();
+    const bool split = modes.split(n);
+    const auto t0 = std::chrono::steady_clock::now();
+    std::size_t worker_chunks = 0;
+    if (split) {
+        t_last_kernel = k;
+        worker_chunks = pool::parallel_copy(dst, src, n, k);
+    } else {
+        run(k, dst, src, n);
+    }
+    if (!split || worker_chunks > 0)
+        modes.record(n, split, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
 }  // namespace
+
+bool learned_split(void* dst, const void* src, std::size_t n) {
+    const policy::Profile& p = active();
+    if (!pooled_copy(p, dst, src, n)) return false;
+    return !learns_split(p, n) || private_split_modes().settled_split(n);
+}
 
 CopyFn learned_kernel(void* dst, const void* src, std::size_t n) {
     const policy::Profile& p = active();
@@ -226,7 +271,11 @@ void copy_bytes(void* dst, const void* src, std::size_t n, Region region) {
         copy_learning_store_mode(p, k, dst, src, n);
         return;
     }
-    if (n >= p.parallel.threshold && !p.forced && !policy::ranges_overlap(dst, src, n) && pool::threads() > 1) {
+    if (pooled_copy(p, dst, src, n)) {
+        if (region == Region::Private && learns_split(p, n)) {
+            copy_learning_split(k, dst, src, n);
+            return;
+        }
         t_last_kernel = k;
         pool::parallel_copy(dst, src, n, k);
         return;

@@ -13,6 +13,7 @@
 
 namespace fastcopy::policy {
 class StoreModeLearner;
+class SplitLearner;
 }
 
 namespace fastcopy {
@@ -65,6 +66,10 @@ CopyFn choose_kernel(void* dst, const void* src, std::size_t n, Region region);
 // or for copies that learn their store mode (nt.learn_from) the band's or the NT kernel, as
 // private_store_modes() has settled. Changes nothing.
 CopyFn learned_kernel(void* dst, const void* src, std::size_t n);
+// Whether a private copy of these addresses runs split across the thread pool now, outside a
+// trial: from the profile's parallel threshold, as private_split_modes() has settled for the
+// sizes it learns. Changes nothing.
+bool learned_split(void* dst, const void* src, std::size_t n);
 // Name of a kernel function (for info and tests); "unknown" if not in the table.
 const char* kernel_name(CopyFn fn);
 
@@ -96,6 +101,9 @@ CopyFn last_kernel();
 // The store modes private copies learn from the profile's nt.learn_from up to its NT threshold
 // (copy_bytes; policy/store_modes.h): what they measured, for info() and tests.
 policy::StoreModeLearner& private_store_modes();
+// Split or alone for private copies the profile splits across the pool, below nt.learn_from
+// (copy_bytes; policy/split_modes.h): what they measured, for info() and tests.
+policy::SplitLearner& private_split_modes();
 void reset_last_kernel();
 
 }  // namespace fastcopy

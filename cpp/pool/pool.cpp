@@ -355,14 +355,14 @@ unsigned clamp_threads(unsigned n) { return std::min(n, kMaxThreads); }
 
 // The owner's part of a parallel job: take the pool (or run `alone` when it is busy, during
 // the back-off, or when no worker can help), enlist workers, take chunks, retire workers.
-// `t`: threads() as the caller read it (>= 2).
+// `t`: threads() as the caller read it (>= 2). Returns the chunks the workers took.
 template <class Alone>
-void run_job(Job& job, unsigned t, Alone&& alone) {
+std::size_t run_job(Job& job, unsigned t, Alone&& alone) {
     if (g_busy.exchange(true, std::memory_order_acquire)) {
         // Another caller's copy holds the pool: copy alone (no queueing, no waiting).
         g_busy_fallbacks.fetch_add(1, std::memory_order_relaxed);
         alone();
-        return;
+        return 0;
     }
     const bool adaptive = g_adaptive.load(std::memory_order_relaxed);
     const std::int64_t t0 = adaptive ? now_ns() : 0;
@@ -372,7 +372,7 @@ void run_job(Job& job, unsigned t, Alone&& alone) {
         g_busy.store(false, std::memory_order_release);
         g_backoff_fallbacks.fetch_add(1, std::memory_order_relaxed);
         alone();
-        return;
+        return 0;
     }
     Pool* p = pool_with(t - 1);
     const std::size_t helpers = std::min<std::size_t>(p->workers.size(), job.nchunks - 1);
@@ -383,7 +383,7 @@ void run_job(Job& job, unsigned t, Alone&& alone) {
         g_last_end_ns = now_ns();
         g_asleep_fallbacks.fetch_add(1, std::memory_order_relaxed);
         g_busy.store(false, std::memory_order_release);
-        return;
+        return 0;
     }
     g_worker_spin_ns.store(adaptive ? worker_spin_ns(t0 - g_last_end_ns) : kWorkerSpinNs,
                            std::memory_order_relaxed);
@@ -409,6 +409,7 @@ void run_job(Job& job, unsigned t, Alone&& alone) {
     }
     g_parallel_copies.fetch_add(1, std::memory_order_relaxed);
     g_busy.store(false, std::memory_order_release);
+    return job.nchunks - mine;
 }
 
 }  // namespace
@@ -461,26 +462,26 @@ std::string threads_reason() {
 
 namespace {
 // parallel_copy_chunked on `t` threads (caller included).
-void chunked_on(void* dst, const void* src, std::size_t n, CopyFn kernel, std::size_t chunk_bytes, unsigned t);
+std::size_t chunked_on(void* dst, const void* src, std::size_t n, CopyFn kernel, std::size_t chunk_bytes, unsigned t);
 std::size_t chunk_for(std::size_t n, unsigned t) {
     std::size_t chunk = n / (std::size_t(t) * kChunksPerThread);
     return std::min(std::max(chunk, kMinChunkBytes), kMaxChunkBytes);
 }
 }  // namespace
 
-void parallel_copy_chunked(void* dst, const void* src, std::size_t n, CopyFn kernel,
-                           std::size_t chunk_bytes) {
-    chunked_on(dst, src, n, kernel, chunk_bytes, threads());
+std::size_t parallel_copy_chunked(void* dst, const void* src, std::size_t n, CopyFn kernel,
+                                  std::size_t chunk_bytes) {
+    return chunked_on(dst, src, n, kernel, chunk_bytes, threads());
 }
 
-void parallel_copy_threads(void* dst, const void* src, std::size_t n, CopyFn kernel, unsigned threads_wanted) {
+std::size_t parallel_copy_threads(void* dst, const void* src, std::size_t n, CopyFn kernel, unsigned threads_wanted) {
     const unsigned t = std::max(1u, std::min(threads_wanted, kMaxThreads));
-    chunked_on(dst, src, n, kernel, chunk_for(n, t), t);
+    return chunked_on(dst, src, n, kernel, chunk_for(n, t), t);
 }
 
 namespace {
-void chunked_on(void* dst, const void* src, std::size_t n, CopyFn kernel, std::size_t chunk_bytes, unsigned t) {
-    if (n == 0) return;
+std::size_t chunked_on(void* dst, const void* src, std::size_t n, CopyFn kernel, std::size_t chunk_bytes, unsigned t) {
+    if (n == 0) return 0;
     chunk_bytes = std::max<std::size_t>(kLine, (chunk_bytes + kLine - 1) & ~(kLine - 1));
     Job job;
     job.dst = static_cast<unsigned char*>(dst);
@@ -494,9 +495,9 @@ void chunked_on(void* dst, const void* src, std::size_t n, CopyFn kernel, std::s
     // concurrently would not give memmove's result. One kernel call does.
     if (t <= 1 || job.nchunks <= 1 || overlaps(dst, src, n)) {
         kernel(dst, src, n);
-        return;
+        return 0;
     }
-    run_job(job, t, [&] { kernel(dst, src, n); });
+    return run_job(job, t, [&] { kernel(dst, src, n); });
 }
 }  // namespace
 
@@ -519,9 +520,9 @@ void parallel_for(std::size_t n, void (*item)(void* ctx, std::size_t index), voi
 
 void set_adaptive(bool on) { g_adaptive.store(on, std::memory_order_relaxed); }
 
-void parallel_copy(void* dst, const void* src, std::size_t n, CopyFn kernel) {
+std::size_t parallel_copy(void* dst, const void* src, std::size_t n, CopyFn kernel) {
     const unsigned t = std::max(1u, threads());
-    parallel_copy_chunked(dst, src, n, kernel, chunk_for(n, t));
+    return parallel_copy_chunked(dst, src, n, kernel, chunk_for(n, t));
 }
 
 bool ping() {

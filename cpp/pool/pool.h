@@ -24,13 +24,14 @@ void set_threads(unsigned n);
 // Copies n bytes from src to dst, cut into cache-line-aligned chunks, each copied by
 // `kernel` on one of threads() threads (the caller takes a share). Blocks until all chunks
 // are done. Precondition: the ranges do not overlap (dispatch guarantees it). When the pool
-// is busy with another caller's copy, or threads() == 1, the caller copies alone.
-void parallel_copy(void* dst, const void* src, std::size_t n, CopyFn kernel);
+// is busy with another caller's copy, or threads() == 1, the caller copies alone. Returns the
+// chunks the workers copied (0: the caller copied everything itself, for whatever reason).
+std::size_t parallel_copy(void* dst, const void* src, std::size_t n, CopyFn kernel);
 
 // parallel_copy on `threads_wanted` threads (caller included; 1..kMaxThreads) instead of
 // threads(): for fastcopy.kernel(name, threads=N), which tune uses to measure each thread
 // count. The pool is resized to that count when it differs (costly: keep one count per run).
-void parallel_copy_threads(void* dst, const void* src, std::size_t n, CopyFn kernel, unsigned threads_wanted);
+std::size_t parallel_copy_threads(void* dst, const void* src, std::size_t n, CopyFn kernel, unsigned threads_wanted);
 
 // Calls item(ctx, i) once for every i in [0, n), spread over threads() threads (the caller
 // takes a share, items are taken in order from one counter); blocks until all are done.
@@ -78,8 +79,8 @@ constexpr std::size_t kMinChunkBytes = 16 * 1024;
 
 // parallel_copy with an explicit chunk size (rounded up to a multiple of 64; chunk
 // boundaries fall on 64-byte-aligned dst addresses). For tests and benchmarks.
-void parallel_copy_chunked(void* dst, const void* src, std::size_t n, CopyFn kernel,
-                           std::size_t chunk_bytes);
+std::size_t parallel_copy_chunked(void* dst, const void* src, std::size_t n, CopyFn kernel,
+                                  std::size_t chunk_bytes);
 
 // Round trip of an empty job through one already started worker (starting the pool if
 // needed): returns false when the pool is busy or threads() == 1. For the hand-off benchmark.

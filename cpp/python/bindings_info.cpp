@@ -12,6 +12,7 @@
 #include "kernels/registry.h"
 #include "pool/pool.h"
 #include "probe.h"
+#include "policy/split_modes.h"
 #include "policy/store_modes.h"
 #include "python/store_modes_dict.h"
 
@@ -21,6 +22,19 @@ namespace fastcopy {
 namespace {
 
 py::object size_or_none(std::size_t n) { return n == SIZE_MAX ? py::object(py::none()) : py::object(py::int_(n)); }
+
+// Feeds a learner `copies` decisions (decide() -> the mode, record(mode) times it at a chosen
+// rate); returns how many took mode 1 (streaming stores, or split). For the simulate_* tests.
+template <class Decide, class Record>
+int feed_learner(int copies, Decide decide, Record record) {
+    int second = 0;
+    for (int i = 0; i < copies; ++i) {
+        const bool mode = decide();
+        record(mode);
+        second += mode ? 1 : 0;
+    }
+    return second;
+}
 
 py::dict facts_dict() {
     const CpuFacts& f = cpu_facts();
@@ -312,18 +326,62 @@ void bind_info(py::module_& m) {
         if (!(cached_gbps > 0) || !(streaming_gbps > 0) || copies < 0)
             throw py::value_error("simulate_private_store_modes: rates must be positive and copies at least 0");
         policy::StoreModeLearner& modes = private_store_modes();
-        int streamed = 0;
-        for (int i = 0; i < copies; ++i) {
-            const bool st = modes.streaming(n, start_streaming);
-            modes.record(n, st, double(n) / ((st ? streaming_gbps : cached_gbps) * 1e9));
-            streamed += st ? 1 : 0;
-        }
-        return streamed;
+        return feed_learner(copies, [&] { return modes.streaming(n, start_streaming); },
+                            [&](bool st) { modes.record(n, st, double(n) / ((st ? streaming_gbps : cached_gbps) * 1e9)); });
     }, py::arg("nbytes"), py::arg("start_streaming"), py::arg("cached_gbps"), py::arg("streaming_gbps"),
        py::arg("copies"),
        "Feeds private copies' learner `copies` decisions for copies of nbytes as if each ran at the given rate of "
        "its mode (nothing is copied; tests reach a learned mode without depending on the CPU's timings). "
        "Returns how many were streamed.");
+    m.def("private_split_modes", [] {
+        const policy::SplitLearner& modes = private_split_modes();
+        py::list out;
+        for (int c = 0; c < modes.classes(); ++c) {
+            const policy::SplitLearner::ClassState s = modes.state(c);
+            if (s.alone_copies + s.split_copies == 0) continue;
+            py::dict d;
+            d["sizes"] = modes.class_name(c);
+            d["mode"] = s.split ? "split" : "alone";
+            d["alone_gbps"] = s.alone_rate / 1e9;
+            d["split_gbps"] = s.split_rate / 1e9;
+            d["alone_copies"] = s.alone_copies;
+            d["split_copies"] = s.split_copies;
+            d["switches"] = s.switches;
+            out.append(d);
+        }
+        return out;
+    }, "What private copies the profile splits across the pool measured (from 256 KiB, below nt.learn_from): per "
+       "size class, whether they run split or on the caller alone now, the last rate of each and how many copies ran each way.");
+    m.def("private_split_rule", [] {
+        const policy::StoreModeRule& r = policy::kPrivateSplitRule;
+        py::dict d;
+        d["min_bytes"] = policy::SplitLearner::kMinBytes;
+        d["explore_min"] = r.explore_min;
+        d["explore_max"] = r.explore_max;
+        d["explore_growth"] = r.explore_growth;
+        d["split_trial_copies"] = r.streaming_trial_copies;
+        d["alone_trial_copies"] = r.cached_trial_copies;
+        d["judge_after"] = r.judge_after;
+        d["rate_weight"] = r.rate_weight;
+        d["to_split_margin"] = r.to_streaming_margin;
+        d["to_alone_margin"] = r.to_cached_margin;
+        d["slow_to_leave"] = r.slow_to_leave;
+        d["why"] = "where the host runs the pool's CPUs decides what splitting gains: 1.6x at 384 KiB while they share a "
+                   "cache, 0.6x while the host has moved them apart (evidence: policy-private-split)";
+        return d;
+    }, "The rule private copies the profile splits across the pool follow to split or run on the caller alone.");
+    m.def("reset_private_split_modes", [] { private_split_modes().reset(); },
+          "Forget what split private copies measured (the next ones start split, as the profile says).");
+    m.def("simulate_private_split_modes", [](std::size_t n, double alone_gbps, double split_gbps, int copies) {
+        if (!(alone_gbps > 0) || !(split_gbps > 0) || copies < 0)
+            throw py::value_error("simulate_private_split_modes: rates must be positive and copies at least 0");
+        policy::SplitLearner& modes = private_split_modes();
+        return feed_learner(copies, [&] { return modes.split(n); },
+                            [&](bool sp) { modes.record(n, sp, double(n) / ((sp ? split_gbps : alone_gbps) * 1e9)); });
+    }, py::arg("nbytes"), py::arg("alone_gbps"), py::arg("split_gbps"), py::arg("copies"),
+       "Feeds the split learner `copies` decisions for private copies of nbytes as if each ran at the given rate of "
+       "its mode (nothing is copied; tests reach a learned mode without depending on the CPU's timings). "
+       "Returns how many were split.");
     m.def("cpu_facts", &facts_dict, "The CPU facts detected at import, as a dict.");
     m.def("evidence", [] {
         py::list out;
@@ -444,6 +502,11 @@ void bind_info(py::module_& m) {
     }, py::arg("dst_address"), py::arg("src_address"), py::arg("nbytes"),
        "Name of the kernel a private copy of these addresses and size runs now: chosen_kernel's, or where "
        "copies learn their store mode, the one of the mode learned so far (outside trials; nothing is copied).");
+    m.def("learned_split", [](std::uintptr_t dst, std::uintptr_t src, std::size_t n) {
+        return learned_split(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
+    }, py::arg("dst_address"), py::arg("src_address"), py::arg("nbytes"),
+       "Whether a private copy of these addresses and size runs split across the thread pool now: from the "
+       "parallel threshold, as the split learned so far says (outside trials; nothing is copied).");
 }
 
 }  // namespace fastcopy

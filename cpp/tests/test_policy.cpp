@@ -44,6 +44,7 @@
 #include "cpu.h"
 #include "kernels/kernels.h"
 #include "policy/profile.h"
+#include "policy/split_modes.h"
 #include "policy/store_modes.h"
 #include "split_list.h"
 
@@ -738,6 +739,101 @@ void private_copy_mode_checks() {
     }
 }
 
+// The split rule of private copies the profile splits across the pool (policy::kPrivateSplitRule),
+// driven by synthetic timings shaped like the Zen 4 VM's 384 KiB copies: while the two CPUs share
+// a cache, alone 50 GB/s and split 85; while the host has them apart, split 33; the first copies
+// of a stream split after alone ones run at the alone rate while the worker wakes (evidence:
+// policy-private-split).
+void private_split_checks() {
+    using policy::SplitLearner;
+    const std::size_t n = std::size_t(384) << 10;
+    SplitLearner probe;
+    const int cls = 0;  // 256-512 KiB
+    const std::string w = "private split";
+    check(probe.class_name(cls) == "256-512 KiB", w, "384 KiB is not in the first size class: " + probe.class_name(cls));
+    // One copy at the given rates; split copies within `wake` copies of the last alone one run
+    // at the alone rate (the worker is waking).
+    struct Sim {
+        SplitLearner m;
+        unsigned since_alone = 1000;
+        bool copy(std::size_t bytes, double alone_gbps, double split_gbps, unsigned wake = 0) {
+            const bool sp = m.split(bytes);
+            since_alone = sp ? since_alone + 1 : 0;
+            const double gbps = sp ? (since_alone <= wake ? alone_gbps : split_gbps) : alone_gbps;
+            m.record(bytes, sp, double(bytes) / (gbps * 1e9));
+            return sp;
+        }
+        int count_split(std::size_t bytes, int copies, double a, double s, unsigned wake = 0) {
+            int k = 0;
+            for (int i = 0; i < copies; ++i) k += copy(bytes, a, s, wake) ? 1 : 0;
+            return k;
+        }
+    };
+    {
+        // Near: splitting stays; the caller alone runs only as trials, fewer and fewer.
+        Sim s;
+        check(s.m.settled_split(n) && s.m.state(cls).split_copies == 0, w, "before the first copy: not split, or counted");
+        const int split = s.count_split(n, 10000, 50, 85);
+        check(s.m.state(cls).split && split >= 9950, w,
+              "near: " + std::to_string(10000 - split) + " of 10000 copies ran alone (want at most 50: trials only)");
+    }
+    {
+        // Far from the start: the caller alone takes over within the first trial, and splitting
+        // runs only as trials afterwards.
+        Sim s;
+        const int first = s.count_split(n, 40, 50, 33);
+        check(!s.m.state(cls).split && !s.m.settled_split(n), w,
+              "far: still split after 40 copies (" + std::to_string(first) + " split)");
+        const int later = s.count_split(n, 10000, 50, 33);
+        check(later <= 200, w, "far: " + std::to_string(later) + " of 10000 later copies split (want at most 200)");
+    }
+    {
+        // Near, far, near again: back to splitting within the longest trial interval, even though
+        // the first copies of each split trial run at the alone rate (the worker wakes).
+        Sim s;
+        s.count_split(n, 2000, 50, 85, 4);
+        check(s.m.state(cls).split, w, "near with a waking worker: not split after 2000 copies");
+        s.count_split(n, 5000, 50, 33, 4);
+        check(!s.m.state(cls).split, w, "far after near: not alone after 5000 copies");
+        const auto rule = s.m.rule();
+        const int back = int(rule.explore_max + rule.streaming_trial_copies + rule.judge_after + 2);
+        int at = -1;
+        for (int i = 0; i < back && at < 0; ++i) {
+            s.copy(n, 50, 85, 4);
+            if (s.m.state(cls).split) at = i;
+        }
+        check(at >= 0, w, "near again: still alone after " + std::to_string(back) + " copies");
+    }
+    {
+        // A few slow split copies in a row (fewer than slow_to_leave: an interrupt, a waking
+        // worker) do not leave splitting; a run of them does.
+        Sim s;
+        s.count_split(n, 200, 50, 85);
+        for (int i = 0; i < 50 && !s.m.state(cls).split; ++i) s.copy(n, 50, 85);  // past any trial
+        while (!s.m.split(n)) s.m.record(n, false, double(n) / 50e9);  // a trial of alone ends
+        s.m.record(n, true, double(n) / 85e9);
+        const unsigned leave = s.m.rule().slow_to_leave;
+        for (unsigned i = 0; i + 1 < leave; ++i) {
+            const bool sp = s.m.split(n);
+            s.m.record(n, sp, double(n) / ((sp ? 30 : 50) * 1e9));
+        }
+        check(s.m.state(cls).split, w, std::to_string(leave - 1) + " slow split copies in a row left splitting");
+        for (int i = 0; i < 20; ++i) {  // the split rate (a running mean) falls below alone's
+            const bool sp = s.m.split(n);
+            s.m.record(n, sp, double(n) / ((sp ? 30 : 50) * 1e9));
+        }
+        check(!s.m.state(cls).split, w, "20 slow split copies in a row did not leave splitting");
+    }
+    {
+        // Below the smallest timed size: always split (as the profile says), nothing recorded.
+        Sim s;
+        const std::size_t small = SplitLearner::kMinBytes - 1;
+        check(s.count_split(small, 100, 50, 10) == 100 && s.m.settled_split(small), w,
+              "a copy below the smallest timed size ran alone");
+        check(s.m.state(cls).split_copies == 0, w, "a copy below the smallest timed size was recorded");
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -778,6 +874,7 @@ int main(int argc, char** argv) {
     std::printf("  %-24s %d checks\n", "(shared writes)", g_checks - before);
     before = g_checks;
     private_copy_mode_checks();
+    private_split_checks();
     std::printf("  %-24s %d checks\n", "(private copies)", g_checks - before);
     std::printf("policy_tests: %d passed, %d failed, %d case files skipped for another architecture\n",
                 g_checks - g_failures, g_failures, g_skipped_files);

@@ -564,6 +564,29 @@ void test_fork() {
 }
 #endif
 
+// parallel_copy returns the chunks the workers copied: 0 on one thread, and over many copies
+// on two threads the sum of what it returned is what stats() counted.
+void test_worker_chunks_returned() {
+    std::vector<unsigned char> src(1 << 20), dst(1 << 20);
+    fill(src.data(), src.size(), 9);
+    pool::set_threads(1);
+    CHECK(pool::parallel_copy(dst.data(), src.data(), src.size(), copy_generic) == 0,
+          "one thread: parallel_copy reported chunks copied by workers");
+    pool::set_threads(2);
+    const auto before = pool::stats().chunks_by_workers;
+    std::size_t returned = 0;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    // A starved worker may take no chunk for a while: copy until it took some (up to 5 s).
+    while (returned == 0 && std::chrono::steady_clock::now() < until)
+        for (int i = 0; i < 64; ++i) returned += pool::parallel_copy(dst.data(), src.data(), src.size(), copy_generic);
+    CHECK(returned > 0, "two threads: no copy in 5 s reported a chunk copied by a worker");
+    CHECK(pool::stats().chunks_by_workers - before == returned,
+          "parallel_copy returned %zu worker chunks, stats() counted %llu", returned,
+          (unsigned long long)(pool::stats().chunks_by_workers - before));
+    CHECK(src == dst, "copy with the chunk count returned");
+    pool::set_threads(0);
+}
+
 }  // namespace
 
 int main() {
@@ -584,6 +607,7 @@ int main() {
     test_concurrent_callers();
     test_parallel_for();
     test_set_threads_during_copies();
+    test_worker_chunks_returned();
 #if defined(HAVE_FORK)
     test_idle_pool_sleeps();
     test_fork();

@@ -29,6 +29,17 @@ def _guard_end(nt: Dict[str, Any]) -> str:
     return "" if below is None else f" below {human_size(below)} (every distance from there)"
 
 
+def _split_words(data: Dict[str, Any]) -> str:
+    """Which private copies the split learner decides, in words ("" when none: those that
+    would, learn their store mode instead). The pool is used."""
+    start = max(data["thresholds"]["parallel_bytes"], data["private_split_modes"]["rule"]["min_bytes"])
+    end = data["profile"]["regions"]["private"]["nt"].get("learn_from")
+    if end is not None and end <= start:
+        return ""
+    sizes = f"from {human_size(start)}" if end is None else f"of {human_size(start)} to {human_size(end)}"
+    return f"private copies {sizes} split or run alone, whichever ran faster lately"
+
+
 def _learn_words(nt: Dict[str, Any]) -> str:
     """Words for the sizes that learn their store mode ("" when none)."""
     start = nt.get("learn_from")
@@ -98,6 +109,9 @@ def collect_info(brand: bool = True) -> Dict[str, Any]:
         # What private copies from the profile's nt.learn_from measured in this process so far.
         "private_store_modes": {"rule": dict(_core.private_store_mode_rule()),
                                 "classes": list(_core.private_store_modes())},
+        # Whether private copies the profile splits across the pool ran split or alone, as timed.
+        "private_split_modes": {"rule": dict(_core.private_split_rule()),
+                                "classes": list(_core.private_split_modes())},
         "overrides": _core.overrides(),
         "shm": list(_core._shm_rules()),
     }
@@ -208,6 +222,19 @@ def format_info(data: Dict[str, Any], verbose: bool = False) -> str:
             lines.append(f"    {c['sizes']}: {c['stores']} stores now ({c['cached_writes']} copies cached at "
                          f"{c['cached_gbps']:.1f} GB/s last, {c['streaming_writes']} streamed at "
                          f"{c['streaming_gbps']:.1f} GB/s last, {c['switches']} switches)")
+    split = data.get("private_split_modes")
+    if split and data["profile"]["parallel"]["threshold"] is not None:
+        r = split["rule"]
+        lines.append(f"  learned split: private copies from {r['min_bytes'] >> 10} KiB that the profile splits across the "
+                     f"pool are timed; the caller alone is tried ({r['alone_trial_copies']} copies, the last one "
+                     f"timed) after {r['explore_min']} copies, then {r['explore_growth']}x less often after each loss "
+                     f"(up to every {r['explore_max']}); splitting again is tried the same way ({r['split_trial_copies']} "
+                     f"copies); either takes over when {r['to_split_margin']:g}x faster (split) or "
+                     f"{r['to_alone_margin']:g}x (alone): {r['why']}")
+        for c in split["classes"]:  # a fresh process has none
+            lines.append(f"    {c['sizes']}: {c['mode']} now ({c['split_copies']} copies split at "
+                         f"{c['split_gbps']:.1f} GB/s last, {c['alone_copies']} alone at {c['alone_gbps']:.1f} GB/s "
+                         f"last, {c['switches']} switches)")
     lines += ["", "Shared memory (fastcopy.shm):"]
     for rule in data["shm"]:
         lines.append(f"  {rule['name']} = {_rule_value(rule)}: {rule['rule']}")
@@ -317,6 +344,8 @@ def _format_summary(data: Dict[str, Any]) -> str:
         pool = "not used (a forced kernel)"
     else:
         pool = "never" if t["parallel_bytes"] is None else f"from {human_size(t['parallel_bytes'])}"
+        if t["parallel_bytes"] is not None and _split_words(data):
+            pool += f" ({_split_words(data)})"
     lines += ["", f"Thread pool: {pool}; {th['count']} threads"]
     lines.append("Shared memory: " + ", ".join(f"{r['name']} {_rule_value(r)}" for r in data["shm"]))
     set_overrides = [f"{k}={v}" for k, v in data["overrides"].items() if v is not None]

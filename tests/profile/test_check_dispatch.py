@@ -320,6 +320,16 @@ def test_pool_variants_from_the_parallel_threshold():
     assert point["picked"] == "generic x2"
 
 
+def point_on_two_threads(profile: dict) -> dict:
+    """check.measure_point at 64 KiB, offset 64, under `profile` (its pool from 64 KiB) on two threads."""
+    fastcopy.set_threads(2)
+    try:
+        with profile_forced(profile, "test: pool from 64 KiB"):
+            return check.measure_point(1 << 16, 64, repeats=2, min_time=0.0001, rng=random.Random(2))
+    finally:
+        fastcopy.set_threads(0)
+
+
 def test_a_point_reports_the_kernel_auto_ran_as_learned(monkeypatch):
     """A point names the kernel the profile picks ("picked", what tune's decisions judge) and
     the one fastcopy.copy runs after the point's repeats (_core.learned_kernel at the point's
@@ -333,16 +343,22 @@ def test_a_point_reports_the_kernel_auto_ran_as_learned(monkeypatch):
         return "avx2" if "avx2" in fastcopy.kernels() else fastcopy.kernels()[-1]
 
     monkeypatch.setattr(_core, "learned_kernel", learned)
-    fastcopy.set_threads(2)
-    try:
-        with profile_forced(p, "test: pool from 64 KiB"):
-            point = check.measure_point(1 << 16, 64, repeats=2, min_time=0.0001, rng=random.Random(2))
-    finally:
-        fastcopy.set_threads(0)
+    point = point_on_two_threads(p)
     assert point["picked"] == "generic x2"
     assert point["ran"] == learned(0, 0, 0) + " x2"
     (dst, src, n), _ = asked
     assert n == 1 << 16 and (dst - src) % 4096 == 64 and (dst - point["dst_page_offset"]) % 4096 == 0
+
+
+def test_a_point_reports_copies_that_learned_to_run_alone(monkeypatch):
+    """From the parallel threshold, a point whose copies learned to run on the caller alone
+    (_core.learned_split false) names the kernel without " xN"; the profile's pick keeps it."""
+    p = generic_profile()
+    p["parallel"] = {"threshold": 1 << 16, "threads": 0, "why": "forced by the test"}
+    monkeypatch.setattr(_core, "learned_split", lambda dst, src, n: False)
+    point = point_on_two_threads(p)
+    assert point["picked"] == "generic x2" and point["ran"] == "generic"
+    assert check._learned(point) and check._auto_runs(point) == "generic*"
 
 
 def test_cold_check_evicts_before_every_copy_it_times(monkeypatch):
@@ -487,8 +503,8 @@ def test_report_names_lowest_points_and_winner():
     row = next(line for line in text.splitlines() if line.split()[:1] == ["5000"])
     assert " avx2_nt x2* " in row, row
     lowest = text.split("lowest points:")[1].splitlines()[1]
-    assert "auto ran avx2_nt x2 (learned store mode; the profile picks generic), avx2 won" in lowest, lowest
-    assert text.splitlines()[-1].startswith("*: the store mode learned")
+    assert "auto ran avx2_nt x2 (learned at run time; the profile picks generic), avx2 won" in lowest, lowest
+    assert text.splitlines()[-1].startswith("*: what the copies timed so far learned")
 
 
 def test_placement_spread_benchmark_runs(capsys):

@@ -352,13 +352,18 @@ def measure_point(size: int, offset: int, repeats: int, min_time: float, rng: ra
         pool = [name for name in variants if name.startswith(kernel + " x")]
         return pool[0] if pool else kernel
 
+    def ran(kernel: str, split: bool) -> str:
+        return on_pool(kernel) if split else kernel
+
     return {"size": size, "offset": offset, "overlap": overlap, "src_page_offset": src.ctypes.data % PAGE,
             "dst_page_offset": dst.ctypes.data % PAGE,
             # the profile's kernel
             "picked": on_pool(_core.chosen_kernel(dst.ctypes.data, src.ctypes.data, size)),
             # the kernel fastcopy.copy runs after the repeats: where copies learn their store
-            # mode (the profile's nt.learn_from), the band's or the NT kernel, as learned
-            "ran": on_pool(_core.learned_kernel(dst.ctypes.data, src.ctypes.data, size)),
+            # mode (the profile's nt.learn_from), the band's or the NT kernel, as learned; on the
+            # pool where copies split now (from the parallel threshold, as learned)
+            "ran": ran(_core.learned_kernel(dst.ctypes.data, src.ctypes.data, size),
+                       _core.learned_split(dst.ctypes.data, src.ctypes.data, size)),
             "iterations": loops, "reruns": reruns, "seconds": samples}
 
 
@@ -589,8 +594,8 @@ def format_report(result: Dict[str, Any]) -> str:
                      f"{p['winner']} won")
     lines.append("wins: " + ", ".join(f"{name} {n}" for name, n in s["wins"].items()))
     if any(_learned(p) for p in pts):
-        lines.append("*: the store mode learned from the copies timed (cached or streaming stores) runs this kernel, "
-                     "not the one the profile picks")
+        lines.append("*: what the copies timed so far learned (cached or streaming stores; split across the pool or "
+                     "not) runs this, not what the profile picks")
     return "\n".join(lines)
 
 
@@ -601,8 +606,9 @@ def _src_offsets(point: Dict[str, Any]) -> str:
 
 
 def _learned(point: Dict[str, Any]) -> bool:
-    """Whether auto's copies at the point ran another kernel than the profile picks (learned
-    store mode); points recorded without "ran" ran the profile's kernel."""
+    """Whether auto's copies at the point ran another kernel, or on another number of threads,
+    than the profile picks (a learned store mode or split); points recorded without "ran" ran
+    the profile's kernel."""
     return point.get("ran", point["picked"]) != point["picked"]
 
 
@@ -612,7 +618,7 @@ def _auto_runs(point: Dict[str, Any]) -> str:
 
 def _auto_ran_words(point: Dict[str, Any]) -> str:
     if _learned(point):
-        return f"{point['ran']} (learned store mode; the profile picks {point['picked']})"
+        return f"{point['ran']} (learned at run time; the profile picks {point['picked']})"
     return point["picked"]
 
 
