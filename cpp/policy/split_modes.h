@@ -23,7 +23,13 @@ namespace policy {
 // The rule, in the engine's terms (mode 1 = split, mode 0 = alone); the figures behind each
 // part are in the evidence (evidence: policy-private-split).
 // - A trial of the caller alone every 8 copies at first, 4x less often after each lost trial,
-//   up to every 1024: while splitting wins (1.6x) that costs a fraction of a percent.
+//   up to every 1024: while splitting wins (1.6x) that costs a fraction of a percent, and a
+//   split class needs no trial to see splitting get slower (its own copies show it).
+// - A trial of splitting while the caller runs alone at least every 256 copies: nothing else
+//   shows the host moving the CPUs back together. With trials growing to every 1024 copies a
+//   size class stayed alone through whole points of the held-out check while splitting ran
+//   1.6x faster; every 64 cost 9 % of the time of 384 KiB copies while the CPUs stayed apart
+//   (eight split copies at 0.6x, and the slow first alone copy after them, in every 64).
 // - A trial of the caller alone is two copies, the second timed: the first copy after split
 //   ones finds half the destination in the worker's cache (17 us against 8 at 384 KiB).
 // - A trial of splitting is eight copies, the last timed, and is judged against the second
@@ -47,6 +53,7 @@ constexpr StoreModeRule kPrivateSplitRule = {
     0.25,  // rate_weight
     1,     // octaves_per_class: 256-512 KiB, ..., 32-64 MiB,
     9,     // classes:           64 MiB and more
+    256,   // explore_max_while_cached: while alone
 };
 
 class SplitLearner {

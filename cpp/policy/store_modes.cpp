@@ -30,8 +30,8 @@ bool StoreModeLearner::streaming(std::size_t n, bool start_streaming) {
         // Cached stores far ahead of streaming ones: count the trial as lost without running
         // it; at explore_max it runs anyway (the streaming rate may be stale).
         if (!s.current_streaming && s.rate[1] > 0 && s.rate[0] > rule_.trial_within * s.rate[1] &&
-            s.explore_every < rule_.explore_max) {
-            s.explore_every = std::min(rule_.explore_max, s.explore_every * rule_.explore_growth);
+            s.explore_every < explore_cap(false)) {
+            s.explore_every = std::min(explore_cap(false), s.explore_every * rule_.explore_growth);
         } else {
             s.trial = true;
             s.trial_left = s.current_streaming ? rule_.cached_trial_copies : rule_.streaming_trial_copies;
@@ -116,7 +116,11 @@ void StoreModeLearner::switch_to(ClassState& s, bool streaming) const {
 
 void StoreModeLearner::end_trial(ClassState& s, bool tried_streaming, bool won) const {
     if (won) switch_to(s, tried_streaming);
-    else s.explore_every = std::min(rule_.explore_max, s.explore_every * rule_.explore_growth);
+    else s.explore_every = std::min(explore_cap(s.current_streaming), s.explore_every * rule_.explore_growth);
+}
+
+unsigned StoreModeLearner::explore_cap(bool streaming) const {
+    return !streaming && rule_.explore_max_while_cached ? rule_.explore_max_while_cached : rule_.explore_max;
 }
 
 StoreModeLearner::ClassState StoreModeLearner::state(int cls) const {

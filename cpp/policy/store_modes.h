@@ -64,6 +64,10 @@ struct StoreModeRule {
     // doublings of the size, and the last of `classes` takes every larger size.
     unsigned octaves_per_class;
     unsigned classes;            // 1..kMaxClasses
+    // The longest interval between trials while a class runs mode 0 (cached stores; for the
+    // split rule, the caller alone), when shorter than explore_max (0: explore_max). A rule whose
+    // mode 0 cannot see the other mode get faster without trying it keeps this short.
+    unsigned explore_max_while_cached = 0;
 };
 
 // Loan fills. Cached stores are preferred: streaming ones also cost the reader, who then
@@ -183,6 +187,8 @@ private:
     };
     // Moves the mode's rate towards a write (rate_weight); the first write sets it.
     void fold_rate(ClassState& s, int mode, double rate) const;
+    // The longest trial interval while the class runs `streaming` (explore_max_while_cached).
+    unsigned explore_cap(bool streaming) const;
     // Makes `streaming` the mode, trials starting again from explore_min.
     void switch_to(ClassState& s, bool streaming) const;
     // A trial ends: the tried mode takes over when it won, else the next trial waits longer.

@@ -359,6 +359,7 @@ void bind_info(py::module_& m) {
         d["explore_min"] = r.explore_min;
         d["explore_max"] = r.explore_max;
         d["explore_growth"] = r.explore_growth;
+        d["explore_max_while_alone"] = r.explore_max_while_cached;
         d["split_trial_copies"] = r.streaming_trial_copies;
         d["alone_trial_copies"] = r.cached_trial_copies;
         d["judge_after"] = r.judge_after;

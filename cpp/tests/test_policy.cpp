@@ -784,19 +784,26 @@ void private_split_checks() {
         const int first = s.count_split(n, 40, 50, 33);
         check(!s.m.state(cls).split && !s.m.settled_split(n), w,
               "far: still split after 40 copies (" + std::to_string(first) + " split)");
+        // Apart, a trial of splitting (its copies, and the two alone copies it is judged
+        // against) comes at least every explore_max_while_cached copies, and no more often.
+        const auto r = s.m.rule();
         const int later = s.count_split(n, 10000, 50, 33);
-        check(later <= 200, w, "far: " + std::to_string(later) + " of 10000 later copies split (want at most 200)");
+        const int most = 10000 * int(r.streaming_trial_copies) / int(r.explore_max_while_cached) + 50;
+        const int least = 10000 * int(r.streaming_trial_copies) / int(r.explore_max_while_cached + r.streaming_trial_copies + r.judge_after) - 50;
+        check(later <= most && later >= least, w, "far: " + std::to_string(later) + " of 10000 later copies split (want " +
+              std::to_string(least) + ".." + std::to_string(most) + ": a trial every explore_max_while_cached copies)");
     }
     {
-        // Near, far, near again: back to splitting within the longest trial interval, even though
-        // the first copies of each split trial run at the alone rate (the worker wakes).
+        // Near, far, near again: back to splitting within the longest interval between trials
+        // of splitting, even though the first copies of each trial run at the alone rate (the
+        // worker wakes).
         Sim s;
         s.count_split(n, 2000, 50, 85, 4);
         check(s.m.state(cls).split, w, "near with a waking worker: not split after 2000 copies");
         s.count_split(n, 5000, 50, 33, 4);
         check(!s.m.state(cls).split, w, "far after near: not alone after 5000 copies");
         const auto rule = s.m.rule();
-        const int back = int(rule.explore_max + rule.streaming_trial_copies + rule.judge_after + 2);
+        const int back = int(rule.explore_max_while_cached + rule.streaming_trial_copies + rule.judge_after + 2);
         int at = -1;
         for (int i = 0; i < back && at < 0; ++i) {
             s.copy(n, 50, 85, 4);

@@ -229,7 +229,7 @@ def format_info(data: Dict[str, Any], verbose: bool = False) -> str:
                      f"pool are timed; the caller alone is tried ({r['alone_trial_copies']} copies, the last one "
                      f"timed) after {r['explore_min']} copies, then {r['explore_growth']}x less often after each loss "
                      f"(up to every {r['explore_max']}); splitting again is tried the same way ({r['split_trial_copies']} "
-                     f"copies); either takes over when {r['to_split_margin']:g}x faster (split) or "
+                     f"copies a worker took part in, at least every {r['explore_max_while_alone']}); either takes over when {r['to_split_margin']:g}x faster (split) or "
                      f"{r['to_alone_margin']:g}x (alone): {r['why']}")
         for c in split["classes"]:  # a fresh process has none
             lines.append(f"    {c['sizes']}: {c['mode']} now ({c['split_copies']} copies split at "

@@ -100,7 +100,7 @@ def test_splitting_comes_back_when_a_trial_shows_it_faster():
     dst, src = arrays(N, 4)
     assert not _core.learned_split(dst.ctypes.data, src.ctypes.data, N)
     rule = _core.private_split_rule()
-    longest = rule["explore_max"] + rule["split_trial_copies"] + rule["judge_after"] + 2
+    longest = rule["explore_max_while_alone"] + rule["split_trial_copies"] + rule["judge_after"] + 2
     split = _core.simulate_private_split_modes(N, 50.0, 85.0, longest)
     assert split >= rule["split_trial_copies"]
     assert _core.learned_split(dst.ctypes.data, src.ctypes.data, N)

@@ -320,12 +320,12 @@ def test_pool_variants_from_the_parallel_threshold():
     assert point["picked"] == "generic x2"
 
 
-def point_on_two_threads(profile: dict) -> dict:
+def point_on_two_threads(profile: dict, overlap: bool = False) -> dict:
     """check.measure_point at 64 KiB, offset 64, under `profile` (its pool from 64 KiB) on two threads."""
     fastcopy.set_threads(2)
     try:
         with profile_forced(profile, "test: pool from 64 KiB"):
-            return check.measure_point(1 << 16, 64, repeats=2, min_time=0.0001, rng=random.Random(2))
+            return check.measure_point(1 << 16, 64, repeats=2, min_time=0.0001, rng=random.Random(2), overlap=overlap)
     finally:
         fastcopy.set_threads(0)
 
@@ -359,6 +359,15 @@ def test_a_point_reports_copies_that_learned_to_run_alone(monkeypatch):
     point = point_on_two_threads(p)
     assert point["picked"] == "generic x2" and point["ran"] == "generic"
     assert check._learned(point) and check._auto_runs(point) == "generic*"
+
+
+def test_an_overlapping_point_above_the_parallel_threshold_is_not_on_the_pool():
+    """Overlapping copies never split: the profile's pick and what auto ran name the kernel
+    alone, and the point is not marked as learned."""
+    p = generic_profile()
+    p["parallel"] = {"threshold": 1 << 16, "threads": 0, "why": "forced by the test"}
+    point = point_on_two_threads(p, overlap=True)
+    assert point["picked"] == point["ran"] == "generic" and not check._learned(point)
 
 
 def test_cold_check_evicts_before_every_copy_it_times(monkeypatch):

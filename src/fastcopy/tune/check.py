@@ -357,8 +357,9 @@ def measure_point(size: int, offset: int, repeats: int, min_time: float, rng: ra
 
     return {"size": size, "offset": offset, "overlap": overlap, "src_page_offset": src.ctypes.data % PAGE,
             "dst_page_offset": dst.ctypes.data % PAGE,
-            # the profile's kernel
-            "picked": on_pool(_core.chosen_kernel(dst.ctypes.data, src.ctypes.data, size)),
+            # the profile's kernel, on the pool from the parallel threshold (overlapping copies
+            # never split)
+            "picked": ran(_core.chosen_kernel(dst.ctypes.data, src.ctypes.data, size), not overlap),
             # the kernel fastcopy.copy runs after the repeats: where copies learn their store
             # mode (the profile's nt.learn_from), the band's or the NT kernel, as learned; on the
             # pool where copies split now (from the parallel threshold, as learned)
