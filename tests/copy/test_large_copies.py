@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
+import sys
 import threading
 import time
 
@@ -343,3 +345,39 @@ def test_overlapping_copies_from_the_non_temporal_threshold(direction):
         np.copyto(expect[:n], expect[shift:].copy())
         fastcopy.copy(buf[:n], buf[shift:])
     assert np.array_equal(buf, expect)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs Linux and at least two CPUs in the affinity mask")
+def test_a_sleeping_worker_is_woken_off_the_callers_cpu():
+    """Before a sleeping worker is woken for a copy, its affinity becomes the caller's mask
+    without the CPU the caller runs on (woken onto the caller's busy CPU it would join
+    milliseconds late). Read from /proc: the worker thread is named fastcopy-pool."""
+    import glob
+
+    allowed = os.sched_getaffinity(0)
+    k2 = fastcopy.kernel("generic", threads=2)  # always the pool, whatever the profile says
+    src = np.random.default_rng(8).integers(0, 256, 4 << 20, dtype=np.uint8)
+    dst = np.zeros_like(src)
+    k2(dst, src)  # starts the pool
+    tids = [int(path.split("/")[-2]) for path in glob.glob("/proc/self/task/*/comm")
+            if open(path).read().strip() == "fastcopy-pool"]
+    assert tids, "no fastcopy-pool thread after a split copy"
+    worker = tids[0]
+    shown = 0
+    give_up = time.perf_counter() + 20
+    while not shown and time.perf_counter() < give_up:
+        os.sched_setaffinity(worker, allowed)  # as if never pinned
+        time.sleep(0.005)  # past the worker's spin: it sleeps
+        if fastcopy._core.pool_sleeping_workers() != 1:
+            continue
+        before = fastcopy._core.pool_stats()["parallel_copies"]
+        k2(dst, src)  # wakes it (4 MiB: even an isolated copy does)
+        if fastcopy._core.pool_stats()["parallel_copies"] == before:
+            continue  # done alone (a back-off after a late worker): nothing was woken
+        got = os.sched_getaffinity(worker)
+        shown = 1
+        assert got < allowed and len(allowed - got) == 1, (sorted(allowed), sorted(got))
+    assert shown, "the worker never slept in 20 s"
+    assert np.array_equal(dst, src)
+    os.sched_setaffinity(worker, allowed)
