@@ -228,22 +228,22 @@ inline bool learns_split(const policy::Profile& p, std::size_t n) {
 
 // A private copy that goes to the pool: split across it or on the caller alone, as
 // private_split_modes() decides from the timings of earlier copies; this one is timed too.
-// A split copy that no worker took part in (the worker asleep and not yet running, the pool
-// busy or backing off) is not recorded: it says nothing about splitting, and a worker woken
-// from sleep under a hypervisor often takes milliseconds to join, longer than a trial of
-// splitting lasts (evidence: policy-private-split).
+// A split copy that no worker took part in (the pool busy or backing off, the worker not yet
+// running) or that had to wake a worker is not recorded: it times the caller alone or the
+// wake-up (a woken worker joins 60-190 us late, whole copies of 1-4 MiB), not splitting
+// (evidence: policy-private-split, pool-wake-off-caller-cpu).
 void copy_learning_split(CopyFn k, void* dst, const void* src, std::size_t n) {
     policy::SplitLearner& modes = private_split_modes();
     const bool split = modes.split(n);
     const auto t0 = std::chrono::steady_clock::now();
-    std::size_t worker_chunks = 0;
+    pool::SplitResult done;
     if (split) {
         t_last_kernel = k;
-        worker_chunks = pool::parallel_copy(dst, src, n, k);
+        done = pool::parallel_copy(dst, src, n, k);
     } else {
         run(k, dst, src, n);
     }
-    if (!split || worker_chunks > 0)
+    if (!split || (done.worker_chunks > 0 && !done.woke_worker))
         modes.record(n, split, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 }  // namespace

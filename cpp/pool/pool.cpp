@@ -144,6 +144,7 @@ struct Job {
     // parallel_for jobs: chunk c is the call item(ctx, c) instead of a piece of one copy.
     void (*item)(void*, std::size_t) = nullptr;
     void* ctx = nullptr;
+    bool woke_worker = false;  // a worker was asleep when the job was handed to it
     alignas(kLine) std::atomic<std::size_t> next{0};  // next chunk to take
 };
 
@@ -257,12 +258,13 @@ void keep_off_caller_cpu(Worker* w) {
 #endif
 }
 
-// Hands the job to an idle worker.
-void enlist(Worker* w, Job* j) {
+// Hands the job to an idle worker; returns whether it had to be woken from sleep.
+bool enlist(Worker* w, Job* j) {
     w->job = j;
     if (w->state.load(std::memory_order_relaxed) == kSleeping) keep_off_caller_cpu(w);
     const std::uint32_t old = w->state.exchange(kGo, std::memory_order_acq_rel);
     if (old == kSleeping) wake_all(&w->state);
+    return old == kSleeping;
 }
 
 // Whether the first `helpers` workers all sleep (none spinning, none busy).
@@ -376,14 +378,14 @@ unsigned clamp_threads(unsigned n) { return std::min(n, kMaxThreads); }
 
 // The owner's part of a parallel job: take the pool (or run `alone` when it is busy, during
 // the back-off, or when no worker can help), enlist workers, take chunks, retire workers.
-// `t`: threads() as the caller read it (>= 2). Returns the chunks the workers took.
+// `t`: threads() as the caller read it (>= 2). Returns what the workers did.
 template <class Alone>
-std::size_t run_job(Job& job, unsigned t, Alone&& alone) {
+SplitResult run_job(Job& job, unsigned t, Alone&& alone) {
     if (g_busy.exchange(true, std::memory_order_acquire)) {
         // Another caller's copy holds the pool: copy alone (no queueing, no waiting).
         g_busy_fallbacks.fetch_add(1, std::memory_order_relaxed);
         alone();
-        return 0;
+        return {};
     }
     const bool adaptive = g_adaptive.load(std::memory_order_relaxed);
     const std::int64_t t0 = adaptive ? now_ns() : 0;
@@ -393,7 +395,7 @@ std::size_t run_job(Job& job, unsigned t, Alone&& alone) {
         g_busy.store(false, std::memory_order_release);
         g_backoff_fallbacks.fetch_add(1, std::memory_order_relaxed);
         alone();
-        return 0;
+        return {};
     }
     Pool* p = pool_with(t - 1);
     const std::size_t helpers = std::min<std::size_t>(p->workers.size(), job.nchunks - 1);
@@ -404,11 +406,11 @@ std::size_t run_job(Job& job, unsigned t, Alone&& alone) {
         g_last_end_ns = now_ns();
         g_asleep_fallbacks.fetch_add(1, std::memory_order_relaxed);
         g_busy.store(false, std::memory_order_release);
-        return 0;
+        return {};
     }
     g_worker_spin_ns.store(adaptive ? worker_spin_ns(t0 - g_last_end_ns) : kWorkerSpinNs,
                            std::memory_order_relaxed);
-    for (std::size_t i = 0; i < helpers; ++i) enlist(p->workers[i], &job);
+    for (std::size_t i = 0; i < helpers; ++i) job.woke_worker |= enlist(p->workers[i], &job);
     const std::size_t mine = run_chunks(job);
     const std::int64_t t1 = adaptive ? now_ns() : 0;
     for (std::size_t i = 0; i < helpers; ++i) retire(p->workers[i]);
@@ -430,7 +432,7 @@ std::size_t run_job(Job& job, unsigned t, Alone&& alone) {
     }
     g_parallel_copies.fetch_add(1, std::memory_order_relaxed);
     g_busy.store(false, std::memory_order_release);
-    return job.nchunks - mine;
+    return {job.nchunks - mine, job.woke_worker};
 }
 
 }  // namespace
@@ -483,26 +485,26 @@ std::string threads_reason() {
 
 namespace {
 // parallel_copy_chunked on `t` threads (caller included).
-std::size_t chunked_on(void* dst, const void* src, std::size_t n, CopyFn kernel, std::size_t chunk_bytes, unsigned t);
+SplitResult chunked_on(void* dst, const void* src, std::size_t n, CopyFn kernel, std::size_t chunk_bytes, unsigned t);
 std::size_t chunk_for(std::size_t n, unsigned t) {
     std::size_t chunk = n / (std::size_t(t) * kChunksPerThread);
     return std::min(std::max(chunk, kMinChunkBytes), kMaxChunkBytes);
 }
 }  // namespace
 
-std::size_t parallel_copy_chunked(void* dst, const void* src, std::size_t n, CopyFn kernel,
+SplitResult parallel_copy_chunked(void* dst, const void* src, std::size_t n, CopyFn kernel,
                                   std::size_t chunk_bytes) {
     return chunked_on(dst, src, n, kernel, chunk_bytes, threads());
 }
 
-std::size_t parallel_copy_threads(void* dst, const void* src, std::size_t n, CopyFn kernel, unsigned threads_wanted) {
+SplitResult parallel_copy_threads(void* dst, const void* src, std::size_t n, CopyFn kernel, unsigned threads_wanted) {
     const unsigned t = std::max(1u, std::min(threads_wanted, kMaxThreads));
     return chunked_on(dst, src, n, kernel, chunk_for(n, t), t);
 }
 
 namespace {
-std::size_t chunked_on(void* dst, const void* src, std::size_t n, CopyFn kernel, std::size_t chunk_bytes, unsigned t) {
-    if (n == 0) return 0;
+SplitResult chunked_on(void* dst, const void* src, std::size_t n, CopyFn kernel, std::size_t chunk_bytes, unsigned t) {
+    if (n == 0) return {};
     chunk_bytes = std::max<std::size_t>(kLine, (chunk_bytes + kLine - 1) & ~(kLine - 1));
     Job job;
     job.dst = static_cast<unsigned char*>(dst);
@@ -516,7 +518,7 @@ std::size_t chunked_on(void* dst, const void* src, std::size_t n, CopyFn kernel,
     // concurrently would not give memmove's result. One kernel call does.
     if (t <= 1 || job.nchunks <= 1 || overlaps(dst, src, n)) {
         kernel(dst, src, n);
-        return 0;
+        return {};
     }
     return run_job(job, t, [&] { kernel(dst, src, n); });
 }
@@ -541,7 +543,7 @@ void parallel_for(std::size_t n, void (*item)(void* ctx, std::size_t index), voi
 
 void set_adaptive(bool on) { g_adaptive.store(on, std::memory_order_relaxed); }
 
-std::size_t parallel_copy(void* dst, const void* src, std::size_t n, CopyFn kernel) {
+SplitResult parallel_copy(void* dst, const void* src, std::size_t n, CopyFn kernel) {
     const unsigned t = std::max(1u, threads());
     return parallel_copy_chunked(dst, src, n, kernel, chunk_for(n, t));
 }

@@ -21,17 +21,24 @@ std::string threads_reason();
 // n >= 1; 1 disables threading. 0 restores the default. Safe while copies run.
 void set_threads(unsigned n);
 
+// What one split copy did: the chunks the workers copied (0: the caller copied everything
+// itself, for whatever reason), and whether a worker had to be woken from sleep for it (it then
+// joins late: such a copy times the wake-up as much as the split).
+struct SplitResult {
+    std::size_t worker_chunks = 0;
+    bool woke_worker = false;
+};
+
 // Copies n bytes from src to dst, cut into cache-line-aligned chunks, each copied by
 // `kernel` on one of threads() threads (the caller takes a share). Blocks until all chunks
 // are done. Precondition: the ranges do not overlap (dispatch guarantees it). When the pool
-// is busy with another caller's copy, or threads() == 1, the caller copies alone. Returns the
-// chunks the workers copied (0: the caller copied everything itself, for whatever reason).
-std::size_t parallel_copy(void* dst, const void* src, std::size_t n, CopyFn kernel);
+// is busy with another caller's copy, or threads() == 1, the caller copies alone.
+SplitResult parallel_copy(void* dst, const void* src, std::size_t n, CopyFn kernel);
 
 // parallel_copy on `threads_wanted` threads (caller included; 1..kMaxThreads) instead of
 // threads(): for fastcopy.kernel(name, threads=N), which tune uses to measure each thread
 // count. The pool is resized to that count when it differs (costly: keep one count per run).
-std::size_t parallel_copy_threads(void* dst, const void* src, std::size_t n, CopyFn kernel, unsigned threads_wanted);
+SplitResult parallel_copy_threads(void* dst, const void* src, std::size_t n, CopyFn kernel, unsigned threads_wanted);
 
 // Calls item(ctx, i) once for every i in [0, n), spread over threads() threads (the caller
 // takes a share, items are taken in order from one counter); blocks until all are done.
@@ -79,7 +86,7 @@ constexpr std::size_t kMinChunkBytes = 16 * 1024;
 
 // parallel_copy with an explicit chunk size (rounded up to a multiple of 64; chunk
 // boundaries fall on 64-byte-aligned dst addresses). For tests and benchmarks.
-std::size_t parallel_copy_chunked(void* dst, const void* src, std::size_t n, CopyFn kernel,
+SplitResult parallel_copy_chunked(void* dst, const void* src, std::size_t n, CopyFn kernel,
                                   std::size_t chunk_bytes);
 
 // Round trip of an empty job through one already started worker (starting the pool if

@@ -570,7 +570,7 @@ void test_worker_chunks_returned() {
     std::vector<unsigned char> src(1 << 20), dst(1 << 20);
     fill(src.data(), src.size(), 9);
     pool::set_threads(1);
-    CHECK(pool::parallel_copy(dst.data(), src.data(), src.size(), copy_generic) == 0,
+    CHECK(pool::parallel_copy(dst.data(), src.data(), src.size(), copy_generic).worker_chunks == 0,
           "one thread: parallel_copy reported chunks copied by workers");
     pool::set_threads(2);
     const auto before = pool::stats().chunks_by_workers;
@@ -578,7 +578,7 @@ void test_worker_chunks_returned() {
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
     // A starved worker may take no chunk for a while: copy until it took some (up to 5 s).
     while (returned == 0 && std::chrono::steady_clock::now() < until)
-        for (int i = 0; i < 64; ++i) returned += pool::parallel_copy(dst.data(), src.data(), src.size(), copy_generic);
+        for (int i = 0; i < 64; ++i) returned += pool::parallel_copy(dst.data(), src.data(), src.size(), copy_generic).worker_chunks;
     CHECK(returned > 0, "two threads: no copy in 5 s reported a chunk copied by a worker");
     CHECK(pool::stats().chunks_by_workers - before == returned,
           "parallel_copy returned %zu worker chunks, stats() counted %llu", returned,

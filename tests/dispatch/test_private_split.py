@@ -211,3 +211,29 @@ def test_copies_that_learn_their_store_mode_always_split():
     fastcopy.copy(dst, src)
     assert reached_pool() == before + 1 and np.array_equal(dst, src)
     _core.reset_private_store_modes()
+
+
+def test_a_split_copy_that_woke_the_worker_is_not_recorded():
+    """A copy that had to wake the sleeping worker times the wake-up (the worker joins late)
+    as much as the split: not recorded even where the worker then took part."""
+    import time
+
+    n = 16 * MiB  # long enough (about 0.4 ms) for a woken worker to join
+    dst, src = arrays(n, 9)
+    fastcopy.kernel("generic", threads=2)(dst, src)  # starts the pool (a forced kernel: nothing learned)
+    shown = 0
+    give_up = time.perf_counter() + 20
+    while not shown and time.perf_counter() < give_up:
+        time.sleep(0.005)  # past the worker's spin: it sleeps
+        if _core.pool_sleeping_workers() != 1:
+            continue
+        before = _core.pool_stats()
+        fastcopy.copy(dst, src)
+        after = _core.pool_stats()
+        if after["parallel_copies"] > before["parallel_copies"] and after["chunks_by_workers"] > before["chunks_by_workers"]:
+            shown = 1  # woke the worker, which then took part
+        else:
+            _core.reset_private_split_modes()
+    assert shown, "no copy in 20 s woke the worker and had it take part"
+    assert np.array_equal(dst, src)
+    assert _core.private_split_modes() == []
