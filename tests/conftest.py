@@ -81,6 +81,26 @@ def kernel_with_streaming_twin():
 
 
 @contextlib.contextmanager
+def builtin_policy_without(*variables: str):
+    """Runs the block on the built-in profile with these FASTCOPY_* variables unset (the
+    policy rebuilt without them), then puts them back and loads the profile import would."""
+    from fastcopy import _profile
+
+    saved = {k: os.environ.pop(k, None) for k in variables}
+    fastcopy._core.init_policy()
+    fastcopy._core.use_builtin_profile()
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k, None)
+            if v is not None:
+                os.environ[k] = v
+        fastcopy._core.init_policy()
+        _profile.load_at_import()
+
+
+@contextlib.contextmanager
 def profile_forced(profile: dict, source: str = "test: forced profile"):
     """Runs the block with `profile` (a dict in the profile format) as the active dispatch
     profile, and then puts back the profile that was active before (the environment's

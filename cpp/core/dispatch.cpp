@@ -172,6 +172,12 @@ policy::SplitLearner& private_split_modes() {
 }
 
 namespace {
+// Whether a copy of n bytes goes to the pool: from the profile's parallel threshold, with more
+// than one thread, no forced kernel and no overlap (the pool's chunks would race).
+inline bool pooled_copy(const policy::Profile& p, const void* dst, const void* src, std::size_t n) {
+    return n >= p.parallel.threshold && !p.forced && !policy::ranges_overlap(dst, src, n) && pool::threads() > 1;
+}
+
 // The band's kernel (cached stores) a private copy of at least nt.learn_from bytes learns
 // against the NT kernel, or nullptr where the copy runs as the profile says: overlapping
 // copies, forced kernels, profiles without an NT kernel and bands whose kernel streams already.
@@ -190,10 +196,10 @@ CopyFn learning_cached_kernel(const policy::Profile& p, void* dst, const void* s
 // loses).
 void copy_learning_store_mode(const policy::Profile& p, CopyFn chosen, void* dst, const void* src, std::size_t n) {
     const policy::NtRule& nt = p.region[static_cast<int>(Region::Private)].nt;
-    const bool pooled = n >= p.parallel.threshold && pool::threads() > 1;
+    const bool pooled = pooled_copy(p, dst, src, n);
     const CopyFn cached = learning_cached_kernel(p, dst, src, n);
     if (!cached) {
-        if (pooled && !policy::ranges_overlap(dst, src, n) && !p.forced) {
+        if (pooled) {
             t_last_kernel = chosen;
             pool::parallel_copy(dst, src, n, chosen);
         } else {
@@ -212,12 +218,6 @@ void copy_learning_store_mode(const policy::Profile& p, CopyFn chosen, void* dst
         run(k, dst, src, n);
     }
     modes.record(n, streaming, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-}
-
-// Whether a copy of n bytes goes to the pool: from the profile's parallel threshold, with more
-// than one thread, no forced kernel and no overlap (the pool's chunks would race).
-inline bool pooled_copy(const policy::Profile& p, const void* dst, const void* src, std::size_t n) {
-    return n >= p.parallel.threshold && !p.forced && !policy::ranges_overlap(dst, src, n) && pool::threads() > 1;
 }
 
 // Whether private_split_modes() decides a private copy of n bytes that goes to the pool: from

@@ -14,6 +14,7 @@
 // "the caller alone" and mode 1 "split across the pool"; SplitLearner names them so.
 #pragma once
 #include <cstddef>
+#include <string>
 
 #include "policy/store_modes.h"
 

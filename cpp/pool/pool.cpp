@@ -243,7 +243,7 @@ void worker_main(Worker* w) {
 // or first runs. Woken from its futex, a worker is often placed on the waker's CPU, where the
 // caller is busy with its share, and runs only when the scheduler next balances the CPUs: on a
 // 2-vCPU VM about 2 ms later in most wakes, long after a copy of a few MiB has ended; kept off
-// that CPU it joins within 60-150 us (evidence: pool-wake-off-caller-cpu). Nothing changes
+// that CPU it joins within 60-190 us (evidence: pool-wake-off-caller-cpu). Nothing changes
 // where the caller may run on one CPU only, or where the call fails (a cpuset, an emulator).
 void keep_off_caller_cpu(Worker* w) {
 #if defined(__linux__) && defined(FASTCOPY_POOL_POSIX)

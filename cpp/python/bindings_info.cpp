@@ -350,7 +350,8 @@ void bind_info(py::module_& m) {
             out.append(d);
         }
         return out;
-    }, "What private copies the profile splits across the pool measured (from 256 KiB, below nt.learn_from): per "
+    }, "What private copies the profile splits across the pool measured (from private_split_rule()['min_bytes'], "
+       "below nt.learn_from): per "
        "size class, whether they run split or on the caller alone now, the last rate of each and how many copies ran each way.");
     m.def("private_split_rule", [] {
         const policy::StoreModeRule& r = policy::kPrivateSplitRule;

@@ -30,9 +30,12 @@ def _guard_end(nt: Dict[str, Any]) -> str:
 
 
 def _split_words(data: Dict[str, Any]) -> str:
-    """Which private copies the split learner decides, in words ("" when none: those that
-    would, learn their store mode instead). The pool is used."""
-    start = max(data["thresholds"]["parallel_bytes"], data["private_split_modes"]["rule"]["min_bytes"])
+    """Which private copies the split learner decides, in words ("" when none: no pool, one
+    thread, or every copy that would learns its store mode instead)."""
+    parallel = data["thresholds"]["parallel_bytes"]
+    if parallel is None or data["threads"]["count"] < 2:
+        return ""
+    start = max(parallel, data["private_split_modes"]["rule"]["min_bytes"])
     end = data["profile"]["regions"]["private"]["nt"].get("learn_from")
     if end is not None and end <= start:
         return ""
@@ -223,14 +226,14 @@ def format_info(data: Dict[str, Any], verbose: bool = False) -> str:
                          f"{c['cached_gbps']:.1f} GB/s last, {c['streaming_writes']} streamed at "
                          f"{c['streaming_gbps']:.1f} GB/s last, {c['switches']} switches)")
     split = data.get("private_split_modes")
-    if split and data["profile"]["parallel"]["threshold"] is not None:
+    if split and _split_words(data):
         r = split["rule"]
-        lines.append(f"  learned split: private copies from {r['min_bytes'] >> 10} KiB that the profile splits across the "
-                     f"pool are timed; the caller alone is tried ({r['alone_trial_copies']} copies, the last one "
-                     f"timed) after {r['explore_min']} copies, then {r['explore_growth']}x less often after each loss "
-                     f"(up to every {r['explore_max']}); splitting again is tried the same way ({r['split_trial_copies']} "
-                     f"copies a worker took part in, at least every {r['explore_max_while_alone']}); either takes over when {r['to_split_margin']:g}x faster (split) or "
-                     f"{r['to_alone_margin']:g}x (alone): {r['why']}")
+        lines.append(f"  learned split: {_split_words(data)}; the caller alone is tried ({r['alone_trial_copies']} "
+                     f"copies, the last one timed) after {r['explore_min']} copies, then {r['explore_growth']}x less "
+                     f"often after each loss (up to every {r['explore_max']}); splitting again is tried the same way "
+                     f"({r['split_trial_copies']} copies a worker took part in, at least every "
+                     f"{r['explore_max_while_alone']}); either takes over when {r['to_split_margin']:g}x faster "
+                     f"(split) or {r['to_alone_margin']:g}x (alone): {r['why']}")
         for c in split["classes"]:  # a fresh process has none
             lines.append(f"    {c['sizes']}: {c['mode']} now ({c['split_copies']} copies split at "
                          f"{c['split_gbps']:.1f} GB/s last, {c['alone_copies']} alone at {c['alone_gbps']:.1f} GB/s "
@@ -344,8 +347,9 @@ def _format_summary(data: Dict[str, Any]) -> str:
         pool = "not used (a forced kernel)"
     else:
         pool = "never" if t["parallel_bytes"] is None else f"from {human_size(t['parallel_bytes'])}"
-        if t["parallel_bytes"] is not None and _split_words(data):
-            pool += f" ({_split_words(data)})"
+        split = _split_words(data)
+        if split:
+            pool += f" ({split})"
     lines += ["", f"Thread pool: {pool}; {th['count']} threads"]
     lines.append("Shared memory: " + ", ".join(f"{r['name']} {_rule_value(r)}" for r in data["shm"]))
     set_overrides = [f"{k}={v}" for k, v in data["overrides"].items() if v is not None]

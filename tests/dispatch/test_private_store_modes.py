@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 
 import fastcopy
-from fastcopy import _core, _profile
+from fastcopy import _core
 from fastcopy._report import collect_info, format_info
+
+from conftest import builtin_policy_without
 
 pytestmark = pytest.mark.kernels
 
@@ -29,17 +31,9 @@ MiB = 1 << 20
 def builtin_policy():
     """Each test starts from the built-in profile, no overrides and a learner that has measured
     nothing, and leaves the same behind."""
-    saved = {k: os.environ.pop(k, None) for k in ("FASTCOPY_NT_LEARN_FROM", "FASTCOPY_KERNEL", "FASTCOPY_PROFILE")}
-    _core.init_policy()
-    _core.use_builtin_profile()
-    _core.reset_private_store_modes()
-    yield
-    for k, v in saved.items():
-        os.environ.pop(k, None)
-        if v is not None:
-            os.environ[k] = v
-    _core.init_policy()
-    _profile.load_at_import()
+    with builtin_policy_without("FASTCOPY_NT_LEARN_FROM", "FASTCOPY_KERNEL", "FASTCOPY_PROFILE"):
+        _core.reset_private_store_modes()
+        yield
     _core.reset_private_store_modes()
 
 
