@@ -236,3 +236,19 @@ def test_a_split_copy_that_woke_the_worker_is_not_recorded():
     assert shown, "no copy in 20 s woke the worker and had it take part"
     assert np.array_equal(dst, src)
     assert _core.private_split_modes() == []
+
+
+def test_info_says_nothing_of_the_split_where_no_copy_learns_it():
+    """One thread, or every pooled copy learning its store mode instead: info() names no split
+    learning, in the summary or the verbose text."""
+    fastcopy.set_threads(1)
+    for text in (format_info(collect_info(brand=False)), format_info(collect_info(brand=False), verbose=True)):
+        assert "split or run alone" not in " ".join(text.split())
+    fastcopy.set_threads(2)
+    if "avx2_nt" in fastcopy.kernels():
+        doc = json.loads(_core.active_profile_json())
+        doc["regions"]["private"]["nt"] = {"threshold": 256 * MiB, "kernel": "avx2_nt", "min_page_distance": 512,
+                                           "min_page_distance_below": None, "learn_from": 256 * KiB, "why": "test"}
+        _core.load_profile(json.dumps(doc), "test")
+        for text in (format_info(collect_info(brand=False)), format_info(collect_info(brand=False), verbose=True)):
+            assert "split or run alone" not in " ".join(text.split())
