@@ -288,6 +288,7 @@ Spec intel_spec(bool avx512) {
         s.shared_nt_why = "shared memory keeps the 64 MiB cap: the peer holds the other CPU (evidence: intel-nt-shared)";
     }
     s.nt_kernel = avx512 ? "avx512_nt" : "avx2_nt";
+    if (avx512) s.nt_learn_from = 4 * MiB;  // evidence: intel-nt-learn
     s.parallel_from = 1 * MiB;
     s.parallel_why = kParallelWhy;
     if (avx512)

@@ -60,6 +60,15 @@ def test_streams_with_the_avx512_twin_from_about_12_mib():
         assert "evidence: intel-nt-threshold" in example["why"]
 
 
+def test_private_copies_learn_their_store_mode_from_4_mib():
+    """evidence: intel-nt-learn. Cold copies of 4.4-12 MB ran 0.60-0.64x streamed when they ran
+    cached, hot ones of 20-42 MB 0.69-0.83x cached when they streamed: no static threshold
+    serves both, so private copies from 4 MiB time themselves and keep the faster store mode."""
+    nt = table("intel-erms-avx512")["nt"]
+    assert nt["learn_from"] == 4 * MiB
+    assert table("intel-erms")["nt"]["learn_from"] is None
+
+
 def test_the_plain_intel_table_is_unchanged_by_the_avx512_one():
     """The ERMS-only Intel table (no AVX-512 measured there) keeps the C library and rep movsb."""
     for classes in table("intel-erms")["regions"].values():
