@@ -201,7 +201,10 @@ def _assert_consistent(result: dict, points: int) -> None:
         measured = set(p["seconds"])
         assert check.AUTO in measured and check.COPYTO in measured and set(fastcopy.kernels()) <= measured
         assert p["winner"] in measured and p["winner"] != check.AUTO
-        assert all(len(v) == result["config"]["repeats"] for v in p["seconds"].values())
+        # the repeats, and a pass's share more for each extra pass a wide interval took
+        extra = p["extra_passes"] * check.pass_repeats(result["config"]["repeats"])[0]
+        assert 0 <= p["extra_passes"] <= check.EXTRA_PASSES
+        assert all(len(v) == result["config"]["repeats"] + extra for v in p["seconds"].values())
         med = p["median_seconds"]
         assert med[p["winner"]] == min(v for k, v in med.items() if k != check.AUTO)
         assert p["ci"][0] <= p["ratio"] <= p["ci"][1]
@@ -244,6 +247,7 @@ def test_every_point_is_measured_once_per_pass_in_turn(monkeypatch):
         return point
 
     monkeypatch.setattr(check, "measure_point", recording)
+    monkeypatch.setattr(check, "EXTRA_PASSES", 0)  # short loops may leave a wide interval: no more passes
     with profile_forced(generic_profile(), "test: generic everywhere"):
         result = fastcopy.check_dispatch(points=3, seed=5, repeats=4, min_time=0.0001, max_size=8192)
     sizes = [p["size"] for p in result["points"]]
@@ -288,6 +292,50 @@ def test_a_disturbance_during_one_pass_does_not_decide_a_point(monkeypatch, pass
     low, high = disturbed_ratio
     assert low <= result["points"][0]["ratio"] <= high, result["points"][0]["ratio"]
     assert result["points"][1]["ratio"] == pytest.approx(1.05)
+
+
+def _wide_point(size, repeats):
+    """A measured point whose auto times swing 1-3 us from repeat to repeat: an interval far
+    wider than WIDE_INTERVAL however many repeats it gets."""
+    point = _fake_point(size, [False] * repeats)
+    point["seconds"]["auto"] = [(1 + 2 * (k % 2)) * 1e-6 for k in range(repeats)]
+    return point
+
+
+def test_a_point_with_a_wide_interval_gets_more_passes_and_a_narrow_one_none(monkeypatch):
+    """After the passes a point whose interval spans more than WIDE_INTERVAL is measured again,
+    a pass at a time (its first pass's loops, fresh buffers), up to EXTRA_PASSES more; a point
+    with a narrow interval is not. The report says how many points and passes."""
+    assert check.WIDE_INTERVAL == 1.25 and check.EXTRA_PASSES == 3
+    taken = []
+    wide_size = []
+
+    def fake(size, offset, repeats, min_time, rng, overlap=False, evict=None, loops=None):
+        taken.append((size, repeats, loops))
+        if not wide_size:
+            wide_size.append(size)
+        return _wide_point(size, repeats) if size == wide_size[0] else _fake_point(size, [False] * repeats)
+
+    monkeypatch.setattr(check, "measure_point", fake)
+    result = fastcopy.check_dispatch(points=2, seed=5, repeats=15, min_time=0.0001, max_size=8192)
+    wide = next(p for p in result["points"] if p["size"] == wide_size[0])
+    narrow = next(p for p in result["points"] if p["size"] != wide_size[0])
+    assert check.is_wide(wide) and not check.is_wide(narrow)
+    assert wide["extra_passes"] == 3 and narrow["extra_passes"] == 0
+    assert len(wide["placements"]) == 6 and len(narrow["placements"]) == 3
+    assert all(len(t) == 15 + 3 * 5 for t in wide["seconds"].values())
+    extra = [t for t in taken if t[0] == wide_size[0]][3:]
+    assert [t[1] for t in extra] == [5, 5, 5] and all(t[2] is not None for t in extra)
+    assert "gets up to 3 more: 1 points, 3 passes in all" in result["report"]
+
+
+def test_a_wide_point_stops_getting_passes_once_its_interval_narrows(monkeypatch):
+    """The extra passes stop as soon as the point is no longer wide (here: once it has 20
+    repeats, after one extra pass)."""
+    monkeypatch.setattr(check, "measure_point", lambda size, offset, repeats, *args: _wide_point(size, repeats))
+    monkeypatch.setattr(check, "is_wide", lambda point: len(point["seconds"]["auto"]) < 20)
+    result = fastcopy.check_dispatch(points=1, seed=5, repeats=15, min_time=0.0001, max_size=8192)
+    assert result["points"][0]["extra_passes"] == 1
 
 
 def test_merge_placements_keeps_each_repeat_paired():
