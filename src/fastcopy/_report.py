@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import textwrap
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import _core
 
@@ -296,7 +296,8 @@ def _band_words(bands: List[Dict[str, Any]], forced: Optional[str]) -> str:
                      for i, b in enumerate(bands))
 
 
-def _region_summary(region: Dict[str, Any], forced: Optional[str]) -> List[str]:
+def _region_summary(region: Dict[str, Any], forced: Optional[str]) -> Tuple[List[str], List[str]]:
+    """(rows of the bands, rows of the NT rule) of one region, as the summary prints them."""
     groups: List[Any] = []
     for cls in ("page_aligned", "near", "far", "backward"):
         words = _band_words(region[cls], forced)
@@ -311,11 +312,31 @@ def _region_summary(region: Dict[str, Any], forced: Optional[str]) -> List[str]:
     else:
         rows = [f"  {', '.join(_CLASS_TITLES[c] for c in classes)}: {words}" for classes, words in groups]
     nt = region["nt"]
+    nt_rows: List[str] = []
     if nt["threshold"] is not None and not forced:
         cond = f", at (dst - src) mod 4096 = 0 or >= {nt['min_page_distance']}{_guard_end(nt)}" \
             if nt["min_page_distance"] else ""
-        rows.append(f"  non-temporal stores ({nt['kernel']}) from {human_size(nt['threshold'])}{cond}{_learn_words(nt)}")
-    return rows
+        nt_rows.append(f"  non-temporal stores ({nt['kernel']}) from {human_size(nt['threshold'])}{cond}"
+                       f"{_learn_words(nt)}")
+    return rows, nt_rows
+
+
+def _regions_summary(regions: Dict[str, Any], forced: Optional[str]) -> List[str]:
+    """The three regions, each said once: copies into and out of shared memory together where
+    their rules match, and "as ordinary copies" for what they share with private copies."""
+    private = _region_summary(regions["private"], forced)
+    lines = [f"{_REGION_TITLES['private']}:"] + private[0] + private[1]
+    to_shared, from_shared = (_region_summary(regions[key], forced) for key in ("to_shared", "from_shared"))
+    blocks = [("Copies into and out of shared memory", to_shared)] if to_shared == from_shared else \
+        [(_REGION_TITLES["to_shared"], to_shared), (_REGION_TITLES["from_shared"], from_shared)]
+    for title, (bands, nt) in blocks:
+        if (bands, nt) == private:
+            lines.append(f"{title}: same as ordinary copies")
+        elif bands == private[0]:
+            lines += [f"{title}: the bands of ordinary copies; " + (nt[0].strip() if nt else "no non-temporal stores")]
+        else:
+            lines += [f"{title}:"] + bands + nt
+    return lines
 
 
 def _format_summary(data: Dict[str, Any]) -> str:
@@ -332,16 +353,7 @@ def _format_summary(data: Dict[str, Any]) -> str:
                   f"{prov.get('date') or '?'}"]
     for item in profile["overrides"]:
         lines.append(f"  override: {item}")
-    private = None
-    for key in ("private", "to_shared", "from_shared"):
-        rows = _region_summary(profile["regions"][key], profile["forced_kernel"])
-        title = _REGION_TITLES.get(key, key)
-        if key != "private" and rows == private:
-            lines.append(f"{title}: same as ordinary copies")
-            continue
-        if key == "private":
-            private = rows
-        lines += [f"{title}:"] + rows
+    lines += _regions_summary(profile["regions"], profile["forced_kernel"])
     t, th = data["thresholds"], data["threads"]
     if profile["forced_kernel"]:
         pool = "not used (a forced kernel)"

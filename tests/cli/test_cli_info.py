@@ -1,6 +1,7 @@
 """``python -m fastcopy info [--json]``."""
 from __future__ import annotations
 
+import copy
 import json
 import re
 
@@ -113,3 +114,29 @@ def test_info_profile_prints_a_loadable_profile(tmp_path):
         from fastcopy import _profile
 
         _profile.load_at_import()
+
+
+def test_the_summary_says_each_region_once():
+    """Copies into and out of shared memory are said together where their rules match, as
+    "same as ordinary copies" where everything matches, and with only their NT rule where only
+    that differs from ordinary copies."""
+    from fastcopy._report import _regions_summary
+
+    regions = copy.deepcopy(_core.active_profile()["regions"])
+    for key in ("to_shared", "from_shared"):
+        regions[key] = copy.deepcopy(regions["private"])
+    lines = _regions_summary(regions, None)
+    assert lines[-1] == "Copies into and out of shared memory: same as ordinary copies"
+    for key in ("to_shared", "from_shared"):
+        regions[key]["nt"] = {**regions["private"]["nt"], "threshold": 64 << 20, "kernel": "avx2_nt",
+                              "min_page_distance": 0, "learn_from": None}
+    lines = _regions_summary(regions, None)
+    assert lines[-1] == ("Copies into and out of shared memory: the bands of ordinary copies; "
+                         "non-temporal stores (avx2_nt) from 64 MiB")
+    regions["from_shared"]["far"] = [{"from": 0, "kernel": "erms", "fallback": None, "why": "test"}]
+    lines = _regions_summary(regions, None)
+    assert "Copies into shared memory: the bands of ordinary copies; non-temporal stores (avx2_nt) from 64 MiB" \
+        in lines
+    at = lines.index("Copies out of shared memory:")
+    assert lines[at + 1:] == [line for line in lines[at + 1:] if line.startswith("  ")]
+    assert any("erms" in line for line in lines[at + 1:])
