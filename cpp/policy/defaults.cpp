@@ -274,7 +274,8 @@ Spec intel_spec(bool avx512) {
                         "2026-12-03", "glibc 2.36",
                         "python -m fastcopy tune --check and benchmarks/policy_quality.py (every kernel forced through "
                         "Python, fresh allocations, random sizes and distances, interleaved medians); "
-                        "cpp/bench/bandwidth --quick at 4-256 MiB; figures in docs/evidence/intel.md"};
+                        "cpp/bench/bandwidth --quick at 4-256 MiB; tune --check from 4 to 256 MiB, hot and cold, for the "
+                        "store-mode learning (2026-12-05); figures in docs/evidence/intel.md"};
     else
         s.provenance = {"Intel Xeon (family 6 model 143) under KVM, 2 vCPUs (the development machine before Zen 3); "
                         "glibc's public rep movsb thresholds for CPUs not measured",
