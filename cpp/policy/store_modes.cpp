@@ -24,10 +24,8 @@ bool StoreModeLearner::streaming(std::size_t n, bool start_streaming) {
         s.started = true;
         s.current_streaming = start_streaming;
     }
-    // No trial while the last one awaits its judgement (judge_after), nor before the current
-    // mode has a rate to judge it against (untimed_first_copies).
-    if (!s.trial && s.pending_rate == 0 && ++s.since_trial >= s.explore_every &&
-        s.rate[s.current_streaming ? 1 : 0] > 0) {
+    // No trial while the last one awaits its judgement (judge_after).
+    if (!s.trial && s.pending_rate == 0 && ++s.since_trial >= s.explore_every) {
         s.since_trial = 0;
         // Cached stores far ahead of streaming ones: count the trial as lost without running
         // it; at explore_max it runs anyway (the streaming rate may be stale).
@@ -58,10 +56,6 @@ void StoreModeLearner::record(std::size_t n, bool streaming, double seconds) {
     const double rate = double(n) / seconds;
     const int mode = streaming ? 1 : 0, current = s.current_streaming ? 1 : 0;
     ++s.writes[mode];
-    if (s.untimed_left > 0) {
-        --s.untimed_left;
-        return;
-    }
     if (mode != current && s.trial && s.trial_left > 1) {
         // Not the last copy of a trial: it leaves the caches as that mode leaves them, so that
         // the last one is timed as the mode runs when it keeps running.
@@ -148,7 +142,6 @@ void StoreModeLearner::reset() {
             for (ClassState& c : cls_) {
                 c = ClassState{};
                 c.explore_every = rule_.explore_min;
-                c.untimed_left = rule_.untimed_first_copies;
             }
             return;
         }

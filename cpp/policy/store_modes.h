@@ -68,10 +68,6 @@ struct StoreModeRule {
     // split rule, the caller alone), when shorter than explore_max (0: explore_max). A rule whose
     // mode 0 cannot see the other mode get faster without trying it keeps this short.
     unsigned explore_max_while_cached = 0;
-    // The first copies of each size class that are not timed (they still count as writes): in
-    // most programs they run into fresh memory, whose page faults slow them several times, and
-    // a mode's rate set by such a copy stands until that mode runs again.
-    unsigned untimed_first_copies = 0;
 };
 
 // Loan fills. Cached stores are preferred: streaming ones also cost the reader, who then
@@ -97,8 +93,7 @@ constexpr StoreModeRule kSharedWriteRule = {
 // Private copies; the figures behind each part are in the evidence (evidence:
 // policy-private-store-modes). At 4 MiB and more one copy takes long enough that single timings are steady and small
 // margins do not alternate on noise.
-// - The first trial comes after the first timed copy, so a cold workload streams from its
-//   eighth copy.
+// - The first trial comes after 1 copy, so a cold workload streams from its seventh copy.
 // - A trial of streaming stores is two copies, the second one timed; a trial of cached stores
 //   three, the third timed: after streamed copies, which evict the destination, a hot loop's
 //   cached copies take a few copies to run at the loop's rate again.
@@ -114,11 +109,6 @@ constexpr StoreModeRule kSharedWriteRule = {
 //   its cached copies fall below the streaming rate already measured.
 // - One size class per doubling: which mode wins depends on the size against the last-level
 //   cache.
-// - A class's first copy is not timed: it usually runs into fresh memory. Where the NT rule
-//   streams, its page-faulted rate (1 GB/s against 18-28 for a 35 MB copy on the pool) stood
-//   for streaming stores: cached ones ran more than 1.5x faster, so no trial of streaming ran,
-//   and a loop that turned cold kept cached stores for about 1000 copies (evidence:
-//   policy-store-modes-first-copy).
 constexpr StoreModeRule kPrivateCopyRule = {
     2,     // explore_min
     1024,  // explore_max
@@ -133,17 +123,12 @@ constexpr StoreModeRule kPrivateCopyRule = {
     0.25,  // rate_weight
     1,     // octaves_per_class: 256-512 KiB, ..., 32-64 MiB,
     9,     // classes:           64 MiB and more
-    0,     // explore_max_while_cached: explore_max
-    1,     // untimed_first_copies
 };
 
 class StoreModeLearner {
 public:
     explicit StoreModeLearner(const StoreModeRule& rule = kSharedWriteRule) : rule_(rule) {
-        for (ClassState& c : cls_) {
-            c.explore_every = rule.explore_min;
-            c.untimed_left = rule.untimed_first_copies;
-        }
+        for (ClassState& c : cls_) c.explore_every = rule.explore_min;
     }
     // Smaller writes are not timed and always use cached stores: the effect needs many lines
     // in flight, and a clock read (~20 ns) would cost more than it could save.
@@ -173,7 +158,6 @@ public:
         unsigned since_trial = 0;
         unsigned explore_every = 0;    // writes between trials (rule().explore_min to explore_max)
         unsigned slow_streak = 0;      // consecutive writes of the current mode slower than the other's rate
-        unsigned untimed_left = 0;     // first copies still to pass untimed (untimed_first_copies)
         std::uint64_t writes[2] = {0, 0};
         std::uint64_t switches = 0;
     };

@@ -314,7 +314,6 @@ void bind_info(py::module_& m) {
         d["to_streaming_margin"] = r.to_streaming_margin;
         d["to_cached_margin"] = r.to_cached_margin;
         d["slow_to_leave"] = r.slow_to_leave;
-        d["untimed_first_copies"] = r.untimed_first_copies;
         d["why"] = "whether a copy finds its buffers in the last-level cache decides the store mode that wins: "
                    "cached stores 2-3x faster while it does, streaming stores 1.1-1.3x while it does not "
                    "(evidence: policy-private-store-modes)";

@@ -63,13 +63,6 @@ def aligned_pair(n, distance=0):
 
 
 @needs_streaming
-def first_trial_copy(rule: dict) -> int:
-    """The index (from 0) of a size class's first trial copy: a trial is due after explore_min
-    copies, and starts only once the current mode has a rate, i.e. after the first timed copy
-    (the first untimed_first_copies are not timed)."""
-    return max(rule["explore_min"], rule["untimed_first_copies"] + 2) - 1
-
-
 def test_a_trial_of_streaming_stores_runs_third_and_every_copy_is_right():
     load(learning_profile(256 << 10))
     n = MiB + 4096
@@ -84,9 +77,9 @@ def test_a_trial_of_streaming_stores_runs_third_and_every_copy_is_right():
         fastcopy.copy(dst, src)
         ran.append(_core.last_kernel())
         assert np.array_equal(dst, src), f"copy {i}"
-    # Copies 1-2 cached (the first untimed), 3-4 a trial of streaming stores.
+    # Copies 1-2 cached, 3-4 a trial of streaming stores.
     rule = _core.private_store_mode_rule()
-    first = first_trial_copy(rule)
+    first = rule["explore_min"] - 1
     assert ran[:first] == [cached] * first, ran
     assert ran[first:first + rule["streaming_trial_copies"]] == [STREAMING] * rule["streaming_trial_copies"], ran
     modes = _core.private_store_modes()
@@ -111,14 +104,14 @@ def test_copies_the_rule_streams_start_streaming_then_try_cached_stores():
     rng = np.random.default_rng(4)
     ran = []
     rule = _core.private_store_mode_rule()
-    copies = first_trial_copy(rule) + rule["cached_trial_copies"] + 1
+    copies = rule["explore_min"] - 1 + rule["cached_trial_copies"] + 1
     for i in range(copies):
         src[...] = rng.integers(0, 256, n, dtype=np.uint8)
         _core.reset_last_kernel()
         fastcopy.copy(dst, src)
         ran.append(_core.last_kernel())
         assert np.array_equal(dst, src), f"copy {i}"
-    first = first_trial_copy(rule)
+    first = rule["explore_min"] - 1
     assert ran[:first] == [STREAMING] * first, ran
     assert ran[first:first + rule["cached_trial_copies"]] == [cached] * rule["cached_trial_copies"], ran
     modes = _core.private_store_modes()
