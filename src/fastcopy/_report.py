@@ -323,7 +323,8 @@ def _region_summary(region: Dict[str, Any], forced: Optional[str]) -> Tuple[List
 
 def _regions_summary(regions: Dict[str, Any], forced: Optional[str]) -> List[str]:
     """The three regions, each said once: copies into and out of shared memory together where
-    their rules match, and "as ordinary copies" for what they share with private copies."""
+    their rules match; "same as ordinary copies" where everything matches private copies, and
+    only the NT rule where only that differs."""
     private = _region_summary(regions["private"], forced)
     lines = [f"{_REGION_TITLES['private']}:"] + private[0] + private[1]
     to_shared, from_shared = (_region_summary(regions[key], forced) for key in ("to_shared", "from_shared"))

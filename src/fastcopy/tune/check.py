@@ -591,7 +591,7 @@ def format_report(result: Dict[str, Any]) -> str:
         f"{_size_words(c['max_size'])}; {c['backward_share']:.0%} overlapping (dst = src + offset, the backward "
         f"class); the others (dst - src) mod 4096 from 1..{NEAR_MAX} for {c['near_share']:.0%}, 0 for "
         f"{c['aligned_share']:.0%}, else 0..4095; fresh numpy arrays per point in each of {PASSES} passes "
-        f"over the points (the repeats shared between them); {_extra_words(pts)}",
+        f"over the points (the repeats shared between them); {_extra_words(pts, pct)}",
         (f"{c['repeats']} interleaved repeats of one cold copy per variant (before each, "
          f"{_size_words(c['evict_bytes'])} written over so neither buffer is cached), medians; "
          if c.get("cold") else
@@ -626,10 +626,10 @@ def format_report(result: Dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _extra_words(points: List[Dict[str, Any]]) -> str:
+def _extra_words(points: List[Dict[str, Any]], pct: int) -> str:
     """How many points had more passes for a wide interval (is_wide), and how many passes."""
     extra = [p.get("extra_passes", 0) for p in points]
-    rule = f"a point whose {round(CONFIDENCE * 100)}% interval spans more than {WIDE_INTERVAL:g}x gets up to {EXTRA_PASSES} more"
+    rule = f"a point whose {pct}% interval spans more than {WIDE_INTERVAL:g}x gets up to {EXTRA_PASSES} more"
     if not any(extra):
         return rule + ": none did"
     return rule + f": {sum(e > 0 for e in extra)} points, {sum(extra)} passes in all"
