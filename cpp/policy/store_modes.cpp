@@ -24,13 +24,15 @@ bool StoreModeLearner::streaming(std::size_t n, bool start_streaming) {
         s.started = true;
         s.current_streaming = start_streaming;
     }
-    // No trial while the last one awaits its judgement (judge_after).
-    if (!s.trial && s.pending_rate == 0 && ++s.since_trial >= s.explore_every) {
+    // No trial while the last one awaits its judgement (judge_after), nor while the current
+    // mode's rate comes from the class's first write alone (a trial would be judged against it).
+    if (!s.trial && s.pending_rate == 0 && !s.first_write_rate[s.current_streaming ? 1 : 0] &&
+        ++s.since_trial >= s.explore_every) {
         s.since_trial = 0;
         // Cached stores far ahead of streaming ones: count the trial as lost without running
         // it; at explore_max it runs anyway (the streaming rate may be stale).
-        if (!s.current_streaming && s.rate[1] > 0 && s.rate[0] > rule_.trial_within * s.rate[1] &&
-            s.explore_every < explore_cap(false)) {
+        if (!s.current_streaming && s.rate[1] > 0 && !s.first_write_rate[1] &&
+            s.rate[0] > rule_.trial_within * s.rate[1] && s.explore_every < explore_cap(false)) {
             s.explore_every = std::min(explore_cap(false), s.explore_every * rule_.explore_growth);
         } else {
             s.trial = true;
@@ -56,6 +58,11 @@ void StoreModeLearner::record(std::size_t n, bool streaming, double seconds) {
     const double rate = double(n) / seconds;
     const int mode = streaming ? 1 : 0, current = s.current_streaming ? 1 : 0;
     ++s.writes[mode];
+    if (s.writes[0] + s.writes[1] == 1) {
+        s.rate[mode] = rate;
+        s.first_write_rate[mode] = true;
+        return;
+    }
     if (mode != current && s.trial && s.trial_left > 1) {
         // Not the last copy of a trial: it leaves the caches as that mode leaves them, so that
         // the last one is timed as the mode runs when it keeps running.
@@ -78,7 +85,10 @@ void StoreModeLearner::record(std::size_t n, bool streaming, double seconds) {
     // moves towards each write by rate_weight, so that one write slowed by the caches another
     // copy left behind does not make it look slow.
     if (mode == current) fold_rate(s, mode, rate);
-    else s.rate[mode] = rate;
+    else {
+        s.rate[mode] = rate;
+        s.first_write_rate[mode] = false;
+    }
     // The factor by which the other mode must beat this one to take over.
     auto margin_to = [this](int to_mode) { return to_mode == 1 ? rule_.to_streaming_margin : rule_.to_cached_margin; };
     if (mode != current) {
@@ -103,7 +113,9 @@ void StoreModeLearner::record(std::size_t n, bool streaming, double seconds) {
 }
 
 void StoreModeLearner::fold_rate(ClassState& s, int mode, double rate) const {
-    s.rate[mode] = s.rate[mode] > 0 ? s.rate[mode] + rule_.rate_weight * (rate - s.rate[mode]) : rate;
+    const bool replace = s.rate[mode] <= 0 || s.first_write_rate[mode];
+    s.rate[mode] = replace ? rate : s.rate[mode] + rule_.rate_weight * (rate - s.rate[mode]);
+    s.first_write_rate[mode] = false;
 }
 
 void StoreModeLearner::switch_to(ClassState& s, bool streaming) const {

@@ -20,7 +20,9 @@
 //   faster (evidence: policy-private-store-modes).
 //
 // The rule: for each size class (from kMinBytes), keep a measured rate of each mode (the last
-// write's, or a running mean: rate_weight);
+// write's, or a running mean: rate_weight; the class's first write stands only until the mode's
+// next one, since it often goes into fresh memory and pays its page faults: evidence:
+// store-modes-first-write);
 // use the mode with the better one; a mode whose rate is unknown or stale is tried (for
 // a few writes, the last one timed) after `explore_every` writes, a number that grows (explore_min to explore_max, by
 // explore_growth) each time the trial loses and resets when a mode switches. A switch needs a margin, so two modes
@@ -95,11 +97,12 @@ constexpr StoreModeRule kSharedWriteRule = {
 // margins do not alternate on noise.
 // - The first trial comes after 1 copy, so a cold workload streams from its seventh copy.
 // - A trial of streaming stores is two copies, the second one timed; a trial of cached stores
-//   three, the third timed: after streamed copies, which evict the destination, a hot loop's
-//   cached copies take a few copies to run at the loop's rate again.
-// - A trial of streaming stores is judged against the third cached copy after it, not the
+//   four, the fourth timed: after streamed copies, which evict the destination, a hot loop's
+//   cached copies take three copies to run at the loop's rate again (evidence:
+//   store-modes-first-write).
+// - A trial of streaming stores is judged against the fourth cached copy after it, not the
 //   cached rate so far: on fresh memory the first cached copies run several times slower than
-//   the same loop a few copies later.
+//   the same loop a few copies later, and right after streamed ones they run slower too.
 // - The cached rate is a running mean (each copy weighs 1/4): in a program that copies the
 //   same buffers between other work, the first copies after the other work run slow, the next
 //   ones fast, and two slow copies must not hand over to streaming stores.
@@ -114,9 +117,9 @@ constexpr StoreModeRule kPrivateCopyRule = {
     1024,  // explore_max
     8,     // explore_growth
     2,     // streaming_trial_copies
-    3,     // cached_trial_copies
+    4,     // cached_trial_copies
     1.5,   // trial_within
-    3,     // judge_after
+    4,     // judge_after
     1.05,  // to_streaming_margin
     1.05,  // to_cached_margin
     2,     // slow_to_leave
@@ -149,6 +152,11 @@ public:
 
     struct ClassState {
         double rate[2] = {0.0, 0.0};   // bytes/s: [cached, streaming] (rate_weight); 0: unknown
+        // The mode's rate comes from the class's first write alone. That write often goes into
+        // fresh memory, and its page faults make it run several times slower than the mode
+        // does: a due trial of streaming stores runs even where cached stores look far ahead
+        // (trial_within), and the mode's next write replaces the rate instead of moving it.
+        bool first_write_rate[2] = {false, false};
         bool current_streaming = false;
         bool started = false;           // the first write chose current_streaming (start_streaming)
         bool trial = false;             // the next record() is a trial of the other mode
