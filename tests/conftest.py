@@ -118,6 +118,18 @@ def profile_forced(profile: dict, source: str = "test: forced profile"):
             fastcopy._core.load_profile(before_json, before["source"])
 
 
+def generic_profile() -> dict:
+    """The active profile with the C library everywhere, no NT stores and no thread pool."""
+    p = json.loads(fastcopy._core.base_profile_json())
+    for region in p["regions"].values():
+        for cls in ("page_aligned", "near", "far", "backward"):
+            region[cls] = [{"from": 0, "kernel": "generic", "why": "forced by the test"}]
+        region["nt"] = {"threshold": None, "kernel": None, "why": "forced by the test"}
+        region.pop("rep_movsb_on", None)
+    p["parallel"] = {"threshold": None, "threads": 0, "why": "forced by the test"}
+    return p
+
+
 @pytest.fixture
 def loan_fills_can_stream():
     """The active profile, changed so that a copy into shared memory (a loan's fill) runs a

@@ -248,6 +248,10 @@ void copy_learning_split(CopyFn k, void* dst, const void* src, std::size_t n) {
 }
 }  // namespace
 
+bool goes_to_pool(const policy::Profile& p, const void* dst, const void* src, std::size_t n) {
+    return pooled_copy(p, dst, src, n);
+}
+
 bool learned_split(void* dst, const void* src, std::size_t n) {
     const policy::Profile& p = active();
     if (!pooled_copy(p, dst, src, n)) return false;

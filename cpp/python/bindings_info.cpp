@@ -292,6 +292,30 @@ void bind_info(py::module_& m) {
           py::arg("profile"), py::arg("dst_address"), py::arg("src_address"), py::arg("nbytes"), py::arg("region") = 0,
           "The kernel a profile (JSON text or a built-in name) picks for these addresses and size, without the "
           "overrides; nothing is copied.");
+    m.def("copy_plans",
+          [](const std::string& profile, const std::vector<std::tuple<std::uintptr_t, std::uintptr_t, std::size_t, int>>& copies) {
+              for (const auto& c : copies)
+                  if (std::get<3>(c) < 0 || std::get<3>(c) > 2)
+                      throw py::value_error("region must be 0 (private), 1 (to_shared) or 2 (from_shared)");
+              return value_errors([&] {
+                  const policy::Profile p = profile_from(profile);
+                  std::vector<std::pair<std::string, int>> plans;
+                  plans.reserve(copies.size());
+                  for (const auto& c : copies) {
+                      const void* dst = reinterpret_cast<const void*>(std::get<0>(c));
+                      const void* src = reinterpret_cast<const void*>(std::get<1>(c));
+                      const std::size_t n = std::get<2>(c);
+                      plans.emplace_back(policy::choose(p, dst, src, n, static_cast<Region>(std::get<3>(c))).kernel,
+                                         goes_to_pool(p, dst, src, n) ? pool::threads() : 1);
+                  }
+                  return plans;
+              });
+          },
+          py::arg("profile"), py::arg("copies"),
+          "For each (dst_address, src_address, nbytes, region) of ``copies``: (kernel, threads), what a profile "
+          "(JSON text or a built-in name) plans for that copy without the overrides and before any learning at run "
+          "time: choose_for's kernel, on the thread pool's threads from its parallel threshold (1 below it, for "
+          "overlapping copies, or with one thread set). Nothing is copied.");
     m.def("last_kernel", [] {
         CopyFn k = last_kernel();
         return k ? py::object(py::str(kernel_name(k))) : py::object(py::none());

@@ -14,24 +14,12 @@ import fastcopy
 from fastcopy import _core
 
 from _cli import cli
-from conftest import no_subprocess, profile_forced
+from conftest import generic_profile, no_subprocess, profile_forced
 
 from fastcopy.tune import check  # noqa: E402
 
 # Small, fast settings: a handful of points, short loops; sizes below the parallel threshold.
 SMALL = dict(points=5, seed=7, repeats=3, min_time=0.0001, max_size=64 << 10)
-
-
-def generic_profile() -> dict:
-    """The active profile with the C library everywhere, no NT stores and no thread pool."""
-    p = json.loads(_core.base_profile_json())
-    for region in p["regions"].values():
-        for cls in ("page_aligned", "near", "far", "backward"):
-            region[cls] = [{"from": 0, "kernel": "generic", "why": "forced by the test"}]
-        region["nt"] = {"threshold": None, "kernel": None, "why": "forced by the test"}
-        region.pop("rep_movsb_on", None)
-    p["parallel"] = {"threshold": None, "threads": 0, "why": "forced by the test"}
-    return p
 
 
 # ---- the points ---------------------------------------------------------------------------
@@ -520,7 +508,7 @@ def test_tune_check_command_line(tmp_path):
     for args, error in ((["--check", "--cold", "--min-size", "64K"], "--cold: needs --min-size of at least 1 MiB"),
                         (["--check", "--min-size", "2M", "--max-size", "1M"], "need 1 <= min"),
                         (["--cold"], "--cold: applies to --check only"),
-                        (["--seed", "3", "--dry-run"], "--seed: applies to --check only"),
+                        (["--seed", "3", "--dry-run"], "--seed: applies to --check and --compare only"),
                         (["--check", "--max-size", "lots"], "--max-size")):
         r = cli("tune", *args, env=env)
         assert r.returncode == 2 and error in r.stderr, (args, r.stderr)

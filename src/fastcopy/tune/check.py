@@ -684,12 +684,15 @@ def add_check_arguments(p: Any) -> None:
 
 
 def refuse_check_options(p: Any, args: Any) -> None:
-    """Errors out (``p``: the tune parser) when an option of the check is given without --check."""
+    """Errors out (``p``: the tune parser) when an option of the check (or of --compare) is given
+    without --check (or --compare)."""
     for option, given in (("--points", args.points is not None), ("--seed", args.seed is not None),
                           ("--json", args.json is not None), ("--min-size", args.min_size is not None),
-                          ("--max-size", args.max_size is not None), ("--cold", args.cold)):
+                          ("--max-size", args.max_size is not None)):
         if given:
-            p.error(f"argument {option}: applies to --check only")
+            p.error(f"argument {option}: applies to --check and --compare only")
+    if args.cold:
+        p.error("argument --cold: applies to --check only")
 
 
 def run_check_cli(p: Any, args: Any, argv: List[str]) -> int:

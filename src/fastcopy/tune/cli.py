@@ -49,6 +49,10 @@ def add_tune_parser(sub: Any) -> argparse.ArgumentParser:
     from .check import add_check_arguments
 
     add_check_arguments(p)
+    p.add_argument("--compare", nargs=2, metavar=("A", "B"),
+                   help="measure two profiles (files as tune writes them, or built-in names) against each other "
+                        "where they plan copies differently: both plans forced at points drawn as --check draws "
+                        "them, a tie where the interval of the ratio holds 1; writes no profile")
     return p
 
 
@@ -122,6 +126,10 @@ def _measure(args: argparse.Namespace, path: str) -> int:
 
 def run_cli(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: List[str]) -> int:
     p = subparser(parser, "tune")
+    if args.compare:
+        from .compare import run_compare_cli
+
+        return run_compare_cli(p, args, argv)
     if args.check:
         from .check import run_check_cli
 

@@ -1,0 +1,158 @@
+"""Two profiles measured against each other (``python -m fastcopy tune --compare A B``,
+``fastcopy.tune.compare``): which copies they plan differently (the core's plans), how the
+points are spread over the differences, the verdicts and summaries on synthetic figures, and the
+comparison end to end with forced profiles (small settings), so nothing depends on the CPU."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+import fastcopy
+from fastcopy import _core
+from fastcopy.tune import compare
+from fastcopy.tune.check import Point
+
+from _cli import cli
+from conftest import generic_profile
+
+
+def other_kernel() -> str:
+    """A kernel besides the C library's, with cached stores, usable on this CPU."""
+    names = [k["name"] for k in _core.kernel_table() if k["supported"] and not k["streaming"] and k["name"] != "generic"]
+    if not names:
+        pytest.skip("only the C library's kernel is usable here")
+    return names[0]
+
+
+def with_far_band(kernel: str, start: int) -> dict:
+    """generic_profile with ``kernel`` for private far copies from ``start`` bytes."""
+    p = generic_profile()
+    p["name"] = "far-band"
+    p["regions"]["private"]["far"].append({"from": start, "kernel": kernel, "why": "forced by the test"})
+    return p
+
+
+# ---- which copies differ: the core's plans ------------------------------------------------------
+
+def test_plans_come_from_the_core_and_differ_only_where_the_profiles_do():
+    k = other_kernel()
+    a, b = json.dumps(generic_profile()), json.dumps(with_far_band(k, 1000))
+    pts = [Point(999, 100), Point(1000, 100), Point(5000, 100), Point(5000, 0), Point(5000, 16),
+           Point(5000, 100, True)]
+    assert compare.plans_of(a, pts, "private") == [("generic", 1)] * len(pts)
+    assert compare.plans_of(b, pts, "private") == [("generic", 1), (k, 1), (k, 1), ("generic", 1), ("generic", 1),
+                                                   ("generic", 1)]
+    # Each plan is the kernel choose_for names at the same synthetic addresses.
+    for p, (kernel, _) in zip(pts, compare.plans_of(b, pts, "private")):
+        assert _core.choose_for(b, *compare.plan_addresses(p), p.size) == kernel
+    # The band is private: copies into and out of shared memory plan the same under both.
+    for region in ("to_shared", "from_shared"):
+        assert compare.plans_of(a, pts, region) == compare.plans_of(b, pts, region)
+    with pytest.raises(ValueError, match="no built-in profile named"):
+        compare.plans_of("no-such-profile", pts, "private")
+    with pytest.raises(ValueError, match="region must be 0"):
+        _core.copy_plans(a, [(0, 0, 1, 3)])
+
+
+def test_a_parallel_threshold_plans_the_pool_from_it_for_copies_that_do_not_overlap():
+    p = generic_profile()
+    p["parallel"] = {"threshold": 1 << 20, "threads": 0, "why": "forced by the test"}
+    text = json.dumps(p)
+    pts = [Point((1 << 20) - 1, 100), Point(1 << 20, 100), Point(1 << 20, 100, True)]
+    try:
+        fastcopy.set_threads(2)
+        assert compare.plans_of(text, pts, "private") == [("generic", 1), ("generic", 2), ("generic", 1)]
+        fastcopy.set_threads(1)  # one thread: the pool is never used
+        assert compare.plans_of(text, pts, "private") == [("generic", 1)] * 3
+    finally:
+        fastcopy.set_threads(0)
+
+
+def test_differing_points_are_grouped_by_region_class_and_the_two_plans():
+    cands = {"private": [Point(100, 5), Point(2000, 100), Point(3000, 200), Point(4000, 0), Point(500, 3, True)],
+             "to_shared": [Point(2000, 100)]}
+    pa = {"private": [("generic", 1)] * 5, "to_shared": [("generic", 1)]}
+    pb = {"private": [("generic", 1), ("avx2", 1), ("avx2", 1), ("avx2", 2), ("erms", 1)],
+          "to_shared": [("generic", 1)]}
+    groups = compare.differing_points(cands, pa, pb)
+    assert set(groups) == {("private", "far", "generic", "avx2"), ("private", "page_aligned", "generic", "avx2 x2"),
+                           ("private", "backward", "generic", "erms")}
+    assert [p for p, _, _ in groups[("private", "far", "generic", "avx2")]] == [Point(2000, 100), Point(3000, 200)]
+
+
+def test_spread_gives_every_difference_a_point_before_any_gets_two():
+    groups = {"big": list(range(10)), "mid": ["m1", "m2"], "rare": ["r1"]}
+    assert compare.spread(groups, 3) == [("big", 0), ("mid", "m1"), ("rare", "r1")]
+    assert compare.spread(groups, 6) == [("big", 0), ("mid", "m1"), ("rare", "r1"), ("big", 1), ("mid", "m2"),
+                                         ("big", 2)]
+    assert len(compare.spread(groups, 100)) == 13  # all of them, no more
+    assert compare.spread({}, 5) == []
+
+
+# ---- verdicts and summaries on synthetic figures ------------------------------------------------
+
+def test_a_tie_is_an_interval_that_holds_one():
+    assert compare.verdict(0.97, 1.04) == compare.TIE
+    assert compare.verdict(1.0, 1.2) == compare.TIE
+    assert compare.verdict(1.01, 1.2) == compare.A_FASTER
+    assert compare.verdict(0.8, 0.99) == compare.B_FASTER
+
+
+def test_the_summary_weights_each_difference_by_its_share_of_the_copies():
+    far, pool = ("private", "far", "generic", "avx2"), ("private", "page_aligned", "generic", "generic x2")
+    pts = [{"difference": list(far), "size": 2000, "ratio": 1.10, "verdict": compare.A_FASTER},
+           {"difference": list(far), "size": 3000, "ratio": 1.00, "verdict": compare.TIE},
+           {"difference": list(pool), "size": 2 << 20, "ratio": 0.80, "verdict": compare.B_FASTER}]
+    s = compare.summarize_groups(pts, {far: 0.09, pool: 0.01})
+    assert [g["difference"] for g in s["groups"]] == [list(far), list(pool)]  # the commonest first
+    assert s["groups"][0]["points"] == 2 and s["groups"][0]["sizes"] == [2000, 3000]
+    assert s["groups"][0]["geomean"] == pytest.approx(math.sqrt(1.10))
+    assert s["groups"][0]["verdicts"] == {compare.TIE: 1, compare.A_FASTER: 1, compare.B_FASTER: 0}
+    assert s["geomean"] == pytest.approx((1.10 * 1.00 * 0.80) ** (1 / 3))
+    weighted = math.exp((0.09 * math.log(math.sqrt(1.10)) + 0.01 * math.log(0.80)) / 0.10)
+    assert s["weighted_geomean"] == pytest.approx(weighted)
+    assert s["verdicts"] == {compare.TIE: 1, compare.A_FASTER: 1, compare.B_FASTER: 1}
+
+
+# ---- end to end -----------------------------------------------------------------------------------
+
+def test_compare_measures_both_plans_where_the_profiles_differ(tmp_path):
+    k = other_kernel()
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(generic_profile()))
+    b.write_text(json.dumps(with_far_band(k, 1024)))
+    out = tmp_path / "out.json"
+    r = cli("tune", "--compare", str(a), str(b), "--points", "4", "--seed", "3", "--repeats", "3",
+            "--min-time", "0.0001", "--max-size", "64K", "--json", str(out), timeout=300)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    assert res["config"]["seed"] == 3 and len(res["points"]) == 4
+    assert res["candidates"]["differ"] == res["candidates"]["differ_per_region"]["private"] > 0
+    for p in res["points"]:
+        assert p["region"] == "private" and p["size"] >= 1024 and not p["overlap"] and 64 <= p["offset"] < 4096
+        assert (p["plan_a"], p["plan_b"]) == ("generic", k)
+        assert len(p["seconds"]["A"]) == len(p["seconds"]["B"]) == 3 and min(p["seconds"]["A"] + p["seconds"]["B"]) > 0
+        assert p["ci"][0] <= p["ratio"] <= p["ci"][1]
+        assert p["verdict"] == compare.verdict(*p["ci"])
+    assert f"private far: A generic, B {k}" in r.stdout
+    assert "a tie where the interval holds 1" in r.stdout and "weighted by each difference's share" in r.stdout
+    # The same profile twice: nothing differs, nothing is timed.
+    r = cli("tune", "--compare", str(a), str(a), "--seed", "3", "--max-size", "64K", timeout=300)
+    assert r.returncode == 0 and "plan every candidate copy the same way" in r.stdout, r.stderr
+
+
+def test_compare_refuses_what_it_cannot_use(tmp_path):
+    good = tmp_path / "a.json"
+    good.write_text(json.dumps(generic_profile()))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    for args, error in ((["--compare", str(good), "no-such-profile"], "no built-in profile named"),
+                        (["--compare", str(good), str(bad)], str(bad)),
+                        (["--compare", str(good), str(tmp_path)], "is a directory"),
+                        (["--compare", str(good), str(good), "--cold"], "--cold does not apply"),
+                        (["--compare", str(good), str(good), "--repeats", "1"], "at least 2 repeats"),
+                        (["--compare", str(good)], "--compare: expected 2 arguments")):
+        r = cli("tune", *args)
+        assert r.returncode == 2 and error in r.stderr, (args, r.stderr)
