@@ -250,6 +250,29 @@ def test_non_temporal_threshold_follows_cold_measurements():
     assert nt["private"]["changed"]
 
 
+def test_the_non_temporal_kernel_is_the_built_in_profiles_where_this_cpu_has_it():
+    st = lambda g: {"gbps": g, "spread": 0.01}  # noqa: E731
+    sizes = [32 << 20, 64 << 20]
+    m = _fake_measurements({s: {"generic": st(5), "avx2": st(6)} for s in sizes})
+    m["streaming"] = ["avx2_nt", "avx512_nt"]
+    builtin = FakeBuiltin()
+    builtin.nt_kernel = "avx512_nt"
+    # Not measured cold: the built-in threshold, with the built-in kernel, not the first one listed.
+    nt = decide.decide_nt(m, decide.decide_bands(m, builtin), {"threshold": None, "threads": 0}, builtin)
+    assert nt["private"]["kernel"] == "avx512_nt" and nt["private"]["threshold"] == builtin.nt_threshold
+    # Measured cold: the threshold is decided for that kernel's cells.
+    m["cache"] = {str(s): "cold" for s in sizes}
+    m["wide"] = {r: {f"{sizes[0]}:avx2": st(6), f"{sizes[0]}:avx2_nt": st(9), f"{sizes[0]}:avx512_nt": st(5),
+                     f"{sizes[1]}:avx2": st(6), f"{sizes[1]}:avx2_nt": st(9), f"{sizes[1]}:avx512_nt": st(8)}
+                 for r in decide.REGIONS}
+    nt = decide.decide_nt(m, decide.decide_bands(m, builtin), {"threshold": None, "threads": 0}, builtin)
+    assert nt["private"]["kernel"] == "avx512_nt" and nt["private"]["threshold"] == 64 << 20
+    # A built-in NT kernel this CPU lacks: the first streaming kernel measured.
+    builtin.nt_kernel = "sve_nt"
+    nt = decide.decide_nt(m, decide.decide_bands(m, builtin), {"threshold": None, "threads": 0}, builtin)
+    assert nt["private"]["kernel"] == "avx2_nt"
+
+
 # ------------------------------------------------------------------ the command line
 
 def _env(tmp_path):

@@ -156,3 +156,14 @@ def test_compare_refuses_what_it_cannot_use(tmp_path):
                         (["--compare", str(good)], "--compare: expected 2 arguments")):
         r = cli("tune", *args)
         assert r.returncode == 2 and error in r.stderr, (args, r.stderr)
+
+
+def test_compare_profiles_names_a_bad_setting():
+    text = json.dumps(generic_profile())
+    for kwargs, error in (({"points": 0}, "compare_profiles: points must be an int of at least 1"),
+                          ({"repeats": 1}, "compare_profiles: repeats must be an int of at least 2"),
+                          ({"min_size": 4096, "max_size": 64}, "compare_profiles: max_size must be"),
+                          ({"min_time": 0}, "compare_profiles: min_time must be above 0"),
+                          ({"confidence": 1.0}, "compare_profiles: confidence must be between 0 and 1")):
+        with pytest.raises(ValueError, match=error):
+            compare.compare_profiles(text, text, **kwargs)

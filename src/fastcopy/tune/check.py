@@ -462,6 +462,21 @@ def estimate_seconds(points: int, repeats: int, min_time: float, variants: int, 
     return points * variants * (repeats + 4) * max(min_time * 1.2, MIN_LOOP_COPIES * copy_seconds)
 
 
+def validate_settings(who: str, points: int, repeats: int, min_time: float, min_size: int, max_size: int,
+                      confidence: float) -> None:
+    """ValueError naming ``who`` and the argument when a setting of the check (or of a comparison
+    of profiles, which measures the same way) is out of range."""
+    for label, value, low in (("points", points, 1), ("repeats", repeats, 2), ("min_size", min_size, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{who}: {label} must be an int of at least {low}, got {value!r}")
+    if isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < min_size:
+        raise ValueError(f"{who}: max_size must be an int of at least min_size ({min_size}), got {max_size!r}")
+    if not (isinstance(min_time, (int, float)) and 0 < min_time <= 10):
+        raise ValueError(f"{who}: min_time must be above 0 and at most 10 seconds, got {min_time!r}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"{who}: confidence must be between 0 and 1, got {confidence!r}")
+
+
 def check_dispatch(points: int = DEFAULT_POINTS, seed: Optional[int] = None, repeats: int = DEFAULT_REPEATS,
                    min_time: float = DEFAULT_MIN_TIME, min_size: int = MIN_SIZE, max_size: int = MAX_SIZE,
                    confidence: float = CONFIDENCE, progress: Optional[Callable[[int, int], None]] = None,
@@ -477,15 +492,7 @@ def check_dispatch(points: int = DEFAULT_POINTS, seed: Optional[int] = None, rep
     import fastcopy
     from .. import _core
 
-    for label, value, low in (("points", points, 1), ("repeats", repeats, 2), ("min_size", min_size, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"check_dispatch: {label} must be an int of at least {low}, got {value!r}")
-    if isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < min_size:
-        raise ValueError(f"check_dispatch: max_size must be an int of at least min_size ({min_size}), got {max_size!r}")
-    if not (isinstance(min_time, (int, float)) and 0 < min_time <= 10):
-        raise ValueError(f"check_dispatch: min_time must be above 0 and at most 10 seconds, got {min_time!r}")
-    if not 0 < confidence < 1:
-        raise ValueError(f"check_dispatch: confidence must be between 0 and 1, got {confidence!r}")
+    validate_settings("check_dispatch", points, repeats, min_time, min_size, max_size, confidence)
     if not isinstance(cold, bool):
         raise ValueError(f"check_dispatch: cold must be True or False, got {cold!r}")
     if cold and min_size < COLD_MIN_SIZE:

@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .check import (CONFIDENCE, MAX_SIZE, MIN_SIZE, PAGE, PASSES, Point, _load, _machine, _size_words,
-                    draw_points, geomean, loop_copies, pass_repeats, place, ratio_ci, _timed)
+                    draw_points, geomean, loop_copies, pass_repeats, place, ratio_ci, validate_settings, _timed)
 from .decide import REGIONS, point_class
 
 DEFAULT_POINTS = 40
@@ -219,15 +219,7 @@ def compare_profiles(a: str, b: str, points: int = DEFAULT_POINTS, seed: Optiona
     unusable profile."""
     import fastcopy
 
-    for label, value, low in (("points", points, 1), ("repeats", repeats, 2), ("min_size", min_size, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"compare_profiles: {label} must be an int of at least {low}, got {value!r}")
-    if isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < min_size:
-        raise ValueError(f"compare_profiles: max_size must be an int of at least min_size ({min_size}), got {max_size!r}")
-    if not (isinstance(min_time, (int, float)) and 0 < min_time <= 10):
-        raise ValueError(f"compare_profiles: min_time must be above 0 and at most 10 seconds, got {min_time!r}")
-    if not 0 < confidence < 1:
-        raise ValueError(f"compare_profiles: confidence must be between 0 and 1, got {confidence!r}")
+    validate_settings("compare_profiles", points, repeats, min_time, min_size, max_size, confidence)
     text_a, name_a = _read_profile_text(a)
     text_b, name_b = _read_profile_text(b)
     if seed is None:

@@ -51,6 +51,7 @@ class Builtin:
     threads: int
     kernels: Dict[str, Dict[str, Dict[int, str]]]
     bands: Dict[str, Dict[str, List[Dict[str, Any]]]]
+    nt_kernel: Optional[str] = None  # the private region's NT kernel (None: it streams nowhere)
 
     def kernel(self, region: str, cls: str, size: int) -> str:
         """The band kernel for a copy of ``size`` bytes (a size of the measured grid)."""
@@ -267,9 +268,12 @@ def decide_parallel(m: Dict[str, Any], bands: Dict[str, Any], builtin: Builtin) 
 def decide_nt(m: Dict[str, Any], bands: Dict[str, Any], parallel: Dict[str, Any],
               builtin: Builtin) -> Dict[str, Dict[str, Any]]:
     """Per region: the non-temporal threshold from the cold page-aligned measurements, with the
-    thread count the dispatcher would use at each size."""
+    thread count the dispatcher would use at each size, for the built-in profile's NT kernel where
+    this CPU has it (its choice cites its evidence; tune decides where to stream, not with what:
+    evidence: tune-two-runs-compared-intel), else the first streaming kernel measured."""
     out: Dict[str, Dict[str, Any]] = {}
-    nt_kernel = m["streaming"][0] if m["streaming"] else None
+    nt_kernel = builtin.nt_kernel if builtin.nt_kernel in m["streaming"] else (
+        m["streaming"][0] if m["streaming"] else None)
     threads = parallel["threads"] or max(m["threads"] or [1])
     for region in REGIONS:
         wide = m["wide"].get(region, {})

@@ -58,7 +58,8 @@ def builtin_choices(sizes: Sequence[int]) -> Builtin:
     return Builtin(nt_threshold=nt_threshold, parallel_threshold=_core.parallel_threshold(),
                    threads=int(_core.default_threads()),
                    kernels={r: {c: {s: kernel(r, c, s) for s in sizes} for c in CLASSES} for r in REGIONS},
-                   bands={r: {c: list(profile[r][c]) for c in CLASSES} for r in REGIONS})
+                   bands={r: {c: list(profile[r][c]) for c in CLASSES} for r in REGIONS},
+                   nt_kernel=profile["private"]["nt"]["kernel"])
 
 
 # ----------------------------------------------------------------------------- the profile
