@@ -31,8 +31,8 @@ bool StoreModeLearner::streaming(std::size_t n, bool start_streaming) {
         s.since_trial = 0;
         // Cached stores far ahead of streaming ones: count the trial as lost without running
         // it; at explore_max it runs anyway (the streaming rate may be stale).
-        if (!s.current_streaming && s.rate[1] > 0 && !s.first_write_rate[1] &&
-            s.rate[0] > rule_.trial_within * s.rate[1] && s.explore_every < explore_cap(false)) {
+        if (!s.current_streaming && s.rate[1] > 0 && s.rate[0] > rule_.trial_within * s.rate[1] &&
+            s.explore_every < explore_cap(false)) {
             s.explore_every = std::min(explore_cap(false), s.explore_every * rule_.explore_growth);
         } else {
             s.trial = true;

@@ -154,8 +154,8 @@ public:
         double rate[2] = {0.0, 0.0};   // bytes/s: [cached, streaming] (rate_weight); 0: unknown
         // The mode's rate comes from the class's first write alone. That write often goes into
         // fresh memory, and its page faults make it run several times slower than the mode
-        // does: a due trial of streaming stores runs even where cached stores look far ahead
-        // (trial_within), and the mode's next write replaces the rate instead of moving it.
+        // does: no trial starts (it would be judged against that rate), and the mode's next
+        // write replaces the rate instead of moving it.
         bool first_write_rate[2] = {false, false};
         bool current_streaming = false;
         bool started = false;           // the first write chose current_streaming (start_streaming)
