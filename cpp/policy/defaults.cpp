@@ -246,6 +246,13 @@ const char* const kIntelAvx512Erms =
     "distances from 256; in the L2 range rep movsb and glibc ran at the same speed and avx2 and avx512 at 0.91-0.99x "
     "(medians by size range, two runs) (evidence: intel-avx512-band, intel-l2-range)";
 
+const char* const kIntelAvx512Back =
+    "AVX-512 loop for overlapping copies of 256 B-1.25 KiB: 1.01-1.09x the C library at 314 B-1.17 KiB in every region, "
+    "a tie from 1.3 to 5 KiB and the C library 1.01-1.06x faster at 6.3-7.9 KiB (evidence: intel-backward-avx512)";
+const char* const kIntelBackLibc =
+    "the C library for overlapping copies outside 256 B-1.25 KiB: avx512 ties it from 1.3 to 5 KiB and loses at "
+    "6.3-7.9 KiB (evidence: intel-backward-avx512)";
+
 RegionSpec intel_avx512_region() {
     ClassSpec aligned = {{0, "generic", nullptr, kIntelAvx512Small},
                          {384, "avx512", "generic", kIntelAvx512},
@@ -256,7 +263,9 @@ RegionSpec intel_avx512_region() {
     ClassSpec far = {{0, "generic", nullptr, kIntelAvx512Small},
                      {384, "avx512", "generic", kIntelAvx512},
                      {19 * KiB, "erms", "generic", kIntelAvx512Erms}};
-    ClassSpec back = {{0, "generic", nullptr, kIntelLibc}};
+    ClassSpec back = {{0, "generic", nullptr, kIntelBackLibc},
+                      {256, "avx512", "generic", kIntelAvx512Back},
+                      {1280, "generic", nullptr, kIntelBackLibc}};
     return {aligned, near, far, back, 2112, kIntelErmsOn};
 }
 

@@ -23,8 +23,7 @@ def test_avx512_where_glibc_runs_rep_movsb_and_the_copy_fits_the_l1d():
     """evidence: intel-avx512-band. avx512 ran 1.15-1.2x glibc at 2.3-12 KiB in every forward
     class (glibc runs rep movsb there) and lost from about 20 KiB, where source and destination
     together outgrow the 48 KiB L1d: every region and forward class names avx512 at 3 and 12 KiB
-    and the C library or rep movsb at 24 KiB and in the L2 range; backward overlaps (not
-    measured) keep the C library."""
+    and the C library or rep movsb at 24 KiB and in the L2 range."""
     for region, classes in table("intel-erms-avx512")["regions"].items():
         for cls in FORWARD:
             bands = classes[cls]
@@ -34,7 +33,16 @@ def test_avx512_where_glibc_runs_rep_movsb_and_the_copy_fits_the_l1d():
             # a CPU or build without the AVX-512 kernel runs the C library in its place
             assert all(b["fallback"] == "generic" for b in bands if b["kernel"] == "avx512")
             assert all("evidence: intel-" in b["why"] for b in bands)
-        assert {b["kernel"] for b in classes["backward"]} == {"generic"}
+
+
+def test_overlapping_copies_run_avx512_from_256_b_to_1_25_kib():
+    """evidence: intel-backward-avx512. avx512 ran 1.01-1.09x the C library for overlapping
+    copies of 314 B-1.17 KiB in every region, tied it to 5 KiB and lost at 6.3-7.9 KiB."""
+    for region, classes in table("intel-erms-avx512")["regions"].items():
+        back = classes["backward"]
+        assert [kernel_at(back, n) for n in (255, 256, 1000, 1279, 1280, 7 * KiB)] == \
+            ["generic", "avx512", "avx512", "avx512", "generic", "generic"], region
+        assert all("evidence: intel-backward-avx512" in b["why"] for b in back), region
 
 
 def test_rep_movsb_follows_avx512_in_the_far_class_only():
