@@ -706,7 +706,8 @@ void private_copy_mode_checks() {
     {
         // A class the rule streams, whose first copy goes into fresh memory: page faults make it
         // run 1 GB/s, far below what streamed copies run later (as measured on the Intel VM at
-        // 35 MB: 0.97 GB/s, then 19-21 cold). That one rate must not stand for streaming stores.
+        // 35 MB: 0.97 GB/s, then 19-21 cold). That one rate must not stand for streaming stores
+        // (evidence: store-modes-first-write).
         const std::size_t big = std::size_t(20) << 20;
         static const double ramp_20mib[] = {22, 28, 33};
         // Cold from the start (cached 13, streamed 19): streaming stores stay the mode, or come

@@ -704,9 +704,7 @@ def refuse_check_options(p: Any, args: Any) -> None:
 
 def run_check_cli(p: Any, args: Any, argv: List[str]) -> int:
     """Runs ``tune --check`` (``p``: the tune parser, for errors)."""
-    import json
-
-    from ..bench.cli import check_outputs, save_json
+    from ..bench.cli import check_outputs
 
     for option, given in (("--show", args.show), ("--reset", args.reset), ("--dry-run", args.dry_run),
                           ("--quick", args.quick), ("--grid", args.grid is not None),
@@ -723,20 +721,33 @@ def run_check_cli(p: Any, args: Any, argv: List[str]) -> int:
     if args.cold and min_size < COLD_MIN_SIZE:
         p.error(f"argument --cold: needs --min-size of at least {_size_words(COLD_MIN_SIZE)} (one copy per sample "
                 f"must outweigh a call's own cost), got {_size_words(min_size)}")
+    try:
+        result = check_dispatch(points=args.points or DEFAULT_POINTS, seed=args.seed,
+                                repeats=args.repeats or DEFAULT_REPEATS, min_time=args.min_time or DEFAULT_MIN_TIME,
+                                min_size=min_size, max_size=max_size, cold=args.cold,
+                                progress=progress_on_terminal(), command="python -m fastcopy tune " + " ".join(argv[1:]))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return print_result(args, result)
+
+
+def progress_on_terminal() -> Callable[[int, int], None]:
+    """A progress callback that counts points on stderr, only when stderr is a terminal."""
     show = sys.stderr.isatty()
 
     def progress(done: int, total: int) -> None:
         if show:
             print(f"\r{done}/{total} points", end="" if done < total else "\n", file=sys.stderr, flush=True)
+    return progress
 
-    try:
-        result = check_dispatch(points=args.points or DEFAULT_POINTS, seed=args.seed,
-                                repeats=args.repeats or DEFAULT_REPEATS, min_time=args.min_time or DEFAULT_MIN_TIME,
-                                min_size=min_size, max_size=max_size, cold=args.cold,
-                                progress=progress, command="python -m fastcopy tune " + " ".join(argv[1:]))
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+
+def print_result(args: Any, result: Dict[str, Any]) -> int:
+    """Prints a check's or a comparison's report and, with --json, saves the whole result."""
+    import json
+
+    from ..bench.cli import save_json
+
     print(result["report"])
     if args.json:
         return save_json(args.json, json.loads(json.dumps(result, default=str)), f"{len(result['points'])} points")

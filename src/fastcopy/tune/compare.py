@@ -28,13 +28,15 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .check import (CONFIDENCE, MAX_SIZE, MIN_SIZE, PAGE, PASSES, Point, _load, _machine, _size_words,
-                    draw_points, geomean, loop_copies, pass_repeats, place, ratio_ci, validate_settings, _timed)
+                    draw_points, geomean, loop_copies, pass_repeats, place, print_result, progress_on_terminal, ratio_ci,
+                    validate_settings, _timed)
 from .decide import REGIONS, point_class
 
 DEFAULT_POINTS = 40
@@ -320,9 +322,7 @@ def format_compare(result: Dict[str, Any]) -> str:
 # ---- command line (python -m fastcopy tune --compare A B) -------------------------------------
 def run_compare_cli(p: Any, args: Any, argv: List[str]) -> int:
     """Runs ``tune --compare A B`` (``p``: the tune parser, for errors)."""
-    import json
-
-    from ..bench.cli import check_outputs, save_json
+    from ..bench.cli import check_outputs
 
     for option, given in (("--show", args.show), ("--reset", args.reset), ("--dry-run", args.dry_run),
                           ("--quick", args.quick), ("--grid", args.grid is not None),
@@ -339,26 +339,16 @@ def run_compare_cli(p: Any, args: Any, argv: List[str]) -> int:
     for spec in args.compare:
         if os.path.isdir(spec):
             p.error(f"argument --compare: {spec} is a directory, not a profile")
-    import sys
-
-    show = sys.stderr.isatty()
-
-    def progress(done: int, total: int) -> None:
-        if show:
-            print(f"\r{done}/{total} points", end="" if done < total else "\n", file=sys.stderr, flush=True)
-
     try:
         result = compare_profiles(args.compare[0], args.compare[1], points=args.points or DEFAULT_POINTS,
                                   seed=args.seed, repeats=args.repeats or DEFAULT_REPEATS,
                                   min_time=args.min_time or DEFAULT_MIN_TIME, min_size=min_size, max_size=max_size,
-                                  progress=progress, command="python -m fastcopy tune " + " ".join(argv[1:]))
+                                  progress=progress_on_terminal(),
+                                  command="python -m fastcopy tune " + " ".join(argv[1:]))
     except ValueError as e:
         p.error(f"argument --compare: {e}")
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    print(result["report"])
-    if args.json:
-        return save_json(args.json, json.loads(json.dumps(result, default=str)), f"{len(result['points'])} points")
-    return 0
+    return print_result(args, result)
 
