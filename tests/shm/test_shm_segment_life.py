@@ -24,8 +24,13 @@ PREFIX = f"fclife-{os.getpid()}-"
 KIB = 1024
 
 
+# The name a segment has while this process makes it. Only this process's: another pytest on the
+# machine (the emulated suite runs beside the native one) makes segments of its own meanwhile.
+CREATING_HERE = f"{_core.shm_layout()['creating_prefix']}{os.getpid()}-"
+
+
 def shm_names():
-    return {n for n in os.listdir("/dev/shm") if n.startswith(PREFIX) or n.startswith(".fastcopy-new-")}
+    return {n for n in os.listdir("/dev/shm") if n.startswith(PREFIX) or n.startswith(CREATING_HERE)}
 
 
 @pytest.fixture(autouse=True)
