@@ -227,10 +227,9 @@ RegionSpec intel_region() {
 // glibc's AVX-512 unaligned-erms variant: rep movsb from 2112 B to 181 MiB). Every figure and
 // the command behind it: docs/evidence/intel.md, cited by id.
 const char* const kIntelAvx512Small =
-    "the C library below 384 B: the call costs more than the copy; glibc's overlapping EVEX moves and avx512 within a "
-    "few percent (evidence: intel-avx512-band)";
+    "the C library below 4 B: at 1-3 B it ran 1.00-1.02x avx512 (evidence: intel-avx512-small)";
 const char* const kIntelAvx512 =
-    "AVX-512 loop: 1.03-1.07x glibc at 256 B-2 KiB (glibc's own vector loop there) and 1.09-1.21x glibc and rep movsb "
+    "AVX-512 loop: 1.02-1.07x glibc at 4 B-384 B (evidence: intel-avx512-small), 1.03-1.07x at 256 B-2 KiB (glibc's own vector loop there) and 1.09-1.21x glibc and rep movsb "
     "at 2-8 KiB, 1.01-1.05x at 8-16 KiB (glibc runs rep movsb from 2112 B); at (dst - src) mod 4096 in 1..63 "
     "1.08-1.13x up to 20 KiB (evidence: intel-avx512-band)";
 const char* const kIntelAlignedMid =
@@ -247,24 +246,31 @@ const char* const kIntelAvx512Erms =
     "(medians by size range, two runs) (evidence: intel-avx512-band, intel-l2-range)";
 
 const char* const kIntelAvx512Back =
-    "AVX-512 loop for overlapping copies of 256 B-1.25 KiB: 1.01-1.09x the C library at 314 B-1.17 KiB in every region, "
-    "a tie from 1.3 to 5 KiB and the C library 1.01-1.06x faster at 6.3-7.9 KiB (evidence: intel-backward-avx512)";
+    "AVX-512 loop for overlapping copies of 4 B-1.25 KiB: 1.01-1.07x the C library at 4-250 B (evidence: "
+    "intel-avx512-small) and 1.01-1.09x at 314 B-1.17 KiB in every region, a tie from 1.3 to 5 KiB and the C library "
+    "1.01-1.06x faster at 6.3-7.9 KiB (evidence: intel-backward-avx512)";
 const char* const kIntelBackLibc =
-    "the C library for overlapping copies outside 256 B-1.25 KiB: avx512 ties it from 1.3 to 5 KiB and loses at "
-    "6.3-7.9 KiB (evidence: intel-backward-avx512)";
+    "the C library for overlapping copies outside 4 B-1.25 KiB: avx512 ties it from 1.3 to 5 KiB and loses at "
+    "6.3-7.9 KiB (evidence: intel-backward-avx512); below 4 B see intel-avx512-small";
+
+const char* const kIntelAvx512ParallelWhy =
+    "two threads from 768 KiB: split copies of 770 KiB-1 MiB ran 1.07-1.8x one thread back to back in every region, "
+    "at 512-760 KiB 1.08x on the geometric mean but 0.92-0.93x at 2 of 38 points (evidence: "
+    "intel-parallel-from-768kib); an isolated copy under 2 MiB runs on the caller alone while the workers sleep "
+    "(evidence: pool-isolated-copies)";
 
 RegionSpec intel_avx512_region() {
     ClassSpec aligned = {{0, "generic", nullptr, kIntelAvx512Small},
-                         {384, "avx512", "generic", kIntelAvx512},
+                         {4, "avx512", "generic", kIntelAvx512},
                          {16 * KiB, "generic", nullptr, kIntelAlignedMid}};
     ClassSpec near = {{0, "generic", nullptr, kIntelAvx512Small},
-                      {384, "avx512", "generic", kIntelAvx512},
+                      {4, "avx512", "generic", kIntelAvx512},
                       {21 * KiB, "generic", nullptr, kIntelNearMid}};
     ClassSpec far = {{0, "generic", nullptr, kIntelAvx512Small},
-                     {384, "avx512", "generic", kIntelAvx512},
+                     {4, "avx512", "generic", kIntelAvx512},
                      {19 * KiB, "erms", "generic", kIntelAvx512Erms}};
     ClassSpec back = {{0, "generic", nullptr, kIntelBackLibc},
-                      {256, "avx512", "generic", kIntelAvx512Back},
+                      {4, "avx512", "generic", kIntelAvx512Back},
                       {1280, "generic", nullptr, kIntelBackLibc}};
     return {aligned, near, far, back, 2112, kIntelErmsOn};
 }
@@ -299,8 +305,8 @@ Spec intel_spec(bool avx512) {
     }
     s.nt_kernel = avx512 ? "avx512_nt" : "avx2_nt";
     if (avx512) s.nt_learn_from = 4 * MiB;  // evidence: intel-nt-learn
-    s.parallel_from = 1 * MiB;
-    s.parallel_why = kParallelWhy;
+    s.parallel_from = avx512 ? 768 * KiB : 1 * MiB;
+    s.parallel_why = avx512 ? kIntelAvx512ParallelWhy : kParallelWhy;
     if (avx512)
         s.notes = {"all three regions share the bands: they were measured in private memory, and neither kernel "
                    "nor rep movsb showed a shared-memory penalty on Intel; the NT threshold of shared memory differs "

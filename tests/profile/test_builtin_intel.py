@@ -35,14 +35,36 @@ def test_avx512_where_glibc_runs_rep_movsb_and_the_copy_fits_the_l1d():
             assert all("evidence: intel-" in b["why"] for b in bands)
 
 
-def test_overlapping_copies_run_avx512_from_256_b_to_1_25_kib():
-    """evidence: intel-backward-avx512. avx512 ran 1.01-1.09x the C library for overlapping
-    copies of 314 B-1.17 KiB in every region, tied it to 5 KiB and lost at 6.3-7.9 KiB."""
+def test_overlapping_copies_run_avx512_from_4_b_to_1_25_kib():
+    """evidence: intel-avx512-small, intel-backward-avx512. avx512 ran 1.01-1.07x the C library
+    for overlapping copies of 4-250 B and 1.01-1.09x at 314 B-1.17 KiB in every region, tied it
+    to 5 KiB and lost at 6.3-7.9 KiB."""
     for region, classes in table("intel-erms-avx512")["regions"].items():
         back = classes["backward"]
-        assert [kernel_at(back, n) for n in (255, 256, 1000, 1279, 1280, 7 * KiB)] == \
-            ["generic", "avx512", "avx512", "avx512", "generic", "generic"], region
+        assert [kernel_at(back, n) for n in (3, 4, 100, 256, 1000, 1279, 1280, 7 * KiB)] == \
+            ["generic", "avx512", "avx512", "avx512", "avx512", "avx512", "generic", "generic"], region
         assert all("evidence: intel-backward-avx512" in b["why"] for b in back), region
+
+
+def test_small_forward_copies_run_avx512_from_4_b():
+    """evidence: intel-avx512-small. Through Python avx512 ran 1.02-1.07x the C library at
+    4 B-384 B in every region and forward class; at 1-2 B the C library was 0-2 % faster."""
+    for region, classes in table("intel-erms-avx512")["regions"].items():
+        for cls in FORWARD:
+            bands = classes[cls]
+            assert [kernel_at(bands, n) for n in (1, 3, 4, 64, 255, 383)] == \
+                ["generic", "generic", "avx512", "avx512", "avx512", "avx512"], (region, cls)
+            assert "evidence: intel-avx512-small" in bands[0]["why"], (region, cls)
+
+
+def test_copies_split_over_threads_from_768_kib():
+    """evidence: intel-parallel-from-768kib. Split copies of 770 KiB-1 MiB ran 1.07-1.8x one
+    thread in every region (1 MiB before: the ERMS-only table keeps it, as measured on another
+    Intel CPU)."""
+    par = table("intel-erms-avx512")["parallel"]
+    assert par["threshold"] == 768 * KiB
+    assert "evidence: intel-parallel-from-768kib" in par["why"]
+    assert table("intel-erms")["parallel"]["threshold"] == 1 * MiB
 
 
 def test_rep_movsb_follows_avx512_in_the_far_class_only():
