@@ -254,9 +254,9 @@ const char* const kIntelBackLibc =
     "6.3-7.9 KiB (evidence: intel-backward-avx512); below 4 B see intel-avx512-small";
 
 const char* const kIntelAvx512ParallelWhy =
-    "two threads from 768 KiB: split copies of 770 KiB-1 MiB ran 1.07-1.8x one thread back to back in every region, "
-    "at 512-760 KiB 1.08x on the geometric mean but 0.92-0.93x at 2 of 38 points (evidence: "
-    "intel-parallel-from-768kib); an isolated copy under 2 MiB runs on the caller alone while the workers sleep "
+    "two threads from 512 KiB: split copies ran 1.07-1.8x one thread at 770 KiB-1 MiB and were faster at 100 of 118 "
+    "points of 512-784 KiB (2 slower, by 7-8 %); at 384-512 KiB splitting won in one run and lost in the other "
+    "(evidence: intel-parallel-from-512kib); an isolated copy under 2 MiB runs alone while the workers sleep "
     "(evidence: pool-isolated-copies)";
 
 RegionSpec intel_avx512_region() {
@@ -305,7 +305,7 @@ Spec intel_spec(bool avx512) {
     }
     s.nt_kernel = avx512 ? "avx512_nt" : "avx2_nt";
     if (avx512) s.nt_learn_from = 4 * MiB;  // evidence: intel-nt-learn
-    s.parallel_from = avx512 ? 768 * KiB : 1 * MiB;
+    s.parallel_from = avx512 ? 512 * KiB : 1 * MiB;
     s.parallel_why = avx512 ? kIntelAvx512ParallelWhy : kParallelWhy;
     if (avx512)
         s.notes = {"all three regions share the bands: they were measured in private memory, and neither kernel "

@@ -356,6 +356,26 @@ def test_pool_variants_from_the_parallel_threshold():
     assert point["picked"] == "generic x2"
 
 
+def test_pool_variants_from_256_kib_below_a_higher_parallel_threshold():
+    """A profile that splits only from 1 MiB is still judged against split copies from
+    POOL_VARIANTS_FROM (256 KiB), and is said to pick one thread there."""
+    p = generic_profile()
+    p["parallel"] = {"threshold": 1 << 20, "threads": 0, "why": "forced by the test"}
+    fastcopy.set_threads(2)
+    try:
+        with profile_forced(p, "test: pool from 1 MiB"):
+            below = check.variants_for(check.POOL_VARIANTS_FROM - 1)
+            at = check.variants_for(check.POOL_VARIANTS_FROM)
+            point = check.measure_point(check.POOL_VARIANTS_FROM, 64, repeats=2, min_time=0.0001,
+                                        rng=random.Random(1))
+    finally:
+        fastcopy.set_threads(0)
+    assert check.POOL_VARIANTS_FROM == 256 << 10
+    assert not any(" x" in k for k in below)
+    assert {f"{k} x2" for k in fastcopy.kernels()} <= set(at)
+    assert point["picked"] == "generic" and {f"{k} x2" for k in fastcopy.kernels()} <= set(point["seconds"])
+
+
 def point_on_two_threads(profile: dict, overlap: bool = False) -> dict:
     """check.measure_point at 64 KiB, offset 64, under `profile` (its pool from 64 KiB) on two threads."""
     fastcopy.set_threads(2)

@@ -2,8 +2,8 @@
 ``fastcopy.check_dispatch()``.
 
 The check measures the active profile (``fastcopy.copy``) against every usable kernel forced
-(``fastcopy.kernel(name)``; from the parallel threshold on also each kernel on the thread pool)
-and ``np.copyto``, at points it draws at random rather than at the sizes and offsets a profile
+(``fastcopy.kernel(name)``; from ``POOL_VARIANTS_FROM``, or the profile's parallel threshold if lower,
+also each kernel on the thread pool) and ``np.copyto``, at points it draws at random rather than at the sizes and offsets a profile
 was tuned on:
 
 - sizes log-uniform from ``min_size`` to ``max_size`` (64 B to 4 MiB by default);
@@ -49,7 +49,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 
 import numpy as np
 
-from .decide import point_class
+from .decide import PARALLEL_MIN_GRID, point_class
 
 PAGE = 4096
 DEFAULT_POINTS = 60
@@ -218,9 +218,17 @@ def place(size: int, offset: int, fill_seed: int, overlap: bool = False) -> Tupl
     return dst, src
 
 
+# Each kernel is also timed on the thread pool from this size (or from the profile's parallel
+# threshold where that is lower), whatever the profile's threshold: a profile that splits too
+# late is judged against the split copies it does not make. The size from which tune measures
+# the pool.
+POOL_VARIANTS_FROM = PARALLEL_MIN_GRID
+
+
 def variants_for(size: int) -> Dict[str, Callable[[Any, Any], Any]]:
-    """The variants timed at ``size``: auto, every usable kernel forced, np.copyto, and from the
-    parallel threshold on (when more than one thread is set) each kernel on the pool as well."""
+    """The variants timed at ``size``: auto, every usable kernel forced, np.copyto, and from
+    POOL_VARIANTS_FROM or the parallel threshold, whichever is lower (when more than one thread
+    is set), each kernel on the pool as well."""
     import fastcopy
 
     out: Dict[str, Callable[[Any, Any], Any]] = {AUTO: fastcopy.copy}
@@ -230,7 +238,8 @@ def variants_for(size: int) -> Dict[str, Callable[[Any, Any], Any]]:
     out[COPYTO] = np.copyto
     threads = fastcopy.get_threads()
     parallel_from = fastcopy._core.parallel_threshold()
-    if threads > 1 and parallel_from is not None and size >= parallel_from:
+    pool_from = POOL_VARIANTS_FROM if parallel_from is None else min(parallel_from, POOL_VARIANTS_FROM)
+    if threads > 1 and size >= pool_from:
         for name in names:
             out[f"{name} x{threads}"] = fastcopy.kernel(name, threads)
     return out
@@ -358,9 +367,12 @@ def measure_point(size: int, offset: int, repeats: int, min_time: float, rng: ra
             samples[name].append(seconds)
             reruns += again
 
-    def on_pool(kernel: str) -> str:  # " xN" from the parallel threshold on
+    def on_pool(kernel: str) -> str:  # " xN"
         pool = [name for name in variants if name.startswith(kernel + " x")]
         return pool[0] if pool else kernel
+
+    parallel_from = _core.parallel_threshold()
+    splits = not overlap and parallel_from is not None and size >= parallel_from
 
     def ran(kernel: str, split: bool) -> str:
         return on_pool(kernel) if split else kernel
@@ -369,7 +381,7 @@ def measure_point(size: int, offset: int, repeats: int, min_time: float, rng: ra
             "dst_page_offset": dst.ctypes.data % PAGE,
             # the profile's kernel, on the pool from the parallel threshold (overlapping copies
             # never split)
-            "picked": ran(_core.chosen_kernel(dst.ctypes.data, src.ctypes.data, size), not overlap),
+            "picked": ran(_core.chosen_kernel(dst.ctypes.data, src.ctypes.data, size), splits),
             # the kernel fastcopy.copy runs after the repeats: where copies learn their store
             # mode (the profile's nt.learn_from), the band's or the NT kernel, as learned; on the
             # pool where copies split now (from the parallel threshold, as learned)
