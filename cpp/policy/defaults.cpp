@@ -229,9 +229,9 @@ RegionSpec intel_region() {
 const char* const kIntelAvx512Small =
     "the C library below 4 B: at 1-3 B it ran 1.00-1.02x avx512 (evidence: intel-avx512-small)";
 const char* const kIntelAvx512 =
-    "AVX-512 loop: 1.02-1.07x glibc at 4 B-384 B (evidence: intel-avx512-small), 1.03-1.07x at 256 B-2 KiB (glibc's own vector loop there) and 1.09-1.21x glibc and rep movsb "
-    "at 2-8 KiB, 1.01-1.05x at 8-16 KiB (glibc runs rep movsb from 2112 B); at (dst - src) mod 4096 in 1..63 "
-    "1.08-1.13x up to 20 KiB (evidence: intel-avx512-band)";
+    "AVX-512 loop: 1.02-1.07x glibc at 4 B-384 B (evidence: intel-avx512-small), 1.03-1.07x at 256 B-2 KiB (glibc's "
+    "own vector loop there) and 1.09-1.21x glibc and rep movsb at 2-8 KiB, 1.01-1.05x at 8-16 KiB (glibc runs rep "
+    "movsb from 2112 B); at (dst - src) mod 4096 in 1..63 1.08-1.13x up to 20 KiB (evidence: intel-avx512-band)";
 const char* const kIntelAlignedMid =
     "the C library from 16 KiB page-aligned: avx512 ran 0.78x glibc (0.66-0.94) at 16-23 KiB, where source and "
     "destination outgrow the 48 KiB L1d together, and no kernel of ours beat glibc in the L2 range (evidence: "

@@ -523,6 +523,12 @@ void bind_info(py::module_& m) {
                                                      static_cast<Region>(region))));
     }, py::arg("dst_address"), py::arg("src_address"), py::arg("nbytes"), py::arg("region") = 0,
        "Name of the kernel the policy picks for these addresses and size (nothing is copied).");
+    m.def("chosen_split", [](std::uintptr_t dst, std::uintptr_t src, std::size_t n) {
+        return goes_to_pool(active_profile(), reinterpret_cast<const void*>(dst), reinterpret_cast<const void*>(src), n);
+    }, py::arg("dst_address"), py::arg("src_address"), py::arg("nbytes"),
+       "Whether the active profile splits a copy of these addresses and size across the thread pool, before any "
+       "learning at run time: from its parallel threshold, with more than one thread set, unless they overlap or a "
+       "kernel is forced (nothing is copied).");
     m.def("learned_kernel", [](std::uintptr_t dst, std::uintptr_t src, std::size_t n) {
         return std::string(kernel_name(learned_kernel(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n)));
     }, py::arg("dst_address"), py::arg("src_address"), py::arg("nbytes"),

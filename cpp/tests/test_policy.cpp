@@ -516,6 +516,21 @@ void private_copy_mode_checks() {
         return since < 3 ? std::min(ramp[since], hot) : hot;
     };
     auto cached_after_streamed = [&](unsigned since, double hot) { return ramped(since, hot, ramp_4mib); };
+    // 2000 copies of a hot loop: streamed ones run 24 GB/s, the first copy (into fresh memory,
+    // so paying its page faults) first_gbps, cached ones hot_gbps after the ramp above. Returns
+    // how many copies streamed.
+    auto hot_loop_with_faulted_first_copy = [&](StoreModeLearner& m, double first_gbps, double hot_gbps) {
+        unsigned since = 99;  // cached copies since the last streamed one
+        int streamed = 0;
+        for (int i = 0; i < 2000; ++i) {
+            const bool st = m.streaming(n);
+            const double gbps = st ? 24 : i == 0 ? first_gbps : cached_after_streamed(since, hot_gbps);
+            m.record(n, st, double(n) / (gbps * 1e9));
+            streamed += st ? 1 : 0;
+            since = st ? 0 : since + 1;
+        }
+        return streamed;
+    };
     {
         // Cold from the start: copies 3 and 4 are a trial of streaming stores, judged against
         // the fourth cached copy after it, and it wins. The second copy is no trial: the cached
@@ -582,15 +597,7 @@ void private_copy_mode_checks() {
         // faults), a cached copy right after a streamed one at 21. Cached stores end up the mode,
         // and streaming is rare.
         StoreModeLearner m(policy::kPrivateCopyRule);
-        unsigned since = 99;  // cached copies since the last streamed one
-        int streamed = 0;
-        for (int i = 0; i < 2000; ++i) {
-            const bool st = m.streaming(n);
-            const double gbps = st ? 24 : i == 0 ? 4 : cached_after_streamed(since, 70);
-            m.record(n, st, double(n) / (gbps * 1e9));
-            streamed += st ? 1 : 0;
-            since = st ? 0 : since + 1;
-        }
+        const int streamed = hot_loop_with_faulted_first_copy(m, 4, 70);
         check(!m.state(cls).current_streaming && m.state(cls).switches == 0 && streamed <= 6, w,
               "hot with page faults and evictions: " + std::to_string(streamed) + " of 2000 copies streamed, " +
                   std::to_string(m.state(cls).switches) + " switches (want cached throughout, <= 6 streamed)");
@@ -772,15 +779,7 @@ void private_copy_mode_checks() {
         // against streamed 24: cached stores stay the mode throughout. Were the first copy's
         // rate folded into the cached one, the next copies would look slower than streaming.
         StoreModeLearner m(policy::kPrivateCopyRule);
-        unsigned since = 99;
-        int streamed = 0;
-        for (int i = 0; i < 2000; ++i) {
-            const bool st = m.streaming(n);
-            const double gbps = st ? 24 : i == 0 ? 1 : cached_after_streamed(since, 36);
-            m.record(n, st, double(n) / (gbps * 1e9));
-            streamed += st ? 1 : 0;
-            since = st ? 0 : since + 1;
-        }
+        const int streamed = hot_loop_with_faulted_first_copy(m, 1, 36);
         check(!m.state(cls).current_streaming && m.state(cls).switches == 0 && streamed <= 8, w,
               "hot, first cached copy page-faulted: " + std::to_string(streamed) + " of 2000 copies streamed, " +
                   std::to_string(m.state(cls).switches) + " switches (want cached throughout, <= 8 streamed)");

@@ -2,9 +2,9 @@
 ``fastcopy.check_dispatch()``.
 
 The check measures the active profile (``fastcopy.copy``) against every usable kernel forced
-(``fastcopy.kernel(name)``; from ``POOL_VARIANTS_FROM``, or the profile's parallel threshold if lower,
-also each kernel on the thread pool) and ``np.copyto``, at points it draws at random rather than at the sizes and offsets a profile
-was tuned on:
+(``fastcopy.kernel(name)``; from ``POOL_VARIANTS_FROM``, or the profile's parallel threshold if
+lower, also each kernel on the thread pool) and ``np.copyto``, at points it draws at random
+rather than at the sizes and offsets a profile was tuned on:
 
 - sizes log-uniform from ``min_size`` to ``max_size`` (64 B to 4 MiB by default);
 - (dst - src) mod 4096 from the whole 0..4095 range, a share of the points from 1..255 (where
@@ -371,17 +371,15 @@ def measure_point(size: int, offset: int, repeats: int, min_time: float, rng: ra
         pool = [name for name in variants if name.startswith(kernel + " x")]
         return pool[0] if pool else kernel
 
-    parallel_from = _core.parallel_threshold()
-    splits = not overlap and parallel_from is not None and size >= parallel_from
-
     def ran(kernel: str, split: bool) -> str:
         return on_pool(kernel) if split else kernel
 
     return {"size": size, "offset": offset, "overlap": overlap, "src_page_offset": src.ctypes.data % PAGE,
             "dst_page_offset": dst.ctypes.data % PAGE,
-            # the profile's kernel, on the pool from the parallel threshold (overlapping copies
-            # never split)
-            "picked": ran(_core.chosen_kernel(dst.ctypes.data, src.ctypes.data, size), splits),
+            # the profile's kernel, on the pool where the profile splits the copy (from its
+            # parallel threshold; overlapping copies never split)
+            "picked": ran(_core.chosen_kernel(dst.ctypes.data, src.ctypes.data, size),
+                          _core.chosen_split(dst.ctypes.data, src.ctypes.data, size)),
             # the kernel fastcopy.copy runs after the repeats: where copies learn their store
             # mode (the profile's nt.learn_from), the band's or the NT kernel, as learned; on the
             # pool where copies split now (from the parallel threshold, as learned)
