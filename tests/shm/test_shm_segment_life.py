@@ -40,6 +40,21 @@ def no_leftover_segments():
     assert shm_names() - before == set(), "test left segments in /dev/shm"
 
 
+def test_leftovers_are_this_processs_own_unfinished_segments_not_another_ones():
+    """The leftover check counts a segment this process left half made, not one another process
+    (the parent here; in CI the other pytest beside this one) is making meanwhile."""
+    creating = _core.shm_layout()["creating_prefix"]
+    others, own = f"{creating}{os.getppid()}-424242", f"{CREATING_HERE}424242"
+    for name in (others, own):
+        open("/dev/shm/" + name, "wb").close()
+    try:
+        names = shm_names()
+        assert others not in names and own in names, names
+    finally:
+        for name in (others, own):
+            os.unlink("/dev/shm/" + name)
+
+
 _counter = [0]
 
 
