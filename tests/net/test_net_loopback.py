@@ -123,21 +123,20 @@ def test_foreign_payload_is_rejected_and_the_stream_goes_on(pair):
 LARGE = 2621440  # bytes: a message in pieces (above fastcopy.net._wire.SPLIT_FROM, checked below)
 
 
-@pytest.mark.parametrize("elements, n, pieces_held", [(1000, 200, None), (LARGE // 8, 40, None), (LARGE // 8, 40, 3)],
-                         ids=["whole", "in-pieces", "in-pieces-beyond-held"])
-def test_slow_subscriber_in_drop_mode_counts_every_loss(pair, elements, n, pieces_held):
-    """A subscriber that does not read while messages arrive keeps the newest `capacity` (and,
-    of messages in pieces, the pieces it has room for); MessagesLost reports the rest exactly:
-    received + lost == published, no torn message."""
+@pytest.mark.parametrize("elements, n, capacity", [(1000, 200, 8), (LARGE // 8, 40, 8), (LARGE // 8, 40, 4)],
+                         ids=["whole", "in-pieces", "in-pieces-one-message-held"])
+def test_slow_subscriber_in_drop_mode_counts_every_loss(pair, elements, n, capacity):
+    """A subscriber that does not read while messages arrive keeps the newest `capacity`
+    payloads (a message in pieces takes one per piece, four here); MessagesLost reports the
+    rest exactly: received + lost == published, no torn message."""
     from fastcopy.shm import MessagesLost
 
     from fastcopy.net import _wire
 
     assert (elements * 8 > _wire.SPLIT_FROM) == (elements == LARGE // 8)
+    assert _wire.piece_bytes_for(LARGE) * 4 == LARGE
     pub, make = pair
-    sub = make(capacity=8, overflow="drop")
-    if pieces_held is not None:
-        sub.PIECES_HELD = pieces_held
+    sub = make(capacity=capacity, overflow="drop")
     for k in range(n):
         pub.send(np.full(elements, k, dtype=np.int64))
     received, lost, last = 0, 0, -1
@@ -157,13 +156,13 @@ def test_slow_subscriber_in_drop_mode_counts_every_loss(pair, elements, n, piece
 
 
 class _CountingPuts:
-    """Stands in for a Zenoh publisher: counts puts and whether each carried an attachment."""
+    """Stands in for a Zenoh publisher: records whether each put was a piece (its kind byte)."""
 
     def __init__(self, inner):
         self.inner, self.puts = inner, []
 
     def put(self, payload, **kw):
-        self.puts.append(kw.get("attachment") is not None)
+        self.puts.append(bytes(payload[5:6]) == b"P")
         return self.inner.put(payload, **kw)
 
     def __getattr__(self, name):
@@ -171,7 +170,7 @@ class _CountingPuts:
 
 
 def test_large_messages_travel_in_pieces_and_arrive_exact(pair):
-    """Messages above the split size go as a head and marked pieces, one Zenoh message each,
+    """Messages above the split size go as a head and pieces, one Zenoh message each,
     and come back exact through recv (the subscriber's own writable array), recv_view
     (read-only) and recv(out=); smaller ones go whole."""
     from fastcopy.net import _wire
@@ -212,8 +211,8 @@ def _raw_publisher(pub):
 
 
 def _put_parts(raw, parts):
-    for k, buf in enumerate(parts):
-        raw.put(buf, attachment=b"P" if buf[5:6] == b"P" else None)
+    for buf in parts:
+        raw.put(buf)
 
 
 def test_a_message_missing_a_piece_is_lost_and_counted_never_torn(pair):

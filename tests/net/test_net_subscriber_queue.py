@@ -1,47 +1,50 @@
-"""fastcopy.net.Subscriber's queue without Zenoh: samples handed to it in a fixed order (as
-Zenoh's thread would), then received. Drop mode keeps the newest messages, counts every loss
-exactly, and never delivers a torn message."""
+"""fastcopy.net.Subscriber's queue (Zenoh's own channel) in one Zenoh session: payloads put in a
+fixed order by a plain publisher of the same session, delivered at once, then received. Drop
+mode keeps the newest payloads, counts every loss exactly, and never delivers a torn message;
+block mode holds the publisher back and still closes; the wake-ups a waiting receive puts to
+its session are never taken for messages."""
 from __future__ import annotations
+
+import threading
+import time
 
 import numpy as np
 import pytest
 
-from fastcopy.net import Subscriber
-from fastcopy.net._wire import encode_parts
-from fastcopy.shm import MessagesLost
+from _net import needs_zenoh
 
-pytestmark = pytest.mark.net
+pytestmark = [pytest.mark.net, needs_zenoh]
 
-
-class _Payload:
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    def to_bytes(self) -> bytes:
-        return self.data
+KEY = "fastcopy/test/queue"
 
 
-class _Sample:
-    def __init__(self, data: bytes, piece: bool) -> None:
-        self.payload = _Payload(data)
-        self.attachment = b"P" if piece else None
+@pytest.fixture
+def session():
+    import fastcopy.net as net
+
+    s = net.open_session()
+    yield s
+    s.close()
 
 
-class _Session:
-    def declare_subscriber(self, key, callback):
-        return self
-
-    def undeclare(self) -> None:
-        pass
+def _raw(session):
+    zenoh = __import__("zenoh")
+    return session.declare_publisher(KEY, congestion_control=zenoh.CongestionControl.BLOCK)
 
 
-def _feed(sub, parts) -> None:
-    for k, buf in enumerate(parts):
-        sub._on_sample(_Sample(buf, k > 0))
+def _put_all(raw, payloads) -> None:
+    """Puts the payloads in order from another thread: a drop-mode channel takes them all at
+    once, never holding the publisher back (bounded: 10 s)."""
+    putter = threading.Thread(target=lambda: [raw.put(buf) for buf in payloads], daemon=True)
+    putter.start()
+    putter.join(10)
+    assert not putter.is_alive(), "the subscriber's channel held the publisher back"
 
 
 def _drain(sub):
     """(values of the messages received, messages counted lost)."""
+    from fastcopy.shm import MessagesLost
+
     got, lost = [], 0
     while True:
         try:
@@ -55,44 +58,103 @@ def _drain(sub):
         got.append(int(arr.flat[0]))
 
 
-def _started(capacity: int, pieces_held: int) -> Subscriber:
+def _started(session, raw, capacity: int):
     """A drop-mode subscriber that has received publisher 7's message 0 (its count starts there)."""
-    sub = Subscriber("k", _Session(), capacity=capacity, overflow="drop")
-    sub.PIECES_HELD = pieces_held
-    _feed(sub, list(encode_parts(np.full(4, 0, np.int32), 0, 7)))
-    assert sub.recv(timeout=0).tolist() == [0] * 4
+    from fastcopy.net import Subscriber
+    from fastcopy.net._wire import encode_parts
+
+    sub = Subscriber(KEY, session, capacity=capacity, overflow="drop")
+    _put_all(raw, encode_parts(np.full(4, 0, np.int32), 0, 7))
+    assert sub.recv(timeout=5).tolist() == [0] * 4
     return sub
 
 
-@pytest.mark.parametrize("pieces_held", [3, 5, 8])
-def test_drop_mode_with_few_pieces_held_keeps_the_newest_messages_whole(pieces_held):
-    """Messages of a head and three pieces, 20 of them, none read: the pieces held bound the
-    queue, older messages make room, and the newest ones arrive whole; received + lost == 20."""
-    sub = _started(8, pieces_held)
+@pytest.mark.parametrize("capacity", [4, 5, 8, 9])
+def test_drop_mode_keeps_the_newest_payloads_and_counts_every_loss(session, capacity):
+    """Messages of a head and three pieces, 20 of them, none read: the channel keeps the newest
+    `capacity` payloads, so the newest message arrives whole (a capacity of at least its four
+    payloads), earlier ones whole or not at all; received + lost == 20."""
+    from fastcopy.net._wire import encode_parts
+
+    raw = _raw(session)
+    sub = _started(session, raw, capacity)
     n = 20
-    for k in range(1, n + 1):
-        _feed(sub, list(encode_parts(np.full(400, k, np.int32), k, 7, 400)))
-        assert sub._pieces <= pieces_held and sub._heads <= 8
+    parts = [list(encode_parts(np.full(400, k, np.int32), k, 7, 400)) for k in range(1, n + 1)]
+    assert {len(p) for p in parts} == {4}
+    _put_all(raw, [buf for p in parts for buf in p])
     got, lost = _drain(sub)
-    assert got[-1] == n and got == sorted(got) and len(got) >= 1
-    assert len(got) + lost == n and sub.lost == lost
+    assert got[-1] == n and got == sorted(got)
+    assert len(got) == capacity // 4
+    assert len(got) + lost == n and sub.lost == lost and sub.rejected == 0
     sub.close()
+    raw.undeclare()
 
 
-def test_drop_mode_drops_leftover_pieces_before_newer_messages():
-    """Pieces of a message recv has begun make room before the pieces of the newest message;
-    the begun message is then counted lost, the newest arrives whole."""
-    sub = _started(8, 3)
+def test_drop_mode_a_begun_message_whose_pieces_were_dropped_is_counted_lost(session):
+    """recv has taken a message's head and waits for its pieces; the channel then drops them
+    for a newer message: the begun message is counted lost, the newer one arrives whole."""
+    from fastcopy.net._wire import encode_parts
+
+    raw = _raw(session)
+    sub = _started(session, raw, 3)
     first = list(encode_parts(np.full(300, 1, np.int32), 1, 7, 400))   # head + 2 pieces
     second = list(encode_parts(np.full(300, 2, np.int32), 2, 7, 400))
-    _feed(sub, first[:1])
+    _put_all(raw, first[:1])
     with pytest.raises(TimeoutError):
         sub.recv(timeout=0)           # takes the head, waits for its pieces
-    for buf in first[1:] + second[:1]:
-        sub._on_sample(_Sample(buf, buf is not second[0]))
-    for buf in second[1:]:            # the third piece queued: one of the first's pieces goes
-        sub._on_sample(_Sample(buf, True))
-        assert sub._pieces <= 3
+    _put_all(raw, first[1:] + second)  # five payloads into a channel of three
     got, lost = _drain(sub)
-    assert got == [2] and lost == 1
+    assert got == [2] and lost == 1 and sub.rejected == 0
     sub.close()
+    raw.undeclare()
+
+
+def test_block_mode_holds_the_publisher_back_and_close_does_not_wait_for_room(session):
+    """A full channel in block mode holds the next put back until a receive takes a payload;
+    close() with the channel full returns at once and releases the held put."""
+    from fastcopy.net import Publisher, Subscriber
+
+    sub = Subscriber(KEY, session, capacity=2)
+    pub = Publisher(KEY, session)
+    sent = []
+
+    def publish():
+        for k in range(4):
+            pub.send(np.full(8, k, np.int16))
+            sent.append(k)
+
+    writer = threading.Thread(target=publish, daemon=True)
+    writer.start()
+    time.sleep(0.5)
+    assert sent == [0, 1]                          # the third put waits for room
+    assert sub.recv(timeout=5).tolist() == [0] * 8
+    time.sleep(0.3)
+    assert sent == [0, 1, 2]
+    closer = threading.Thread(target=sub.close, daemon=True)
+    closer.start()
+    closer.join(2)
+    assert not closer.is_alive(), "close() waits for room in the full channel"
+    writer.join(10)
+    assert not writer.is_alive() and sent == [0, 1, 2, 3]
+    pub.close()
+
+
+def test_wake_ups_of_a_waiting_receive_are_not_messages_for_another_subscriber(session):
+    """Two subscribers of one key in one session: one waits (its wake-ups go to the session),
+    the other reads only the real messages, rejecting nothing; each gets every message."""
+    from fastcopy.net import Publisher, Subscriber
+
+    waiting = Subscriber(KEY, session)
+    other = Subscriber(KEY, session)
+    waiting.WAKE_EVERY = other.WAKE_EVERY = 0.02
+    with pytest.raises(TimeoutError):
+        waiting.recv(timeout=0.3)                  # about 15 wake-ups
+    pub = Publisher(KEY, session)
+    pub.send(np.arange(3))
+    assert other.recv(timeout=5).tolist() == [0, 1, 2]
+    assert waiting.recv(timeout=5).tolist() == [0, 1, 2]
+    with pytest.raises(TimeoutError):
+        other.recv(timeout=0.1)
+    assert other.rejected == waiting.rejected == 0 and other.received == waiting.received == 1
+    for s in (waiting, other, pub):
+        s.close()

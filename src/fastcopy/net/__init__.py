@@ -11,12 +11,12 @@ imported when a session is opened, never by ``import fastcopy``.
 """
 from __future__ import annotations
 
-import collections
 import json
+import math
 import os
 import threading
 import time
-from typing import Any, Deque, Dict, Iterator, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -59,9 +59,10 @@ def open_session(listen: Sequence[str] = (), connect: Sequence[str] = (), mode: 
     return zenoh.open(conf)
 
 
-# Marks the pieces of a message sent in pieces (their Zenoh attachment), so a subscriber counts
-# messages, not pieces, against its capacity without reading the payload.
-_PIECE_MARK = b"P"
+# A wake-up: an empty sample with this attachment, which a Subscriber puts to its own session
+# only (never the network) so that a receive blocked in Zenoh's queue looks again at its
+# deadline, at close() and at pending signals such as Ctrl-C.
+_WAKE_MARK = b"W"
 
 
 def _congestion(overflow: str) -> Any:
@@ -101,7 +102,7 @@ class Publisher:
         # that subscribers count as lost.
         self.sent += 1
         for piece in parts:
-            self._pub.put(piece, attachment=_PIECE_MARK)
+            self._pub.put(piece)
 
     def close(self) -> None:
         if not self.closed:
@@ -117,21 +118,71 @@ class Publisher:
         self.close()
 
 
-class Subscriber:
-    """Receives the arrays published on a Zenoh key, in order. Keeps up to ``capacity`` messages;
-    ``overflow='block'`` holds Zenoh back when full (back-pressure to the publisher), ``'drop'``
-    drops the oldest. Messages lost on the way (dropped here, by Zenoh, cut short, or before this
-    subscriber joined a running publisher, which is not counted) raise MessagesLost from recv
-    with the exact count from each publisher's message numbers. A corrupt or foreign payload
-    raises WireError from recv (``rejected`` counts them); the next recv goes on. ``max_bytes``:
-    the largest message in pieces accepted; a head announcing more is rejected before anything
-    is allocated."""
+class _Alarm:
+    """Wakes a receive blocked in Zenoh's queue at a set time, by calling ``wake`` from a thread
+    of its own (one per Subscriber, started at its first wait). A wake-up that comes late, after
+    the receive got a sample, only makes the next receive look again."""
 
-    # Pieces held besides the capacity's messages: a message in pieces comes in while the reader
-    # takes the pieces before it. In drop mode, more pieces drop older messages' pieces.
-    PIECES_HELD = 64
+    def __init__(self, wake: Any) -> None:
+        self._wake = wake
+        self._at: Optional[float] = None
+        self._sleeps_until = math.inf
+        self._stopped = False
+        self._cv = threading.Condition(threading.Lock())
+        self._thread = threading.Thread(target=self._run, name="fastcopy.net wake-up", daemon=True)
+        self._thread.start()
+
+    def set(self, at: float) -> None:
+        with self._cv:
+            self._at = at
+            if at < self._sleeps_until:
+                self._cv.notify()
+
+    def clear(self) -> None:
+        self._at = None  # the thread finds it cleared when it wakes; no lock needed
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stopped = True
+            self._cv.notify()
+
+    def _run(self) -> None:
+        with self._cv:
+            while not self._stopped:
+                at, now = self._at, time.monotonic()
+                if at is not None and now >= at:
+                    self._at = None
+                    self._cv.release()
+                    try:
+                        self._wake()
+                    finally:
+                        self._cv.acquire()
+                    continue
+                self._sleeps_until = math.inf if at is None else at
+                self._cv.wait(None if at is None else at - now)
+
+
+class Subscriber:
+    """Receives the arrays published on a Zenoh key, in order. Its queue is Zenoh's own channel
+    of ``capacity`` payloads (a message of up to 128 KiB is one payload; a larger one is one per
+    piece, fastcopy.net._wire): ``overflow='block'`` holds Zenoh back when it is full
+    (back-pressure to the publisher), ``'drop'`` drops the oldest payload. Messages lost on the
+    way (dropped here, by Zenoh, cut short, or before this subscriber joined a running
+    publisher, which is not counted) raise MessagesLost from recv with the exact count from
+    each publisher's message numbers. In drop mode a message of more pieces than ``capacity``
+    arrives only while the reader keeps up. A corrupt or foreign payload raises WireError from
+    recv (``rejected`` counts them); the next recv goes on. ``max_bytes``: the largest message
+    in pieces accepted; a head announcing more is rejected before anything is allocated.
+
+    Receiving takes payloads from Zenoh's channel on the receiving thread, so no Python code
+    runs on Zenoh's threads (evidence: net-subscriber-zenoh-channel). A receive that waits
+    wakes at least every WAKE_EVERY seconds (signals such as Ctrl-C, close() from another
+    thread) by an empty sample it puts to its own session only; other subscribers of the key
+    in that session see those samples (fastcopy.net's ignore them)."""
+
     # Publishers whose next message number and unfinished message are kept (the oldest go first).
     SOURCES_KEPT = 64
+    WAKE_EVERY = 0.2
 
     def __init__(self, key: str, session: Any = None, *, capacity: int = 64, overflow: str = "block",
                  max_bytes: int = 1 << 30, listen: Sequence[str] = (), connect: Sequence[str] = ()) -> None:
@@ -141,16 +192,22 @@ class Subscriber:
             raise ValueError("capacity must be at least 1")
         if max_bytes < 1:
             raise ValueError("max_bytes must be at least 1")
+        zenoh = zenoh_module()
         self._own = session is None
         self.session = open_session(listen, connect) if session is None else session
         self.key = key
         self.overflow = overflow
         self.capacity = capacity
         self.max_bytes = max_bytes
-        self._q: Deque[Tuple[Any, bool]] = collections.deque()  # (payload, is a piece)
-        self._heads = 0   # messages (heads) in _q
-        self._pieces = 0  # pieces in _q
-        self._cv = threading.Condition()
+        self._local = zenoh.Locality.SESSION_LOCAL
+        # Zenoh's channel takes no call from two threads at once (one blocked in recv() included):
+        # every call to it holds this lock.
+        self._lock = threading.Lock()
+        self._alarm: Optional[_Alarm] = None
+        # True while a receive waits in Zenoh's channel. Only then does a wake-up go in: the
+        # channel is empty then, so the wake-up's put cannot wait for room (in block mode a full
+        # channel holds the put back until a receive takes from it or undeclare).
+        self._waiting = False
         self._next: Dict[int, int] = {}  # publisher -> its next message number
         self._assembling: Dict[int, Assembly] = {}  # publisher -> its message coming in pieces
         self._pending: Optional[Tuple[np.ndarray, bool]] = None
@@ -158,75 +215,59 @@ class Subscriber:
         self.rejected = 0
         self.received = 0
         self.closed = False
-        self._sub = self.session.declare_subscriber(key, self._on_sample)
+        channel = zenoh.handlers.FifoChannel(capacity) if overflow == "block" else zenoh.handlers.RingChannel(capacity)
+        self._sub = self.session.declare_subscriber(key, channel)
 
-    def _on_sample(self, sample: Any) -> None:
-        # The payload as Zenoh hands it over; its bytes are taken in recv, on the receiving
-        # thread, so Zenoh's own thread goes on receiving meanwhile.
-        data = sample.payload
-        piece = sample.attachment is not None
-        with self._cv:
-            if piece:
-                if self.overflow == "block":
-                    while self._pieces >= self.PIECES_HELD and not self.closed:
-                        self._cv.wait(0.1)
-                else:
-                    while self._pieces >= self.PIECES_HELD:
-                        if not self._make_room_for_piece():
-                            return  # recv counts this piece's message lost
-                self._pieces += 1
-            else:
-                if self.overflow == "block":
-                    while self._heads >= self.capacity and not self.closed:
-                        self._cv.wait(0.1)
-                elif self._heads >= self.capacity:
-                    self._drop_oldest_message()
-                self._heads += 1
-            self._q.append((data, piece))
-            self._cv.notify_all()
+    def _wake(self) -> None:
+        if not self._waiting:
+            return
+        try:
+            self.session.put(self.key, b"", attachment=_WAKE_MARK, allowed_destination=self._local)
+        except Exception:  # the session is closed: a blocked receive has returned with an error
+            pass
 
-    def _make_room_for_piece(self) -> bool:
-        """Drop mode, the pieces held reached: drops the oldest piece queued before the newest
-        head (of an older message, recv counts it lost). False when only the newest message's
-        own pieces are queued: the incoming piece is then dropped."""
-        q = self._q
-        last_head = max((i for i, (_, piece) in enumerate(q) if not piece), default=-1)
-        for i in range(last_head):
-            if q[i][1]:
-                del q[i]
-                self._pieces -= 1
-                return True
-        return False
-
-    def _drop_oldest_message(self) -> None:
-        """Drops the oldest queued message with its pieces (and the pieces before it, of a
-        message recv has begun, which is then lost)."""
-        q = self._q
-        while q and q[0][1]:
-            q.popleft()
-            self._pieces -= 1
-        q.popleft()
-        self._heads -= 1
-        while q and q[0][1]:
-            q.popleft()
-            self._pieces -= 1
-
-    def _take(self, deadline: Optional[float], timeout: Optional[float]) -> Any:
-        with self._cv:
-            while not self._q:
+    def _take(self, deadline: Optional[float], timeout: Optional[float]) -> bytes:
+        """The next payload's bytes, waiting until ``deadline`` (None: for ever)."""
+        left = -1 if deadline is None else max(0.0, deadline - time.monotonic())
+        if not self._lock.acquire(timeout=left):
+            raise TimeoutError(f"fastcopy.net.Subscriber: no message on {self.key!r} within {timeout} s")
+        try:
+            while True:
                 if self.closed:
                     raise ValueError("fastcopy.net.Subscriber: recv on a closed subscriber")
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise TimeoutError(f"fastcopy.net.Subscriber: no message on {self.key!r} within {timeout} s")
-                self._cv.wait(left if left is not None else 0.5)
-            data, piece = self._q.popleft()
-            if piece:
-                self._pieces -= 1
-            else:
-                self._heads -= 1
-            self._cv.notify_all()
-            return data
+                try:
+                    sample = self._sub.try_recv()
+                    if sample is None:
+                        sample = self._wait(deadline, timeout)
+                except Exception:
+                    if self.closed or self.session.is_closed():  # Zenoh's channel is closed with them
+                        raise ValueError("fastcopy.net.Subscriber: recv on a closed subscriber") from None
+                    raise
+                data = sample.payload.to_bytes()
+                if not data and sample.attachment is not None and sample.attachment.to_bytes() == _WAKE_MARK:
+                    continue
+                return data
+        finally:
+            self._lock.release()
+
+    def _wait(self, deadline: Optional[float], timeout: Optional[float]) -> Any:
+        """Waits in Zenoh's channel for the next sample, a wake-up at most WAKE_EVERY away."""
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+            raise TimeoutError(f"fastcopy.net.Subscriber: no message on {self.key!r} within {timeout} s")
+        if self._alarm is None:
+            self._alarm = _Alarm(self._wake)
+        self._alarm.set(now + self.WAKE_EVERY if deadline is None else min(deadline, now + self.WAKE_EVERY))
+        # close() sets `closed` and then wakes a waiting receive: `_waiting` is set before
+        # `closed` is read, so either this receive sees it or close() sees this one waiting.
+        self._waiting = True
+        try:
+            if self.closed:
+                raise ValueError("fastcopy.net.Subscriber: recv on a closed subscriber")
+            return self._sub.recv()
+        finally:
+            self._waiting = False
+            self._alarm.clear()
 
     def _message(self, timeout: Optional[float]) -> Tuple[int, int, np.ndarray, bool]:
         """(publisher, message number, array, whether the array is this subscriber's own) of the
@@ -235,7 +276,7 @@ class Subscriber:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
-                part = read(self._take(deadline, timeout).to_bytes())
+                part = read(self._take(deadline, timeout))
                 if isinstance(part, Head):
                     self._assembling.pop(part.source, None)  # unfinished: lost
                     if part.complete:
@@ -307,14 +348,24 @@ class Subscriber:
             yield self.recv()
 
     def close(self) -> None:
-        with self._cv:
-            if self.closed:
-                return
-            self.closed = True
-            self._cv.notify_all()
-        self._sub.undeclare()
-        if self._own:
-            self.session.close()
+        """Stops receiving; a recv blocked in another thread returns with ValueError."""
+        if self.closed:
+            return
+        self.closed = True
+        self._wake()
+        # A receive blocked in Zenoh's channel returns at the wake-up; the channel is then free.
+        # undeclare also releases a wake-up's put held back by a full channel.
+        taken = self._lock.acquire(timeout=5)
+        try:
+            if self._alarm is not None:
+                self._alarm.stop()
+            if taken:
+                self._sub.undeclare()
+        finally:
+            if taken:
+                self._lock.release()
+            if self._own:
+                self.session.close()
 
     def __enter__(self) -> "Subscriber":
         return self
