@@ -364,38 +364,10 @@ PYBIND11_MODULE(_core, m) {
         "(ValueError naming the valid kernels when it is not usable); threads > 1 splits non-overlapping "
         "copies over the thread pool with that many threads (the caller included).");
 
-    m.def(
-        "concat_bytes",
-        [](const py::bytes& head, const py::object& block) -> py::object {
-            Py_buffer view;
-            if (PyObject_GetBuffer(block.ptr(), &view, PyBUF_ANY_CONTIGUOUS) != 0) throw py::error_already_set();
-            const std::size_t head_len = static_cast<std::size_t>(PyBytes_GET_SIZE(head.ptr()));
-            const std::size_t n = static_cast<std::size_t>(view.len);
-            PyObject* out = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(head_len + n));
-            if (!out) {
-                PyBuffer_Release(&view);
-                throw py::error_already_set();
-            }
-            char* dst = PyBytes_AS_STRING(out);
-            std::memcpy(dst, PyBytes_AS_STRING(head.ptr()), head_len);
-            if (n >= kCopyReleaseGilBytes) {
-                // `out` is not shared yet, and the export keeps `block`'s memory in place.
-                py::gil_scoped_release unlocked;
-                copy_bytes(dst + head_len, view.buf, n);
-            } else if (n) {
-                copy_bytes(dst + head_len, view.buf, n);
-            }
-            PyBuffer_Release(&view);
-            return py::reinterpret_steal<py::object>(out);
-        },
-        py::arg("head"), py::arg("block"),
-        "A new bytes object: `head`, then the bytes of `block` (a C- or Fortran-contiguous buffer) in "
-        "memory order, copied by fastcopy's kernels (the GIL released from 64 KiB). fastcopy.net builds "
-        "each message with it: one copy, into the type Zenoh takes fastest.");
-
     bind_info(m);
     bind_shm(m);
     bind_batch(m);  // after copy: the batched calls use it
     bind_reference(m);
     void bind_shm_layout(py::module_&); bind_shm_layout(m);  // bindings_shm_layout.cpp
+    void bind_net(py::module_&); bind_net(m);  // bindings_net.cpp
 }

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "check.h"
 #include "core/batch.h"
 #include "core/copy_errors.h"
 #include "core/layout.h"
@@ -19,15 +20,6 @@
 
 using namespace fastcopy;
 using namespace fastcopy::core;
-
-static int g_failures = 0;
-#define CHECK(cond)                                                           \
-    do {                                                                      \
-        if (!(cond)) {                                                        \
-            std::fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond); \
-            ++g_failures;                                                     \
-        }                                                                     \
-    } while (0)
 
 namespace {
 
@@ -363,10 +355,5 @@ int main() {
     test_errors();
     test_read_only_ranges();
     test_read_only_ranges_under_change();
-    if (g_failures) {
-        std::fprintf(stderr, "core_tests: %d check(s) failed\n", g_failures);
-        return 1;
-    }
-    std::printf("core_tests: all passed\n");
-    return 0;
+    return checks_passed("core_tests");
 }

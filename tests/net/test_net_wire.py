@@ -2,11 +2,11 @@
 not a valid message is a WireError (never a crash, never a wrong array). Needs no zenoh."""
 from __future__ import annotations
 
-import struct
-
 import numpy as np
 import pytest
 
+from _net import piece_head, wire_head
+from fastcopy import _core
 from fastcopy.net import WireError
 from fastcopy.net import _wire
 from fastcopy.net._wire import decode, encode, encode_parts
@@ -47,12 +47,25 @@ def test_messages_of_every_size_class_carry_their_bytes(order):
         assert seq == n and np.array_equal(back, a)
 
 
-def test_concat_bytes_refuses_a_buffer_that_is_not_contiguous():
-    from fastcopy import _core
-
-    with pytest.raises((BufferError, ValueError)):
-        _core.concat_bytes(b"head", np.arange(10)[::2])
-    assert _core.concat_bytes(b"", b"xyz") == b"xyz"
+def test_net_encode_refuses_a_block_that_is_not_contiguous_and_bad_arguments():
+    """The C++ builder takes only C- or Fortran-contiguous blocks (the Python side sends a copy of
+    any other array), a dtype text of 1 to 64 bytes, and pieces of at least one byte; a piece
+    lies after the head's bytes and before the end."""
+    with pytest.raises(BufferError, match="neither C- nor Fortran-contiguous"):
+        _core.net_encode(np.arange(10)[::2], b"<i8", 0, 0, 1 << 20)
+    with pytest.raises(ValueError, match="dtype text"):
+        _core.net_encode(np.arange(10), b"", 0, 0, 1 << 20)
+    with pytest.raises(ValueError, match="dtype text"):
+        _core.net_encode(np.arange(10), b"x" * 65, 0, 0, 1 << 20)
+    with pytest.raises(ValueError, match="piece_bytes"):
+        _core.net_encode(np.arange(10), b"<i8", 0, 0, 0)
+    for offset in (0, 80, -1):
+        with pytest.raises(ValueError, match="a piece at byte"):
+            _core.net_piece(np.arange(10), 0, 0, offset, 16)
+    assert _core.net_piece(np.arange(10), 0, 0, 72, 16)[-8:] == np.int64(9).tobytes()
+    for arr in (np.zeros((1,) * 33, np.uint8), np.zeros((1,) * 32 + (4,), np.uint8)[..., ::2]):
+        with pytest.raises(ValueError, match="33 dimensions, at most 32"):
+            encode(arr, 0)
 
 
 def test_non_contiguous_is_sent_as_its_values():
@@ -68,8 +81,8 @@ def test_unsendable_dtypes_are_refused(dtype):
 
 
 GOOD = encode(np.arange(12, dtype="<f4").reshape(3, 4), 5)
-HEAD_SIZE = _wire._HEAD.size
-KIND_AT = 5  # the kind byte, after the magic and the version
+HEAD_SIZE = _core.net_wire_layout()["head_bytes"]
+KIND_AT = _core.net_wire_layout()["head_fields"]["kind"][0]
 
 
 @pytest.mark.parametrize("payload, match", [
@@ -114,13 +127,20 @@ def test_every_single_byte_corruption_is_rejected_or_exact():
 
 
 def test_huge_shape_in_header_is_rejected_without_allocating():
-    head = _wire._HEAD.pack(b"FCN1", _wire.VERSION, _wire.WHOLE, b"C", 2, 3, 0, 0, 16) + struct.pack("<2Q", 2**40, 2**40) + b"<f4"
+    head = wire_head(shape=(2**40, 2**40), nbytes=16)
     with pytest.raises(WireError):
         decode(head + bytes(16))
 
 
+def test_a_shape_that_needs_other_than_the_announced_bytes_is_rejected():
+    """Shape (3,) of <f4 needs 12 bytes: a head announcing 16, with 16 bytes after it, is refused."""
+    with pytest.raises(WireError, match="header says 16 bytes for shape"):
+        decode(wire_head(shape=(3,), nbytes=16) + bytes(16))
+    assert decode(wire_head(shape=(4,), nbytes=16) + bytes(16))[1].tolist() == [0.0] * 4
+
+
 def test_a_message_in_pieces_larger_than_max_bytes_is_refused_before_allocating():
-    head = _wire._HEAD.pack(b"FCN1", _wire.VERSION, _wire.FIRST, b"C", 1, 3, 0, 0, 4 << 50) + struct.pack("<Q", 1 << 50) + b"<f4"
+    head = wire_head(kind=_wire.FIRST, shape=(1 << 50,), nbytes=4 << 50)
     part = _wire.read(head + bytes(16))
     assert not part.complete and part.nbytes == 4 << 50
     with pytest.raises(WireError, match="more than max_bytes"):
@@ -191,7 +211,7 @@ def test_a_message_in_pieces_takes_only_its_own_next_piece():
         "publisher": list(encode_parts(arr, 3, 2, 40))[1],
         "message": list(encode_parts(arr, 4, 1, 40))[1],
         "offset": parts[2],
-        "too-long": _wire._PIECE.pack(b"FCN1", _wire.VERSION, _wire.PIECE, 1, 3, 40) + bytes(61),
+        "too-long": piece_head(1, 3, 40) + bytes(61),
     }
     for name, buf in others.items():
         asm = _wire.Assembly(_wire.read(parts[0]), 1 << 20)
@@ -204,12 +224,12 @@ def test_a_message_in_pieces_takes_only_its_own_next_piece():
 
 def _with_dtype_text(message: bytes, text: bytes) -> bytes:
     """``message`` (a 1-d array's) with its dtype text replaced by ``text``."""
-    head = _wire._HEAD
-    fields = list(head.unpack_from(message, 0))
-    ndim, dlen = fields[4], fields[5]
-    fields[5] = len(text)
-    off = head.size + 8 * ndim
-    return head.pack(*fields) + message[head.size:off] + text + message[off + dlen:]
+    layout = _core.net_wire_layout()
+    fields = layout["head_fields"]
+    ndim = message[fields["ndim"][0]]
+    dlen_at = fields["dtype_len"][0]
+    off = layout["head_bytes"] + 8 * ndim
+    return message[:dlen_at] + bytes([len(text)]) + message[dlen_at + 1:off] + text + message[off + message[dlen_at]:]
 
 
 def test_remembered_dtypes_still_refuse_other_texts_for_them():

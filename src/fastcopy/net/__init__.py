@@ -20,7 +20,7 @@ from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ._wire import Assembly, Head, WireError, encode_parts, read
+from ._wire import Assembly, Head, WireError, first_payload, pieces, read
 
 __all__ = ["Publisher", "Subscriber", "Bridge", "WireError", "MessagesLost", "open_session", "zenoh_module"]
 
@@ -95,14 +95,15 @@ class Publisher:
         A message larger than the piece size goes as a head and pieces (fastcopy.net._wire)."""
         if self.closed:
             raise ValueError("fastcopy.net.Publisher: send on a closed publisher")
-        a = np.asarray(arr)
-        parts = encode_parts(a, self.sent, self.source)
-        self._pub.put(next(parts))
+        seq = self.sent
+        first, block, piece_bytes = first_payload(arr if type(arr) is np.ndarray else np.asarray(arr), seq, self.source)
+        self._pub.put(first)
         # The number is spent once the head is out: a message cut short after it is a gap
         # that subscribers count as lost.
-        self.sent += 1
-        for piece in parts:
-            self._pub.put(piece)
+        self.sent = seq + 1
+        if block.nbytes > piece_bytes:
+            for piece in pieces(block, seq, self.source, piece_bytes):
+                self._pub.put(piece)
 
     def close(self) -> None:
         if not self.closed:

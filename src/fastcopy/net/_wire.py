@@ -1,42 +1,33 @@
-"""The wire format of fastcopy.net: every field is validated strictly on receipt; anything
-else is a WireError.
+"""The wire format of fastcopy.net, built and checked in C++ (``_core.net_encode``,
+``net_piece``, ``net_read``; the layout: ``_core.net_wire_layout()``; evidence:
+net-wire-in-cpp); every field is validated strictly on receipt, anything else is a WireError.
 
-A message of up to SPLIT_FROM bytes goes as one payload; a larger one as a head and pieces
-(piece_bytes_for), each a Zenoh message of its own: Zenoh moves a large message it fragments
-and joins again itself several times slower (evidence: net-large-messages-in-pieces,
-net-pieces-from-128k).
-
-Layout (little-endian), version 2:
-  head   magic b"FCN1" (4 bytes)  version u8  kind u8 (b"M" a whole message, b"H" the head
-         of one in pieces)  order u8 (b"C" or b"F")  ndim u8
-         dtype_len u8  pad u8  source u64 (the publisher's random id)  seq u64 (its message
-         number, from 0)  nbytes u64 (the array's bytes)
-         shape  ndim x u64
-         dtype  dtype_len bytes, ASCII: numpy's dtype.str of a plain (non-structured, non-object) dtype
-         data   the array's bytes: all nbytes (b"M"), or the first of them (b"H", at least one
-                byte and fewer than nbytes)
-  piece  magic b"FCN1"  version u8  kind b"P"  pad 2 bytes  source u64  seq u64  offset u64
-         data   the array's bytes from offset on, a piece's size of them or the rest
+A message of up to SPLIT_FROM bytes goes as one payload (kind WHOLE); a larger one as a head
+(FIRST) and pieces (PIECE) of piece_bytes_for its size, each a Zenoh message of its own: Zenoh
+moves a large message it fragments and joins again itself several times slower (evidence:
+net-large-messages-in-pieces, net-pieces-from-128k). A head carries the publisher's random id,
+the message number, the array's dtype (numpy's dtype.str of a plain, non-structured,
+non-object dtype), shape, order (C or F) and size, then the array's bytes in its order (all of
+them, or the first piece's); a piece carries the id, the number and its offset in the array's
+bytes, then its bytes.
 """
 from __future__ import annotations
 
-import struct
 from typing import Dict, Iterator, Optional, Tuple
 
 import numpy as np
 
 from .. import _core
 
-MAGIC = b"FCN1"
-VERSION = 2
-WHOLE = b"M"
-FIRST = b"H"
-PIECE = b"P"
-_HEAD = struct.Struct("<4sBccBBxQQQ")
-_PIECE = struct.Struct("<4sBc2xQQQ")
-_PREFIX = struct.Struct("<4sBc")
-_ORDER = {b"C": "C", b"F": "F"}
-MAX_NDIM = 32
+LAYOUT = _core.net_wire_layout()
+MAGIC: bytes = LAYOUT["magic"]
+VERSION: int = LAYOUT["version"]
+WHOLE: bytes = LAYOUT["whole"]
+FIRST: bytes = LAYOUT["first"]
+PIECE: bytes = LAYOUT["piece"]
+PIECE_HEAD_BYTES: int = LAYOUT["piece_head_bytes"]
+MAX_NDIM: int = LAYOUT["max_ndim"]
+_WHOLE, _PIECE = WHOLE.decode(), PIECE.decode()
 # Messages above SPLIT_FROM bytes go in pieces: a quarter of the message each (at least PIECES
 # pieces), at least MIN_PIECE_BYTES and at most PIECE_BYTES (evidence:
 # net-large-messages-in-pieces, net-pieces-from-128k).
@@ -102,45 +93,48 @@ def wire_dtype(text: bytes) -> np.dtype:
     return dt
 
 
-def encode_header(arr: np.ndarray, source: int, seq: int) -> Tuple[bytes, np.ndarray]:
-    """(head bytes without data, the array as a contiguous block in its order) for message
-    number ``seq`` of publisher ``source``."""
-    if arr.ndim > MAX_NDIM:
-        raise ValueError(f"fastcopy.net: {arr.ndim} dimensions, at most {MAX_NDIM}")
-    if arr.flags.c_contiguous:
-        order, block = b"C", arr
-    elif arr.flags.f_contiguous:
-        order, block = b"F", arr
-    else:
-        order, block = b"C", np.ascontiguousarray(arr)
-    dt = dtype_text(arr.dtype)
-    head = _HEAD.pack(MAGIC, VERSION, WHOLE, order, arr.ndim, len(dt), source, seq, arr.nbytes)
-    return head + struct.pack(f"<{arr.ndim}Q", *arr.shape) + dt, block
+def first_payload(arr: np.ndarray, seq: int, source: int,
+                  piece_bytes: Optional[int] = None) -> Tuple[bytes, np.ndarray, int]:
+    """(the first payload of message ``seq`` of publisher ``source``: the whole message when it
+    holds at most ``piece_bytes`` bytes (by default piece_bytes_for its size), else its head
+    with the first ``piece_bytes``; the array as a C- or Fortran-contiguous block; the piece
+    size). One copy of the array's bytes, into a bytes object, which Zenoh takes at half the
+    cost of a bytearray (evidence: net-send-payload-type)."""
+    text = _TEXT_OF.get(arr.dtype)
+    if text is None:
+        text = dtype_text(arr.dtype)
+    if piece_bytes is None:
+        piece_bytes = piece_bytes_for(arr.nbytes)
+    try:
+        return _core.net_encode(arr, text, source, seq, piece_bytes), arr, piece_bytes
+    except BufferError:  # neither C- nor Fortran-contiguous: sent as a C-contiguous copy
+        if arr.ndim > MAX_NDIM:
+            raise ValueError(f"fastcopy.net: {arr.ndim} dimensions, at most {MAX_NDIM}") from None
+        block = np.ascontiguousarray(arr)
+        return _core.net_encode(block, text, source, seq, piece_bytes), block, piece_bytes
+
+
+def pieces(block: np.ndarray, seq: int, source: int, piece_bytes: int) -> Iterator[bytes]:
+    """The pieces of message ``seq`` after its head (none for a whole message), built one at a
+    time as the caller takes them."""
+    if block.nbytes <= piece_bytes:
+        return
+    for offset in range(piece_bytes, block.nbytes, piece_bytes):
+        yield _core.net_piece(block, source, seq, offset, piece_bytes)
 
 
 def encode(arr: np.ndarray, seq: int, source: int = 0) -> bytes:
-    """The whole message in one payload (any size): one copy of the array's bytes, into a bytes
-    object, which Zenoh takes at half the cost of a bytearray (evidence: net-send-payload-type)."""
-    head, block = encode_header(arr, source, seq)
-    return _core.concat_bytes(head, block)
+    """The whole message in one payload (any size)."""
+    return first_payload(arr, seq, source, max(1, arr.nbytes))[0]
 
 
 def encode_parts(arr: np.ndarray, seq: int, source: int, piece_bytes: Optional[int] = None) -> Iterator[bytes]:
     """The payloads of message ``seq``: the whole message when it holds at most ``piece_bytes``
     bytes (by default piece_bytes_for its size), else a head with the first ``piece_bytes`` and
     pieces of the rest, built one at a time as the caller takes them."""
-    head, block = encode_header(arr, source, seq)
-    nbytes = block.nbytes
-    if piece_bytes is None:
-        piece_bytes = piece_bytes_for(nbytes)
-    if nbytes <= piece_bytes:
-        yield _core.concat_bytes(head, block)
-        return
-    flat = block.ravel(order="A").view(np.uint8)
-    yield _core.concat_bytes(head[:5] + FIRST + head[6:], flat[:piece_bytes])
-    for offset in range(piece_bytes, nbytes, piece_bytes):
-        yield _core.concat_bytes(_PIECE.pack(MAGIC, VERSION, PIECE, source, seq, offset),
-                                 flat[offset:offset + piece_bytes])
+    first, block, piece_bytes = first_payload(arr, seq, source, piece_bytes)
+    yield first
+    yield from pieces(block, seq, source, piece_bytes)
 
 
 class Head:
@@ -167,7 +161,7 @@ class Head:
 
 class Piece:
     """A piece of a message sent in pieces: its publisher, message number, offset in the
-    message, and its bytes, ``buf[_PIECE.size:]``."""
+    message, and its bytes, ``buf[PIECE_HEAD_BYTES:]``."""
 
     __slots__ = ("source", "seq", "offset", "buf")
 
@@ -176,48 +170,27 @@ class Piece:
 
     @property
     def size(self) -> int:
-        return len(self.buf) - _PIECE.size
+        return len(self.buf) - PIECE_HEAD_BYTES
 
 
 def read(buf: bytes) -> "Head | Piece":
     """The head or piece ``buf`` holds; WireError for anything but a valid one."""
-    n = len(buf)
-    if n >= _HEAD.size:
-        magic, version, kind, order_byte, ndim, dlen, source, seq, nbytes = _HEAD.unpack_from(buf, 0)
-    elif n >= _PIECE.size:
-        magic, version, kind = _PREFIX.unpack_from(buf, 0)
-    else:
-        raise WireError(f"fastcopy.net: payload of {n} bytes is shorter than a message header")
-    if magic != MAGIC:
-        raise WireError(f"fastcopy.net: payload does not start with {MAGIC!r} (a foreign payload on the key)")
-    if version != VERSION:
-        raise WireError(f"fastcopy.net: wire format version {version}, this fastcopy reads version {VERSION}")
-    if kind == PIECE:
-        _, _, _, source, seq, offset = _PIECE.unpack_from(buf, 0)
-        return Piece(source, seq, offset, buf)
-    if kind not in (WHOLE, FIRST) or n < _HEAD.size:
-        raise WireError("fastcopy.net: corrupt message header (kind or length)")
-    order = _ORDER.get(order_byte)
-    if order is None or ndim > MAX_NDIM or dlen == 0 or dlen > 64:
-        raise WireError("fastcopy.net: corrupt message header (order, ndim or dtype length out of range)")
-    off = _HEAD.size
-    if n < off + 8 * ndim + dlen:
-        raise WireError("fastcopy.net: truncated message header")
-    shape = struct.unpack_from(f"<{ndim}Q", buf, off)
-    off += 8 * ndim
     try:
-        dt = wire_dtype(bytes(buf[off:off + dlen]))
-    except Exception as exc:
-        raise WireError(f"fastcopy.net: corrupt dtype text in message header ({exc})") from None
-    off += dlen
-    count = 1
-    for extent in shape:
-        count *= extent
-    held = n - off
-    if count * dt.itemsize != nbytes or (held != nbytes if kind == WHOLE else not 0 < held < nbytes):
-        raise WireError(f"fastcopy.net: payload holds {held} bytes, header says {nbytes} "
-                        f"for shape {tuple(shape)} of {dt}" + ("" if kind == WHOLE else " (the head of a message in pieces)"))
-    return Head(source, seq, dt, shape, order, nbytes, count, buf, off, kind == WHOLE)
+        got = _core.net_read(buf)
+    except ValueError as exc:
+        raise WireError(str(exc)) from None
+    if got[0] == _PIECE:
+        return Piece(got[1], got[2], got[3], buf)
+    kind, source, seq, text, shape, order, nbytes, count, off = got
+    dt = _DTYPE_OF.get(text)
+    if dt is None:
+        try:
+            dt = wire_dtype(text)
+        except Exception as exc:
+            raise WireError(f"fastcopy.net: corrupt dtype text in message header ({exc})") from None
+    if count * dt.itemsize != nbytes:
+        raise WireError(f"fastcopy.net: header says {nbytes} bytes for shape {shape} of {dt}")
+    return Head(source, seq, dt, shape, order, nbytes, count, buf, off, kind == _WHOLE)
 
 
 def decode(buf: bytes) -> Tuple[int, np.ndarray]:
@@ -256,7 +229,7 @@ class Assembly:
 
     def add(self, piece: Piece) -> bool:
         """Copies in ``piece`` (one that fits); True when the message is complete."""
-        self._put(piece.buf, _PIECE.size)
+        self._put(piece.buf, PIECE_HEAD_BYTES)
         return self.filled == self.head.nbytes
 
     def array(self) -> np.ndarray:

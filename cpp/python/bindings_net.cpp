@@ -1,0 +1,170 @@
+// fastcopy.net's wire format for Python (the format itself: net/wire.h). net_encode and
+// net_piece build a message's payloads as bytes, the array's bytes copied once by fastcopy's
+// kernels; net_read checks a payload; net_wire_layout gives the layout to the Python code and
+// the tests, which never restate it.
+#include <pybind11/pybind11.h>
+
+#include <cstring>
+#include <string>
+
+#include "core/dispatch.h"
+#include "net/wire.h"
+#include "python/copy_gil.h"
+
+namespace py = pybind11;
+
+namespace fastcopy {
+namespace {
+
+// A buffer export released on every path.
+struct Export {
+    Py_buffer view{};
+    Export(PyObject* obj, int flags) {
+        if (PyObject_GetBuffer(obj, &view, flags) != 0) throw py::error_already_set();
+    }
+    ~Export() { PyBuffer_Release(&view); }
+    Export(const Export&) = delete;
+    Export& operator=(const Export&) = delete;
+};
+
+// A new bytes object: `head` (head_len bytes, written by `write` into it), then src[0:n]
+// copied by fastcopy's kernels, the GIL released from kCopyReleaseGilBytes (the new object is
+// not shared yet, and the caller's export keeps src in place).
+template <class Write>
+py::object payload(std::size_t head_len, Write write, const void* src, std::size_t n) {
+    PyObject* out = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(head_len + n));
+    if (!out) throw py::error_already_set();
+    auto* dst = reinterpret_cast<std::uint8_t*>(PyBytes_AS_STRING(out));
+    write(dst);
+    if (n >= kCopyReleaseGilBytes) {
+        py::gil_scoped_release unlocked;
+        copy_bytes(dst + head_len, src, n);
+    } else if (n) {
+        copy_bytes(dst + head_len, src, n);
+    }
+    return py::reinterpret_steal<py::object>(out);
+}
+
+// The array's order on the wire: 'C' or 'F' (C when it is both); BufferError when it is
+// neither (the Python caller then sends a C-contiguous copy).
+char memory_order(Py_buffer& v) {
+    if (PyBuffer_IsContiguous(&v, 'C')) return 'C';
+    if (PyBuffer_IsContiguous(&v, 'F')) return 'F';
+    throw py::buffer_error("fastcopy.net: the array is neither C- nor Fortran-contiguous");
+}
+
+py::object net_encode(const py::handle& block, const py::bytes& dtype_text, std::uint64_t source, std::uint64_t seq,
+                      long long piece_bytes) {
+    Export e(block.ptr(), PyBUF_STRIDES);
+    Py_buffer& v = e.view;
+    const char order = memory_order(v);
+    if (v.ndim < 0 || static_cast<unsigned>(v.ndim) > net::kMaxNdim)
+        throw py::value_error("fastcopy.net: " + std::to_string(v.ndim) + " dimensions, at most " +
+                              std::to_string(net::kMaxNdim));
+    const char* dt = PyBytes_AS_STRING(dtype_text.ptr());
+    const std::size_t dt_len = static_cast<std::size_t>(PyBytes_GET_SIZE(dtype_text.ptr()));
+    if (dt_len == 0 || dt_len > net::kMaxDtypeText)
+        throw py::value_error("fastcopy.net: a dtype text of " + std::to_string(dt_len) + " bytes (1 to " +
+                              std::to_string(net::kMaxDtypeText) + ")");
+    const std::size_t nbytes = static_cast<std::size_t>(v.len);
+    if (piece_bytes < (nbytes ? 1 : 0)) throw py::value_error("fastcopy.net: piece_bytes must be at least 1");
+    std::uint64_t shape[net::kMaxNdim];
+    for (int i = 0; i < v.ndim; ++i) shape[i] = static_cast<std::uint64_t>(v.shape[i]);
+    const bool whole = nbytes <= static_cast<unsigned long long>(piece_bytes);
+    const std::size_t n = whole ? nbytes : static_cast<std::size_t>(piece_bytes);
+    const unsigned ndim = static_cast<unsigned>(v.ndim);
+    return payload(
+        net::head_bytes(ndim, dt_len),
+        [&](std::uint8_t* out) {
+            net::write_head(out, whole ? net::kWhole : net::kFirst, order, ndim, shape, dt, dt_len, source, seq, nbytes);
+        },
+        v.buf, n);
+}
+
+py::object net_piece(const py::handle& block, std::uint64_t source, std::uint64_t seq, long long offset,
+                     long long piece_bytes) {
+    Export e(block.ptr(), PyBUF_ANY_CONTIGUOUS);
+    const long long nbytes = static_cast<long long>(e.view.len);
+    if (offset < 1 || offset >= nbytes || piece_bytes < 1)
+        throw py::value_error("fastcopy.net: a piece at byte " + std::to_string(offset) + " of " +
+                              std::to_string(piece_bytes) + " bytes, of a message of " + std::to_string(nbytes) +
+                              " bytes (pieces start after the head's bytes and before the end)");
+    const std::size_t n = static_cast<std::size_t>(std::min(piece_bytes, nbytes - offset));
+    return payload(
+        net::kPieceHeadBytes,
+        [&](std::uint8_t* out) { net::write_piece_head(out, source, seq, static_cast<std::uint64_t>(offset)); },
+        static_cast<const std::uint8_t*>(e.view.buf) + offset, n);
+}
+
+py::tuple net_read(const py::handle& buf) {
+    Export e(buf.ptr(), PyBUF_SIMPLE);
+    net::Parsed p;
+    const auto* data = static_cast<const std::uint8_t*>(e.view.buf);
+    const std::string why = net::parse(data, static_cast<std::size_t>(e.view.len), p);
+    if (!why.empty()) throw py::value_error(why);
+    if (p.kind == net::kPiece) return py::make_tuple(std::string(1, p.kind), p.source, p.seq, p.offset, p.data_at);
+    py::tuple shape(p.ndim);
+    for (unsigned i = 0; i < p.ndim; ++i) shape[i] = py::int_(p.shape[i]);
+    return py::make_tuple(std::string(1, p.kind), p.source, p.seq,
+                          py::bytes(reinterpret_cast<const char*>(data) + p.dtype_at, p.dtype_len), shape,
+                          std::string(1, p.order), p.nbytes, p.count, p.data_at);
+}
+
+py::dict net_wire_layout() {
+    auto field = [](std::size_t offset, std::size_t size) { return py::make_tuple(offset, size); };
+    py::dict head;
+    head["magic"] = field(net::kOffMagic, sizeof net::kMagic);
+    head["version"] = field(net::kOffVersion, 1);
+    head["kind"] = field(net::kOffKind, 1);
+    head["order"] = field(net::kOffOrder, 1);
+    head["ndim"] = field(net::kOffNdim, 1);
+    head["dtype_len"] = field(net::kOffDtypeLen, 1);
+    head["source"] = field(net::kOffSource, 8);
+    head["seq"] = field(net::kOffSeq, 8);
+    head["nbytes"] = field(net::kOffNbytes, 8);
+    py::dict piece;
+    piece["magic"] = field(net::kOffMagic, sizeof net::kMagic);
+    piece["version"] = field(net::kOffVersion, 1);
+    piece["kind"] = field(net::kOffKind, 1);
+    piece["source"] = field(net::kOffPieceSource, 8);
+    piece["seq"] = field(net::kOffPieceSeq, 8);
+    piece["offset"] = field(net::kOffPieceOffset, 8);
+    py::dict out;
+    out["magic"] = py::bytes(net::kMagic, sizeof net::kMagic);
+    out["version"] = net::kVersion;
+    out["whole"] = py::bytes(&net::kWhole, 1);
+    out["first"] = py::bytes(&net::kFirst, 1);
+    out["piece"] = py::bytes(&net::kPiece, 1);
+    out["head_bytes"] = net::kHeadBytes;
+    out["piece_head_bytes"] = net::kPieceHeadBytes;
+    out["max_ndim"] = net::kMaxNdim;
+    out["max_dtype_text"] = net::kMaxDtypeText;
+    out["head_fields"] = head;
+    out["piece_fields"] = piece;
+    return out;
+}
+
+}  // namespace
+}  // namespace fastcopy
+
+// Global: bindings.cpp declares it where it calls it, in PYBIND11_MODULE.
+void bind_net(py::module_& m) {
+    using namespace fastcopy;
+    m.def("net_encode", &net_encode, py::arg("block"), py::arg("dtype_text"), py::arg("source"), py::arg("seq"),
+          py::arg("piece_bytes"),
+          "fastcopy.net: the first payload of message `seq` of publisher `source`: the whole message when "
+          "the array `block` (C- or Fortran-contiguous; BufferError otherwise) holds at most `piece_bytes` "
+          "bytes, else its head with the first `piece_bytes` of them. `dtype_text`: numpy's dtype.str, "
+          "checked by the caller.");
+    m.def("net_piece", &net_piece, py::arg("block"), py::arg("source"), py::arg("seq"), py::arg("offset"),
+          py::arg("piece_bytes"),
+          "fastcopy.net: the piece of message `seq` holding `block`'s bytes from `offset` (up to "
+          "`piece_bytes` of them), in memory order.");
+    m.def("net_read", &net_read, py::arg("payload"),
+          "fastcopy.net: a payload checked: ('M' or 'H', source, seq, dtype text, shape, order, nbytes, "
+          "element count, data offset) for a whole message or a head, ('P', source, seq, offset, data "
+          "offset) for a piece; ValueError saying what is wrong otherwise.");
+    m.def("net_wire_layout", &net_wire_layout,
+          "fastcopy.net's wire format: magic, version, kind bytes, the head's and a piece's sizes and "
+          "fields (name -> (byte offset, size); little-endian), the most dimensions and dtype text bytes.");
+}
