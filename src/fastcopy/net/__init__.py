@@ -20,7 +20,7 @@ from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ._wire import Assembly, Head, WireError, first_payload, pieces, read
+from ._wire import Assembly, Head, WireError, first_payload, pieces, take
 
 __all__ = ["Publisher", "Subscriber", "Bridge", "WireError", "MessagesLost", "open_session", "zenoh_module"]
 
@@ -275,26 +275,29 @@ class Subscriber:
         next complete message. A message whose pieces do not follow its head in order (some were
         lost) is dropped here; its number's gap counts it."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        assembling = self._assembling
         while True:
             try:
-                part = read(self._take(deadline, timeout))
-                if isinstance(part, Head):
-                    self._assembling.pop(part.source, None)  # unfinished: lost
-                    if part.complete:
-                        return part.source, part.seq, part.array(), False
-                    self._keep(self._assembling, part.source, Assembly(part, self.max_bytes))
+                part = take(self._take(deadline, timeout))
+                if type(part) is tuple:  # a whole message: (source, seq, array)
+                    if assembling:
+                        assembling.pop(part[0], None)  # unfinished: lost
+                    return part[0], part[1], part[2], False
+                if type(part) is Head:
+                    assembling.pop(part.source, None)  # unfinished: lost
+                    self._keep(assembling, part.source, Assembly(part, self.max_bytes))
                     continue
             except WireError:
                 self.rejected += 1
                 raise
-            asm = self._assembling.get(part.source)
+            asm = assembling.get(part.source)
             if asm is None:
                 continue  # a piece of a message whose head this subscriber did not take
             if not asm.fits(part):
-                del self._assembling[part.source]
+                del assembling[part.source]
                 continue
             if asm.add(part):
-                del self._assembling[part.source]
+                del assembling[part.source]
                 return part.source, part.seq, asm.array(), True
 
     def _keep(self, memo: Dict[int, Any], source: int, value: Any) -> None:
@@ -309,8 +312,11 @@ class Subscriber:
             got, self._pending = self._pending, None
             return got
         source, seq, arr, own = self._message(timeout)
-        expected = self._next.get(source)
-        self._keep(self._next, source, seq + 1)
+        numbers = self._next
+        expected = numbers.get(source)
+        if expected is None and len(numbers) >= self.SOURCES_KEPT:
+            del numbers[next(iter(numbers))]
+        numbers[source] = seq + 1
         self.received += 1
         # A publisher's first message, or a number below the expected one (a foreign or
         # replayed publisher id), starts its count over.

@@ -13,7 +13,7 @@ bytes, then its bytes.
 """
 from __future__ import annotations
 
-from typing import Dict, Iterator, Optional, Tuple
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 import numpy as np
 
@@ -151,12 +151,7 @@ class Head:
 
     def array(self) -> np.ndarray:
         """The read-only array over the bytes (a complete message)."""
-        arr = np.frombuffer(self.buf, dtype=self.dtype, count=self.count, offset=self.off)
-        if len(self.shape) != 1:
-            arr = arr.reshape(self.shape, order=self.order)
-        if arr.flags.writeable:  # a bytearray or other writable buffer (bytes give read-only arrays)
-            arr.flags.writeable = False
-        return arr
+        return _array(self.buf, self.dtype, self.count, self.off, self.shape, self.order)
 
 
 class Piece:
@@ -173,8 +168,9 @@ class Piece:
         return len(self.buf) - PIECE_HEAD_BYTES
 
 
-def read(buf: bytes) -> "Head | Piece":
-    """The head or piece ``buf`` holds; WireError for anything but a valid one."""
+def _checked(buf: bytes) -> "Tuple[Any, ...] | Piece":
+    """A piece, or (kind, source, seq, dtype, shape, order, nbytes, count, data offset) of a head
+    whose dtype and size agree; WireError for anything else."""
     try:
         got = _core.net_read(buf)
     except ValueError as exc:
@@ -190,7 +186,39 @@ def read(buf: bytes) -> "Head | Piece":
             raise WireError(f"fastcopy.net: corrupt dtype text in message header ({exc})") from None
     if count * dt.itemsize != nbytes:
         raise WireError(f"fastcopy.net: header says {nbytes} bytes for shape {shape} of {dt}")
+    return kind, source, seq, dt, shape, order, nbytes, count, off
+
+
+def read(buf: bytes) -> "Head | Piece":
+    """The head or piece ``buf`` holds; WireError for anything but a valid one."""
+    got = _checked(buf)
+    if type(got) is Piece:
+        return got
+    kind, source, seq, dt, shape, order, nbytes, count, off = got
     return Head(source, seq, dt, shape, order, nbytes, count, buf, off, kind == _WHOLE)
+
+
+def take(buf: bytes) -> "Tuple[int, int, np.ndarray] | Head | Piece":
+    """What a receiver takes from ``buf``: (source, seq, read-only array over ``buf``) for a whole
+    message, else the head or piece, as read() gives them; WireError for anything else. The
+    per-message path of Subscriber: a whole message makes no Head."""
+    got = _checked(buf)
+    if type(got) is Piece:
+        return got
+    kind, source, seq, dt, shape, order, nbytes, count, off = got
+    if kind != _WHOLE:
+        return Head(source, seq, dt, shape, order, nbytes, count, buf, off, False)
+    return source, seq, _array(buf, dt, count, off, shape, order)
+
+
+def _array(buf: bytes, dt: np.dtype, count: int, off: int, shape: Tuple[int, ...], order: str) -> np.ndarray:
+    """The read-only array over ``buf[off:]``."""
+    arr = np.frombuffer(buf, dtype=dt, count=count, offset=off)
+    if len(shape) != 1:
+        arr = arr.reshape(shape, order=order)
+    if type(buf) is not bytes and arr.flags.writeable:  # a bytearray or other writable buffer
+        arr.flags.writeable = False
+    return arr
 
 
 def decode(buf: bytes) -> Tuple[int, np.ndarray]:
