@@ -123,11 +123,19 @@ def test_block_mode_holds_the_publisher_back_and_close_does_not_wait_for_room(se
             pub.send(np.full(8, k, np.int16))
             sent.append(k)
 
+    def sent_reaches(n: int) -> bool:
+        deadline = time.monotonic() + 10
+        while len(sent) < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return len(sent) >= n
+
     writer = threading.Thread(target=publish, daemon=True)
     writer.start()
-    time.sleep(0.5)
+    assert sent_reaches(2)
+    time.sleep(0.3)
     assert sent == [0, 1]                          # the third put waits for room
     assert sub.recv(timeout=5).tolist() == [0] * 8
+    assert sent_reaches(3)
     time.sleep(0.3)
     assert sent == [0, 1, 2]
     closer = threading.Thread(target=sub.close, daemon=True)
@@ -158,3 +166,21 @@ def test_wake_ups_of_a_waiting_receive_are_not_messages_for_another_subscriber(s
     assert other.rejected == waiting.rejected == 0 and other.received == waiting.received == 1
     for s in (waiting, other, pub):
         s.close()
+
+
+def test_a_timeout_shorter_than_the_set_wake_up_ends_on_time(session):
+    """A wait without a timeout sets the next wake-up WAKE_EVERY away (5 s here) and ends with a
+    message; a recv(timeout=0.2) right after times out after 0.2 s, not at that wake-up."""
+    from fastcopy.net import Publisher, Subscriber
+
+    sub = Subscriber(KEY, session)
+    sub.WAKE_EVERY = 5.0
+    pub = Publisher(KEY, session)
+    threading.Timer(0.2, lambda: pub.send(np.arange(2))).start()
+    assert sub.recv().tolist() == [0, 1]
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError):
+        sub.recv(timeout=0.2)
+    assert 0.2 <= time.monotonic() - t0 < 2
+    sub.close()
+    pub.close()

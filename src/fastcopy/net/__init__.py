@@ -120,13 +120,13 @@ class Publisher:
 
 
 class _Alarm:
-    """Wakes a receive blocked in Zenoh's queue at a set time, by calling ``wake`` from a thread
-    of its own (one per Subscriber, started at its first wait). A wake-up that comes late, after
-    the receive got a sample, only makes the next receive look again."""
+    """Wakes a receive blocked in Zenoh's channel at a set time, by calling ``wake`` from a thread
+    of its own (one per Subscriber, started at its first wait). Once it fires it is unset until
+    the next ``set``. A wake-up that comes early or late only makes a receive look again."""
 
     def __init__(self, wake: Any) -> None:
         self._wake = wake
-        self._at: Optional[float] = None
+        self.at: Optional[float] = None  # when it fires next; None: unset
         self._sleeps_until = math.inf
         self._stopped = False
         self._cv = threading.Condition(threading.Lock())
@@ -135,12 +135,9 @@ class _Alarm:
 
     def set(self, at: float) -> None:
         with self._cv:
-            self._at = at
+            self.at = at
             if at < self._sleeps_until:
                 self._cv.notify()
-
-    def clear(self) -> None:
-        self._at = None  # the thread finds it cleared when it wakes; no lock needed
 
     def stop(self) -> None:
         with self._cv:
@@ -150,9 +147,10 @@ class _Alarm:
     def _run(self) -> None:
         with self._cv:
             while not self._stopped:
-                at, now = self._at, time.monotonic()
+                at, now = self.at, time.monotonic()
                 if at is not None and now >= at:
-                    self._at = None
+                    # Unset before the wake-up reads whether a receive waits (see Subscriber._wait).
+                    self.at = None
                     self._cv.release()
                     try:
                         self._wake()
@@ -258,17 +256,22 @@ class Subscriber:
             raise TimeoutError(f"fastcopy.net.Subscriber: no message on {self.key!r} within {timeout} s")
         if self._alarm is None:
             self._alarm = _Alarm(self._wake)
-        self._alarm.set(now + self.WAKE_EVERY if deadline is None else min(deadline, now + self.WAKE_EVERY))
-        # close() sets `closed` and then wakes a waiting receive: `_waiting` is set before
-        # `closed` is read, so either this receive sees it or close() sees this one waiting.
+        due = now + self.WAKE_EVERY if deadline is None else min(deadline, now + self.WAKE_EVERY)
+        # close() sets `closed` and then wakes a waiting receive; the alarm unsets itself and
+        # then wakes a waiting receive. `_waiting` is set before `closed` and the alarm are read,
+        # so either this receive sees them or they see it waiting. An alarm already set to fire
+        # by `due` serves this wait too: the lock of setting it is taken about once per
+        # WAKE_EVERY, not once per message.
         self._waiting = True
         try:
             if self.closed:
                 raise ValueError("fastcopy.net.Subscriber: recv on a closed subscriber")
+            at = self._alarm.at
+            if at is None or at > due:
+                self._alarm.set(due)
             return self._sub.recv()
         finally:
             self._waiting = False
-            self._alarm.clear()
 
     def _message(self, timeout: Optional[float]) -> Tuple[int, int, np.ndarray, bool]:
         """(publisher, message number, array, whether the array is this subscriber's own) of the
