@@ -63,7 +63,11 @@ def test_net_encode_refuses_a_block_that_is_not_contiguous_and_bad_arguments():
         with pytest.raises(ValueError, match="a piece at byte"):
             _core.net_piece(np.arange(10), 0, 0, offset, 16)
     assert _core.net_piece(np.arange(10), 0, 0, 72, 16)[-8:] == np.int64(9).tobytes()
-    for arr in (np.zeros((1,) * 33, np.uint8), np.zeros((1,) * 32 + (4,), np.uint8)[..., ::2]):
+    try:
+        too_many = [np.zeros((1,) * 33, np.uint8), np.zeros((1,) * 32 + (4,), np.uint8)[..., ::2]]
+    except ValueError:  # numpy 1.x makes no array of more than 32 dimensions, the wire's limit
+        too_many = []
+    for arr in too_many:
         with pytest.raises(ValueError, match="33 dimensions, at most 32"):
             encode(arr, 0)
 
