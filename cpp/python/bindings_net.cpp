@@ -4,6 +4,9 @@
 // the tests, which never restate it.
 #include <pybind11/pybind11.h>
 
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+
 #include <cstring>
 #include <string>
 
@@ -110,6 +113,46 @@ py::tuple net_read(const py::handle& buf) {
                           std::string(1, p.order), p.nbytes, p.count, p.data_at);
 }
 
+// The receiver's per-message path: (source, seq, read-only array over `payload`) for a valid
+// whole message whose dtype text is a key of `dtypes` (text -> dtype, the texts the Python side
+// has checked) and whose shape needs exactly its bytes; None for anything else (a head of a
+// message in pieces, a piece, a dtype not checked yet, a size that disagrees), which the
+// Python side then reads and checks in full. ValueError saying what is wrong for a payload
+// that is not a valid head or piece.
+py::object net_take(const py::bytes& payload, const py::dict& dtypes) {
+    const auto* data = reinterpret_cast<const std::uint8_t*>(PyBytes_AS_STRING(payload.ptr()));
+    const std::size_t n = static_cast<std::size_t>(PyBytes_GET_SIZE(payload.ptr()));
+    net::Parsed p;
+    const std::string why = net::parse(data, n, p);
+    if (!why.empty()) throw py::value_error(why);
+    if (p.kind != net::kWhole) return py::none();
+    py::bytes text(reinterpret_cast<const char*>(data) + p.dtype_at, p.dtype_len);
+    PyObject* found = PyDict_GetItemWithError(dtypes.ptr(), text.ptr());  // borrowed
+    if (!found) {
+        if (PyErr_Occurred()) throw py::error_already_set();
+        return py::none();
+    }
+    if (!PyArray_DescrCheck(found)) return py::none();
+    auto* descr = reinterpret_cast<PyArray_Descr*>(found);
+    npy_intp dims[net::kMaxNdim];
+    for (unsigned i = 0; i < p.ndim; ++i) dims[i] = static_cast<npy_intp>(p.shape[i]);
+    Py_INCREF(descr);  // PyArray_NewFromDescr steals it
+    PyObject* arr = PyArray_NewFromDescr(&PyArray_Type, descr, static_cast<int>(p.ndim), dims, nullptr,
+                                         const_cast<std::uint8_t*>(data) + p.data_at,
+                                         p.order == 'F' ? NPY_ARRAY_F_CONTIGUOUS : 0, nullptr);
+    if (!arr) {  // a shape numpy refuses (too large): the Python side says what is wrong
+        PyErr_Clear();
+        return py::none();
+    }
+    py::object owned = py::reinterpret_steal<py::object>(arr);
+    // The array must span exactly the announced bytes, all of which the payload holds.
+    if (static_cast<std::uint64_t>(PyArray_NBYTES(reinterpret_cast<PyArrayObject*>(arr))) != p.nbytes)
+        return py::none();
+    Py_INCREF(payload.ptr());  // the array keeps the bytes alive; SetBaseObject steals it
+    if (PyArray_SetBaseObject(reinterpret_cast<PyArrayObject*>(arr), payload.ptr()) < 0) throw py::error_already_set();
+    return py::make_tuple(p.source, p.seq, owned);
+}
+
 py::dict net_wire_layout() {
     auto field = [](std::size_t offset, std::size_t size) { return py::make_tuple(offset, size); };
     py::dict head;
@@ -150,6 +193,7 @@ py::dict net_wire_layout() {
 // Global: bindings.cpp declares it where it calls it, in PYBIND11_MODULE.
 void bind_net(py::module_& m) {
     using namespace fastcopy;
+    if (_import_array() < 0) throw py::error_already_set();
     m.def("net_encode", &net_encode, py::arg("block"), py::arg("dtype_text"), py::arg("source"), py::arg("seq"),
           py::arg("piece_bytes"),
           "fastcopy.net: the first payload of message `seq` of publisher `source`: the whole message when "
@@ -164,6 +208,11 @@ void bind_net(py::module_& m) {
           "fastcopy.net: a payload checked: ('M' or 'H', source, seq, dtype text, shape, order, nbytes, "
           "element count, data offset) for a whole message or a head, ('P', source, seq, offset, data "
           "offset) for a piece; ValueError saying what is wrong otherwise.");
+    m.def("net_take", &net_take, py::arg("payload"), py::arg("dtypes"),
+          "fastcopy.net: (source, seq, read-only array over `payload`) of a valid whole message whose "
+          "dtype text is a key of `dtypes` (text -> checked dtype) and whose shape needs exactly its "
+          "bytes; None for anything else (read it with net_read); ValueError for a payload that is "
+          "not a valid head or piece.");
     m.def("net_wire_layout", &net_wire_layout,
           "fastcopy.net's wire format: magic, version, kind bytes, the head's and a piece's sizes and "
           "fields (name -> (byte offset, size); little-endian), the most dimensions and dtype text bytes.");

@@ -24,10 +24,18 @@ def test_round_trip(dtype, shape, order):
     rng = np.random.default_rng(1)
     raw = rng.integers(0, 256, size=int(np.prod(shape)) * np.dtype(dtype).itemsize, dtype=np.uint8)
     arr = np.asarray(raw.view(dtype).reshape(shape), order=order)
-    seq, got = decode(encode(arr, 41))
+    msg = encode(arr, 41, 7)
+    seq, got = decode(msg)
     assert seq == 41
     assert got.dtype == arr.dtype and got.shape == arr.shape
     assert got.tobytes(order="A") == arr.tobytes(order="A")
+    _wire._DTYPE_OF.clear()
+    for _ in range(2):  # the dtype not checked yet (read in Python), then checked (one C++ call)
+        source, seq, taken = _wire.take(msg)
+        assert (source, seq) == (7, 41) and taken.dtype == arr.dtype and taken.shape == arr.shape
+        assert taken.tobytes(order="A") == arr.tobytes(order="A") and not taken.flags.writeable
+        assert taken.flags.c_contiguous == got.flags.c_contiguous
+        assert taken.flags.f_contiguous == got.flags.f_contiguous
     if order == "F" and arr.ndim > 1 and arr.size > 1:
         assert got.flags.f_contiguous and not got.flags.c_contiguous
     assert not got.flags.writeable
@@ -137,10 +145,14 @@ def test_huge_shape_in_header_is_rejected_without_allocating():
 
 
 def test_a_shape_that_needs_other_than_the_announced_bytes_is_rejected():
-    """Shape (3,) of <f4 needs 12 bytes: a head announcing 16, with 16 bytes after it, is refused."""
+    """Shape (3,) of <f4 needs 12 bytes: a head announcing 16, with 16 bytes after it, is refused,
+    by the reader and by the receiver's path alike."""
     with pytest.raises(WireError, match="header says 16 bytes for shape"):
         decode(wire_head(shape=(3,), nbytes=16) + bytes(16))
     assert decode(wire_head(shape=(4,), nbytes=16) + bytes(16))[1].tolist() == [0.0] * 4
+    assert b"<f4" in _wire._DTYPE_OF  # so the receiver's C++ path reads it too
+    with pytest.raises(WireError, match="header says 16 bytes for shape"):
+        _wire.take(wire_head(shape=(3,), nbytes=16) + bytes(16))
 
 
 def test_a_message_in_pieces_larger_than_max_bytes_is_refused_before_allocating():
