@@ -100,11 +100,11 @@ def first_payload(arr: np.ndarray, seq: int, source: int,
     with the first ``piece_bytes``; the array as a C- or Fortran-contiguous block; the piece
     size). One copy of the array's bytes, into a bytes object, which Zenoh takes at half the
     cost of a bytearray (evidence: net-send-payload-type)."""
-    text = _TEXT_OF.get(arr.dtype)
-    if text is None:
-        text = dtype_text(arr.dtype)
+    dt = arr.dtype
+    text = _TEXT_OF.get(dt) or dtype_text(dt)
     if piece_bytes is None:
-        piece_bytes = piece_bytes_for(arr.nbytes)
+        nbytes = arr.nbytes
+        piece_bytes = nbytes if nbytes <= SPLIT_FROM else piece_bytes_for(nbytes)
     try:
         return _core.net_encode(arr, text, source, seq, piece_bytes), arr, piece_bytes
     except BufferError:  # neither C- nor Fortran-contiguous: sent as a C-contiguous copy
