@@ -38,8 +38,9 @@ def pair():
 
 
 def _wait_connected(pub, sub) -> None:
-    """Sends probes (a 0-d int8 array) until the subscriber gets one; then drains them and numbers
-    from scratch (bounded: 20 s)."""
+    """Sends probes (a 0-d int8 array, -1) until the subscriber gets one, then an end marker (-2),
+    and drains up to the marker: one publisher's messages arrive in order, so no probe comes
+    after it, however late the network delivers (bounded: 20 s)."""
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         pub.send(np.int8(-1))
@@ -50,12 +51,13 @@ def _wait_connected(pub, sub) -> None:
             continue
     else:
         raise AssertionError("subscriber never connected")
-    time.sleep(0.1)
+    pub.send(np.int8(-2))
     while True:
         try:
-            sub.recv_view(timeout=0.1)
+            if sub.recv_view(timeout=max(0.0, deadline - time.monotonic())).item() == -2:
+                break
         except TimeoutError:
-            break
+            raise AssertionError("the end of the probes never arrived") from None
         except Exception:
             continue
     sub.lost = 0
