@@ -202,7 +202,7 @@ def take(buf: bytes) -> "Tuple[int, int, np.ndarray] | Head | Piece":
     """What a receiver takes from ``buf`` (a bytes object): (source, seq, read-only array over
     ``buf``) for a whole message, else the head or piece, as read() gives them; WireError for
     anything else. The per-message path of Subscriber: a whole message of a dtype already
-    checked is read in one C++ call (evidence: net-wire-in-cpp)."""
+    checked is read in one C++ call (evidence: net-loopback-intel)."""
     try:
         whole = _core.net_take(buf, _DTYPE_OF)
     except ValueError as exc:
