@@ -13,20 +13,12 @@
 #include <unistd.h>
 #include <vector>
 
+#include "check.h"
 #include "shm/channel.h"
 
 using namespace fastcopy::shm;
 
 namespace {
-
-int g_failures = 0;
-#define CHECK(cond)                                                                    \
-    do {                                                                               \
-        if (!(cond)) {                                                                 \
-            std::fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);      \
-            ++g_failures;                                                              \
-        }                                                                              \
-    } while (0)
 
 const GilHooks kNoGil{nullptr, nullptr, nullptr, nullptr};
 constexpr std::size_t kCap = 64 * 1024;
@@ -381,10 +373,5 @@ int main() {
     loan_in_an_empty_ring_skips();
     corrupted_indices_are_detected();
     two_threads_every_byte();
-    if (g_failures) {
-        std::fprintf(stderr, "%d check(s) failed\n", g_failures);
-        return 1;
-    }
-    std::printf("ring tests passed\n");
-    return 0;
+    return checks_passed("ring_tests");
 }

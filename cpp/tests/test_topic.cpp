@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "check.h"
 #include "shm/channel.h"
 #include "shm/rules.h"
 #include "shm/topic.h"
@@ -25,15 +26,6 @@
 using namespace fastcopy::shm;
 
 namespace {
-
-int g_failures = 0;
-#define CHECK(cond)                                                                    \
-    do {                                                                               \
-        if (!(cond)) {                                                                 \
-            std::fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);      \
-            ++g_failures;                                                              \
-        }                                                                              \
-    } while (0)
 
 const Ring::GilHooks kNoGil{nullptr, nullptr, nullptr, nullptr};
 
@@ -301,10 +293,5 @@ int main() {
     copy_of_a_slot_overwritten_while_it_is_copied_is_refused();
     invalid_geometry_is_rejected();
     fork_while_a_ledger_is_locked();
-    if (g_failures) {
-        std::fprintf(stderr, "topic_tests: %d failures\n", g_failures);
-        return 1;
-    }
-    std::printf("topic_tests: ok\n");
-    return 0;
+    return checks_passed("topic_tests");
 }
