@@ -27,6 +27,7 @@ import os
 import random
 import statistics
 import sys
+import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -414,3 +415,20 @@ def time_interleaved(timers: Dict[str, Timer], iterations: int, repeats: int,
         for k in names:
             out[k].append(timers[k](iterations) / iterations)
     return out
+
+
+def exit_with_parent(poll: float = 0.5) -> None:
+    """In a benchmark's child process: ends the process (exit status 3) once its parent is gone.
+    A parent killed outright never says stop, and a child blocked in a transport's receive (a
+    pyzmq or Zenoh socket waiting for the next message) would otherwise wait for ever. A daemon
+    thread looks every ``poll`` seconds whether the parent has changed (Linux gives an orphan a
+    new parent)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll)
+        os._exit(3)
+
+    threading.Thread(target=watch, name="exit with parent", daemon=True).start()
+

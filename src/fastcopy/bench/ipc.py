@@ -65,7 +65,9 @@ _ACK_ARRAY = np.frombuffer(_ACK, np.uint8)
 # ---- the child process ---------------------------------------------------------------------
 def _child_main(ctrl, names, queues, pipes, setup=None) -> None:  # pragma: no cover - runs in the child
     from ..shm import Channel
+    from .engine import exit_with_parent
 
+    exit_with_parent()
     setup = setup or {}
     ipc_transports.set_view_fill(setup.get("view_fill", "memmove"))
     fwd_q, back_q = queues

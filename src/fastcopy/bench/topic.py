@@ -60,6 +60,9 @@ def _channel_capacity(size: int, views: bool) -> int:
 def _receiver(conn: Any) -> None:  # pragma: no cover - runs in the child
     from fastcopy.shm import Channel, Topic
 
+    from .engine import exit_with_parent
+
+    exit_with_parent()
     while True:
         cmd = conn.recv()
         if cmd is None:

@@ -333,8 +333,10 @@ _END = np.full(1, 255, np.uint8)
 def _fanout_bridge(conn: Any, key: str, topic: str, port: int, slot_bytes: int) -> None:  # pragma: no cover - child
     """Child: the receiving bridge, forwarding from ``key`` into the new local Topic ``topic``
     until the parent says stop; then reports (forwarded, lost)."""
+    from ..bench.engine import exit_with_parent
     from . import Bridge
 
+    exit_with_parent()
     try:
         bridge = Bridge.into(key, topic, connect=[_endpoint(port)], slot_bytes=slot_bytes, slots=FANOUT_SLOTS)
     except Exception as exc:
@@ -359,8 +361,10 @@ def _fanout_subscriber(conn: Any, topic: str) -> None:  # pragma: no cover - chi
     Counting up to the end marker, rather than up to the number sent, makes a lost message show
     in the count. CLOCK_MONOTONIC is the same clock in every process, so the parent subtracts
     its own start time."""
+    from ..bench.engine import exit_with_parent
     from ..shm import Topic
 
+    exit_with_parent()
     while True:
         cmd = conn.recv()
         if cmd[0] == "exit":
