@@ -13,6 +13,7 @@
 #include "core/dispatch.h"
 #include "net/wire.h"
 #include "python/copy_gil.h"
+#include "python/layout_fields.h"
 
 namespace py = pybind11;
 
@@ -153,25 +154,28 @@ py::object net_take(const py::bytes& payload, const py::dict& dtypes) {
     return py::make_tuple(p.source, p.seq, owned);
 }
 
+constexpr LayoutField kHeadFields[] = {
+    {"magic", net::kOffMagic, sizeof net::kMagic},
+    {"version", net::kOffVersion, 1},
+    {"kind", net::kOffKind, 1},
+    {"order", net::kOffOrder, 1},
+    {"ndim", net::kOffNdim, 1},
+    {"dtype_len", net::kOffDtypeLen, 1},
+    {"source", net::kOffSource, 8},
+    {"seq", net::kOffSeq, 8},
+    {"nbytes", net::kOffNbytes, 8},
+};
+
+constexpr LayoutField kPieceFields[] = {
+    {"magic", net::kOffMagic, sizeof net::kMagic},
+    {"version", net::kOffVersion, 1},
+    {"kind", net::kOffKind, 1},
+    {"source", net::kOffPieceSource, 8},
+    {"seq", net::kOffPieceSeq, 8},
+    {"offset", net::kOffPieceOffset, 8},
+};
+
 py::dict net_wire_layout() {
-    auto field = [](std::size_t offset, std::size_t size) { return py::make_tuple(offset, size); };
-    py::dict head;
-    head["magic"] = field(net::kOffMagic, sizeof net::kMagic);
-    head["version"] = field(net::kOffVersion, 1);
-    head["kind"] = field(net::kOffKind, 1);
-    head["order"] = field(net::kOffOrder, 1);
-    head["ndim"] = field(net::kOffNdim, 1);
-    head["dtype_len"] = field(net::kOffDtypeLen, 1);
-    head["source"] = field(net::kOffSource, 8);
-    head["seq"] = field(net::kOffSeq, 8);
-    head["nbytes"] = field(net::kOffNbytes, 8);
-    py::dict piece;
-    piece["magic"] = field(net::kOffMagic, sizeof net::kMagic);
-    piece["version"] = field(net::kOffVersion, 1);
-    piece["kind"] = field(net::kOffKind, 1);
-    piece["source"] = field(net::kOffPieceSource, 8);
-    piece["seq"] = field(net::kOffPieceSeq, 8);
-    piece["offset"] = field(net::kOffPieceOffset, 8);
     py::dict out;
     out["magic"] = py::bytes(net::kMagic, sizeof net::kMagic);
     out["version"] = net::kVersion;
@@ -182,8 +186,8 @@ py::dict net_wire_layout() {
     out["piece_head_bytes"] = net::kPieceHeadBytes;
     out["max_ndim"] = net::kMaxNdim;
     out["max_dtype_text"] = net::kMaxDtypeText;
-    out["head_fields"] = head;
-    out["piece_fields"] = piece;
+    out["head_fields"] = layout_fields(kHeadFields);
+    out["piece_fields"] = layout_fields(kPieceFields);
     return out;
 }
 

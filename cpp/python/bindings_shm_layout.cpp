@@ -7,6 +7,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include "python/layout_fields.h"
 #include "shm/channel.h"
 #include "shm/topic.h"
 
@@ -17,16 +18,10 @@ namespace {
 
 using shm::MsgHeader;
 
-struct Field {
-    const char* name;
-    std::size_t offset;
-    std::size_t size;
-};
-
 // Sizes of the header words: the type each is read and written as in shm_sync.cpp / shm_topic.cpp.
 constexpr std::size_t kU32 = sizeof(std::uint32_t), kU64 = sizeof(std::uint64_t);
 
-constexpr Field kChannelFields[] = {
+constexpr LayoutField kChannelFields[] = {
     {"magic", shm::kOffMagic, kU64},
     {"version", shm::kOffVersion, kU32},
     {"header_bytes", shm::kOffHeaderBytes, kU32},
@@ -53,7 +48,7 @@ constexpr Field kChannelFields[] = {
     {"consumer_awaiting", shm::kOffConsAwaiting, kU32},
 };
 
-constexpr Field kMessageFields[] = {
+constexpr LayoutField kMessageFields[] = {
     {"magic", offsetof(MsgHeader, magic), sizeof(MsgHeader::magic)},
     {"header_len", offsetof(MsgHeader, header_len), sizeof(MsgHeader::header_len)},
     {"payload_len", offsetof(MsgHeader, payload_len), sizeof(MsgHeader::payload_len)},
@@ -62,7 +57,7 @@ constexpr Field kMessageFields[] = {
     {"seq", offsetof(MsgHeader, seq), sizeof(MsgHeader::seq)},
 };
 
-constexpr Field kTopicFields[] = {
+constexpr LayoutField kTopicFields[] = {
     {"magic", shm::kTOffMagic, kU64},
     {"version", shm::kTOffVersion, kU32},
     {"header_bytes", shm::kTOffHeaderBytes, kU32},
@@ -84,7 +79,7 @@ constexpr Field kTopicFields[] = {
     {"creator_start", shm::kTOffCreatorStart, kU64},
 };
 
-constexpr Field kRecordFields[] = {
+constexpr LayoutField kRecordFields[] = {
     {"state", shm::kSubState, kU32},
     {"pid", shm::kSubPid, kU32},
     {"start", shm::kSubStart, kU64},
@@ -92,26 +87,19 @@ constexpr Field kRecordFields[] = {
     {"floor", shm::kSubFloor, kU64},
 };
 
-template <std::size_t N>
-py::dict fields(const Field (&table)[N]) {
-    py::dict d;
-    for (const Field& f : table) d[f.name] = py::make_tuple(f.offset, f.size);
-    return d;
-}
-
 py::dict shm_layout() {
     py::dict channel;
     channel["magic"] = shm::kMagic;
     channel["version"] = shm::kVersion;
     channel["header_bytes"] = shm::kHeaderBytes;
-    channel["fields"] = fields(kChannelFields);
+    channel["fields"] = layout_fields(kChannelFields);
 
     py::dict message;
     message["magic"] = shm::kMsgMagic;
     message["pad_magic"] = shm::kPadMagic;
     message["bytes"] = sizeof(MsgHeader);
     message["align"] = shm::kAlign;
-    message["fields"] = fields(kMessageFields);
+    message["fields"] = layout_fields(kMessageFields);
 
     py::dict states;
     states["free"] = static_cast<std::uint32_t>(shm::kSubFree);
@@ -126,8 +114,8 @@ py::dict shm_layout() {
     topic["max_subscribers"] = shm::kTopicMaxSubscribers;
     topic["slot_header_bytes"] = shm::kSlotHdrBytes;
     topic["slot_message_offset"] = shm::kSlotMsgHdrOff;
-    topic["fields"] = fields(kTopicFields);
-    topic["record_fields"] = fields(kRecordFields);
+    topic["fields"] = layout_fields(kTopicFields);
+    topic["record_fields"] = layout_fields(kRecordFields);
     topic["record_states"] = states;
 
     py::dict out;
