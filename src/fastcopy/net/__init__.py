@@ -59,8 +59,8 @@ def open_session(listen: Sequence[str] = (), connect: Sequence[str] = (), mode: 
     return zenoh.open(conf)
 
 
-# A wake-up: an empty sample with this attachment, which a Subscriber puts to its own session
-# only (never the network) so that a receive blocked in Zenoh's queue looks again at its
+# A wake-up: an empty sample with this attachment, which a Subscriber puts to its own Zenoh
+# session only (never the network) so that a receive blocked in Zenoh's queue looks again at its
 # deadline, at close() and at pending signals such as Ctrl-C.
 _WAKE_MARK = b"W"
 
@@ -176,8 +176,8 @@ class Subscriber:
     Receiving takes payloads from Zenoh's channel on the receiving thread, so no Python code
     runs on Zenoh's threads (evidence: net-subscriber-zenoh-channel). A receive that waits
     wakes at least every WAKE_EVERY seconds (signals such as Ctrl-C, close() from another
-    thread) by an empty sample it puts to its own session only; other subscribers of the key
-    in that session see those samples (fastcopy.net's ignore them)."""
+    thread) by an empty sample it puts to its own Zenoh session only; other subscribers of the
+    key in that Zenoh session see those samples (fastcopy.net's ignore them)."""
 
     # Publishers whose next message number and unfinished message are kept (the oldest go first).
     SOURCES_KEPT = 64
@@ -222,7 +222,7 @@ class Subscriber:
             return
         try:
             self.session.put(self.key, b"", attachment=_WAKE_MARK, allowed_destination=self._local)
-        except Exception:  # the session is closed: a blocked receive has returned with an error
+        except Exception:  # the Zenoh session is closed: a blocked receive has returned with an error
             pass
 
     def _take(self, deadline: Optional[float], timeout: Optional[float]) -> bytes:
@@ -315,11 +315,8 @@ class Subscriber:
             got, self._pending = self._pending, None
             return got
         source, seq, arr, own = self._message(timeout)
-        numbers = self._next
-        expected = numbers.get(source)
-        if expected is None and len(numbers) >= self.SOURCES_KEPT:
-            del numbers[next(iter(numbers))]
-        numbers[source] = seq + 1
+        expected = self._next.get(source)
+        self._keep(self._next, source, seq + 1)
         self.received += 1
         # A publisher's first message, or a number below the expected one (a foreign or
         # replayed publisher id), starts its count over.
