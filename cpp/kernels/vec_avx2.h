@@ -27,6 +27,9 @@ struct Avx2 {
     // Disjoint copies at (dst - src) mod 4096 in 1..255 go backward (ops.h:
     // copies_backward_at_distance; evidence: kernels-backward-short-distance).
     static constexpr std::size_t kBackwardBelowPageDistance = 256;
+    // Head and tail moves up to 8 vectors (256 B), as glibc's AVX2 memmove. AVX2 serves the
+    // AMD profiles, where ending them at 4 vectors (as vec::Avx512 does) was not measured.
+    static constexpr std::size_t kSmallMaxVectors = 8;
     FASTCOPY_VEC_AVX2 type load(const unsigned char* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
     FASTCOPY_VEC_AVX2 void store(unsigned char* p, type v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); }
     // p must be 32-byte aligned (ops.h aligns the destination first).

@@ -2,7 +2,7 @@
 // Per-function target attributes only (no global -march): the 512-bit instructions exist
 // in these two functions and nowhere else, and they are only called where the registry's
 // kNeedsAvx512 holds (CPUID F+BW+VL and XCR0 opmask/ZMM state, cpu.cpp).
-//   avx512     n <= 512: overlapping head/tail size classes (64, then 32- and 16-byte halves
+//   avx512     n <= 256: overlapping head/tail size classes (64, then 32- and 16-byte halves
 //              below 64 B), never touching a byte outside the ranges; above: 4 x 64-byte loop
 //              with 64-byte-aligned stores, forward or backward (ops::memmove_cached).
 //   avx512_nt  disjoint copies from 1 KiB: one non-temporal 64-byte store per cache line,

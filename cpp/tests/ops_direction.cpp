@@ -29,6 +29,7 @@ struct Recording {
     using Half = HalfT;
     static constexpr std::size_t kWidth = sizeof(T);
     static constexpr std::size_t kBackwardBelowPageDistance = kBackwardBelow;
+    static constexpr std::size_t kSmallMaxVectors = fastcopy::vec::Avx2::kSmallMaxVectors;
     __attribute__((always_inline)) static inline T load(const u8* p) {
         T v;
         std::memcpy(&v, p, sizeof v);

@@ -30,6 +30,7 @@ struct Width64 {
     using Half = fastcopy::vec::Avx2;  // as vec::Avx512
     static constexpr std::size_t kWidth = 64;
     static constexpr std::size_t kBackwardBelowPageDistance = fastcopy::vec::Avx512::kBackwardBelowPageDistance;
+    static constexpr std::size_t kSmallMaxVectors = fastcopy::vec::Avx512::kSmallMaxVectors;
     WIDTH64_OP type load(const u8* p) { return {Half::load(p), Half::load(p + 32)}; }
     WIDTH64_OP void store(u8* p, type v) {
         Half::store(p, v.lo);

@@ -4,7 +4,7 @@
 
 namespace fastcopy_test {
 
-// The AVX-512 kernels' logic (ops.h at width 64, 512-byte small classes, 64-byte-aligned
+// The AVX-512 kernels' logic (ops.h at width 64, 256-byte small classes, 64-byte-aligned
 // main loop, streaming lines) on a test-only 64-byte vector made of two AVX2 halves; its
 // aligned and streaming stores abort unless the address is 64-byte aligned, as vmovdqa64 and
 // vmovntdq on zmm would fault. Call only where AVX2 is usable.
