@@ -254,10 +254,10 @@ const char* const kIntelBackLibc =
     "6.3-7.9 KiB (evidence: intel-backward-avx512); below 4 B see intel-avx512-small";
 
 const char* const kIntelAvx512ParallelWhy =
-    "two threads from 512 KiB: split copies ran 1.07-1.8x one thread at 770 KiB-1 MiB and were faster at 100 of 118 "
-    "points of 512-784 KiB (2 slower, by 7-8 %); at 384-512 KiB splitting won in one run and lost in the other "
-    "(evidence: intel-parallel-from-512kib); an isolated copy under 2 MiB runs alone while the workers sleep "
-    "(evidence: pool-isolated-copies)";
+    "two threads from 384 KiB: split copies ran 1.07-1.8x one thread at 770 KiB-1 MiB (evidence: "
+    "intel-parallel-from-512kib); at 384-512 KiB, with private copies learning split or alone, the held-out check put "
+    "auto at 0.957-0.961 against 0.904-0.921 on one thread (evidence: intel-parallel-from-384kib); an isolated copy "
+    "under 2 MiB runs alone while the workers sleep (evidence: pool-isolated-copies)";
 
 RegionSpec intel_avx512_region() {
     ClassSpec aligned = {{0, "generic", nullptr, kIntelAvx512Small},
@@ -305,7 +305,7 @@ Spec intel_spec(bool avx512) {
     }
     s.nt_kernel = avx512 ? "avx512_nt" : "avx2_nt";
     if (avx512) s.nt_learn_from = 4 * MiB;  // evidence: intel-nt-learn
-    s.parallel_from = avx512 ? 512 * KiB : 1 * MiB;
+    s.parallel_from = avx512 ? 384 * KiB : 1 * MiB;
     s.parallel_why = avx512 ? kIntelAvx512ParallelWhy : kParallelWhy;
     if (avx512)
         s.notes = {"all three regions share the bands: they were measured in private memory, and neither kernel "
