@@ -151,3 +151,43 @@ def test_tune_drops_a_band_the_held_out_check_contradicts(monkeypatch):
     assert profile["provenance"]["check"]["dropped"] == [f"private page_aligned from {size}: {other} -> {inc}"]
     tune.validate_profile(profile)
     assert _core.active_profile()["source"] == "built-in"
+
+
+def test_validation_times_a_split_copy_on_the_pool_as_it_runs(monkeypatch):
+    """evidence: tune-validate-split-copies-split. A changed band where the built-in profile
+    splits copies is validated with both kernels on its threads; overlapping copies (never
+    split) and copies below the threshold on one thread."""
+    m = {"sizes": [1 << 20], "l3": 1 << 40}
+    bands = {region: {cls: [] for cls in measure.CLASSES} for region in measure.REGIONS}
+    for cls in ("far", "backward"):
+        bands["private"][cls] = [{"size": 1 << 20, "kernel": "new", "builtin": "old"}]
+    timed = []
+
+    def kernel(name, threads=1):
+        def copy(dst, src):
+            pass
+        copy.threads = threads
+        return copy
+
+    def measure_cell(variants, memory, region, cls, *args, **kwargs):
+        timed.append((cls, sorted((name, f.threads) for name, f in variants.items())))
+        return {name: {"gbps": 1.0} for name in variants}
+
+    monkeypatch.setattr(fastcopy, "kernel", kernel)
+    monkeypatch.setattr(measure, "measure_cell", measure_cell)
+
+    def threads_used(parallel_threshold):
+        timed.clear()
+        builtin = None if parallel_threshold is None else decide.Builtin(
+            nt_threshold=None, parallel_threshold=parallel_threshold, threads=2, kernels={}, bands={})
+        measure.validation_ratios(m, bands, 2, 0.001, builtin=builtin)
+        assert {cls for cls, _ in timed} == {"far", "backward"}
+        out = {}
+        for cls, variants in timed:
+            assert len({t for _, t in variants}) == 1 and [n for n, _ in variants] == ["new", "old"], variants
+            out.setdefault(cls, set()).add(variants[0][1])
+        return out
+
+    assert threads_used(512 << 10) == {"far": {2}, "backward": {1}}  # the far copies split; overlapping never
+    assert threads_used(4 << 20) == {"far": {1}, "backward": {1}}    # below the threshold
+    assert threads_used(None) == {"far": {1}, "backward": {1}}       # no built-in rule given

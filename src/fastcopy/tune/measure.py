@@ -305,14 +305,23 @@ def cell_count(sizes: Sequence[int]) -> int:
 
 def validation_ratios(m: Dict[str, Any], bands: Dict[str, Any], repeats: int, min_time: float,
                       progress: Optional[engine.Progress] = None, cold_repeats: int = 3,
-                      cold_min_time: float = 0.004) -> Ratios:
+                      cold_min_time: float = 0.004, builtin: Optional[Any] = None) -> Ratios:
     """Times the new kernel of every changed run of ``bands`` (``decide.changed_runs``) against the
     built-in one at sizes off the grid: two per run below the L3, hot; one at and above it, cold.
+    Where ``builtin`` (``decide.Builtin``) splits a copy across the pool (``uses_pool``; never an
+    overlapping one), both kernels are timed on its threads, as those copies run: a kernel that
+    wins on one thread can lose split (evidence: tune-validate-split-copies-split).
     Returns the speed ratios (new / built-in) per run, for ``decide.apply_validation``."""
     import fastcopy
 
     rng = random.Random(7)
     out: Ratios = {}
+
+    def as_run(kernel: str, size: int, cls: str) -> Callable[[Any, Any], Any]:
+        if builtin is not None and cls != "backward" and builtin.uses_pool(size):
+            return fastcopy.kernel(kernel, builtin.threads)
+        return fastcopy.kernel(kernel)
+
     for region in REGIONS:
         for cls in CLASSES:
             points = bands[region][cls]
@@ -327,7 +336,7 @@ def validation_ratios(m: Dict[str, Any], bands: Dict[str, Any], repeats: int, mi
                     count = engine.cold_rotation_count(s, m["l3"]) if cold else 1
                     mem = SizeMemory(s, count, shared=region != "private")
                     try:
-                        res = measure_cell({new: fastcopy.kernel(new), old: fastcopy.kernel(old)}, mem, region, cls,
+                        res = measure_cell({new: as_run(new, s, cls), old: as_run(old, s, cls)}, mem, region, cls,
                                            cold_repeats if cold else repeats,
                                            cold_min_time if cold else min_time, rng, (2, 2))
                     finally:

@@ -359,7 +359,7 @@ def _tune(quick: bool, output: Optional[str], grid: Optional[Sequence[int]], rep
         m = measure.measure(quick=quick, grid=sizes, repeats=repeats, min_time=min_time, progress=bar, builtin=builtin)
         bands = decide.decide_bands(m, builtin)
         ratios = measure.validation_ratios(m, bands, repeats or int(cfg["repeats"]), min_time or cfg["min_time"],
-                                           bar, int(cfg["cold_repeats"]), cfg["cold_min_time"])
+                                           bar, int(cfg["cold_repeats"]), cfg["cold_min_time"], builtin)
         d = decide.finish(m, builtin, bands, ratios)
     finally:
         bar.close()
