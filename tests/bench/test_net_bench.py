@@ -50,3 +50,31 @@ def test_net_option_without_zenoh_names_the_net_extra(tmp_path):
     """)
     assert proc.returncode == 2, explain(proc)
     assert "net extra" in proc.stdout + proc.stderr and "zenoh" in proc.stdout + proc.stderr, explain(proc)
+
+
+@pytest.mark.parametrize("kind", ["net", "zenoh_plain", "zmq_pubsub"])
+def test_a_receive_from_a_silent_peer_ends_in_timeout_error(tmp_path, kind):
+    """The benchmark parent's receive of every net transport gives up after its timeout (a child
+    that died mid-run sends nothing more) instead of waiting for ever. In a child process, so a
+    receive that never returns fails the test by the run's own timeout."""
+    from _child import explain, run_script
+
+    proc = run_script(tmp_path, """
+        import sys, time
+        from fastcopy.net import bench
+        kind = sys.argv[1]
+        port = bench._port_pair() if kind == "zmq_pubsub" else bench._port()
+        ends = bench.IpcEnds(kind, port, "parent", recv_timeout=0.5)
+        t0 = time.monotonic()
+        try:
+            ends.recv()
+            print("received a message nobody sent")
+        except TimeoutError as exc:
+            print(f"timeout after {time.monotonic() - t0:.1f} s: {exc}")
+        finally:
+            ends.close()
+    """, kind, timeout=30)
+    assert proc.returncode == 0, explain(proc)
+    assert proc.stdout.startswith("timeout after"), explain(proc)
+    if kind != "net":  # the Subscriber's own TimeoutError has its own words
+        assert "no message from the peer within 0.5 s" in proc.stdout, explain(proc)

@@ -178,13 +178,22 @@ IPC_KINDS = {
 }
 
 
+# The longest one receive of IpcEnds waits: a peer that died mid-run sends nothing more, and the
+# receive then ends in TimeoutError instead of waiting for ever.
+RECV_TIMEOUT_S = 600.0
+
+
 class IpcEnds:
     """One process's ends of a net transport: it sends on one key (or socket) and receives on the
     other; the parent listens (sends forward), the child connects (sends back). The first send
-    waits until the peer's subscriber is matched, so no message goes to nobody."""
+    waits until the peer's subscriber is matched, so no message goes to nobody. A receive waits
+    at most ``recv_timeout`` seconds (TimeoutError): for pyzmq through the socket's RCVTIMEO,
+    for plain Zenoh through a watchdog thread that undeclares the subscriber, which closes the
+    channel the receive waits on; neither adds work per message beyond two clock reads."""
 
-    def __init__(self, kind: str, port: int, role: str) -> None:
+    def __init__(self, kind: str, port: int, role: str, recv_timeout: float = RECV_TIMEOUT_S) -> None:
         self.kind, self.role, self._matched = kind, role, False
+        self.recv_timeout = recv_timeout
         out_key, in_key = ("bench/fwd", "bench/back") if role == "parent" else ("bench/back", "bench/fwd")
         if kind == "zmq_pubsub":
             import zmq
@@ -195,6 +204,7 @@ class IpcEnds:
             self.pub.setsockopt(zmq.XPUB_NODROP, 1)  # the sender waits at the high-water mark, never drops
             for s, opt in ((self.pub, zmq.SNDHWM), (self.sub, zmq.RCVHWM)):
                 s.setsockopt(opt, 8)
+            self.sub.setsockopt(zmq.RCVTIMEO, max(1, int(recv_timeout * 1000)))
             self.sub.setsockopt(zmq.SUBSCRIBE, b"")
             base = port if role == "parent" else port + 1
             self.pub.bind(f"tcp://127.0.0.1:{base}")
@@ -216,6 +226,12 @@ class IpcEnds:
             self._zpub = self.pub = self.session.declare_publisher(
                 out_key, congestion_control=zenoh.CongestionControl.BLOCK)
             self.sub = self.session.declare_subscriber(in_key, zenoh.handlers.FifoChannel(8))
+            # The receive waits on the handler, not on the subscriber: a receive borrows the
+            # object it waits on, and the watchdog must be able to undeclare the subscriber.
+            self._handler = self.sub.handler
+            self._waiting_since: Optional[float] = None
+            self._expired = self._closed = False
+            threading.Thread(target=self._watch, daemon=True, name="fastcopy-bench-recv-watchdog").start()
 
     def _wait_matched(self) -> None:
         deadline = time.monotonic() + 30
@@ -242,13 +258,41 @@ class IpcEnds:
         else:
             self.pub.send(msg, copy=False)
 
+    def _watch(self) -> None:
+        """Plain Zenoh's watchdog: undeclares the subscriber once a receive has waited longer
+        than recv_timeout; ends with close()."""
+        while not self._closed:
+            time.sleep(min(1.0, self.recv_timeout / 4))
+            since = self._waiting_since
+            if since is not None and time.monotonic() - since > self.recv_timeout and not self._closed:
+                self._expired = True
+                self.sub.undeclare()
+                return
+
+    def _timed_out(self) -> TimeoutError:
+        return TimeoutError(f"net benchmark: no message from the peer within {self.recv_timeout:g} s "
+                            f"({self.kind}, {self.role}'s end)")
+
     def recv(self) -> np.ndarray:
         if self.kind == "net":
-            return self.sub.recv_view(timeout=600)
+            return self.sub.recv_view(timeout=self.recv_timeout)
         if self.kind == "zenoh_plain":
-            data = self.sub.recv().payload.to_bytes()
+            self._waiting_since = time.monotonic()
+            try:
+                data = self._handler.recv().payload.to_bytes()
+            except Exception:
+                if self._expired:
+                    raise self._timed_out() from None
+                raise
+            finally:
+                self._waiting_since = None
             return np.frombuffer(data, np.uint8).reshape(len(data))
-        return np.frombuffer(self.sub.recv(copy=False).buffer, np.uint8)
+        import zmq
+
+        try:
+            return np.frombuffer(self.sub.recv(copy=False).buffer, np.uint8)
+        except zmq.Again:
+            raise self._timed_out() from None
 
     def close(self) -> None:
         if self.kind == "zmq_pubsub":
@@ -258,6 +302,8 @@ class IpcEnds:
             return
         if self.kind == "net":
             self.sub.close()
+        if self.kind == "zenoh_plain":
+            self._closed = True
         self.pub.undeclare() if self.kind == "zenoh_plain" else self.pub.close()
         self.session.close()
 
