@@ -22,9 +22,11 @@ struct Avx512 {
     static constexpr std::size_t kWidth = 64;
     // As vec::Avx2, and as glibc's EVEX memmove: backward at (dst - src) mod 4096 in 1..255.
     static constexpr std::size_t kBackwardBelowPageDistance = 256;
-    // Head and tail moves up to 4 vectors (256 B); the aligned-store loop from 257 B. Eight
-    // overlapping unaligned 64-byte stores (glibc's shape up to 512 B) ran 0.65-0.90x the loop at
-    // 257-512 B (evidence: kernels-avx512-loop-from-256).
+    // Head and tail moves up to 4 vectors (256 B); from 257 B the aligned-store loop, or at a
+    // 64-byte-aligned destination 4 + 4 head and tail moves up to 512 B (ops.h
+    // four_to_eight_vectors). Eight overlapping unaligned 64-byte stores (glibc's shape up to
+    // 512 B) ran 0.74-0.95x the loop at 257-512 B, medians over placements (evidence:
+    // kernels-avx512-loop-from-256).
     static constexpr std::size_t kSmallMaxVectors = 4;
     FASTCOPY_VEC_AVX512 type load(const unsigned char* p) { return _mm512_loadu_si512(p); }
     FASTCOPY_VEC_AVX512 void store(unsigned char* p, type v) { _mm512_storeu_si512(p, v); }
