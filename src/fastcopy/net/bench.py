@@ -205,6 +205,7 @@ class IpcEnds:
             for s, opt in ((self.pub, zmq.SNDHWM), (self.sub, zmq.RCVHWM)):
                 s.setsockopt(opt, 8)
             self.sub.setsockopt(zmq.RCVTIMEO, max(1, int(recv_timeout * 1000)))
+            self._zmq_again = zmq.Again  # what recv raises at RCVTIMEO
             self.sub.setsockopt(zmq.SUBSCRIBE, b"")
             base = port if role == "parent" else port + 1
             self.pub.bind(f"tcp://127.0.0.1:{base}")
@@ -287,11 +288,9 @@ class IpcEnds:
             finally:
                 self._waiting_since = None
             return np.frombuffer(data, np.uint8).reshape(len(data))
-        import zmq
-
         try:
             return np.frombuffer(self.sub.recv(copy=False).buffer, np.uint8)
-        except zmq.Again:
+        except self._zmq_again:
             raise self._timed_out() from None
 
     def close(self) -> None:
