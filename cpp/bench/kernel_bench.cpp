@@ -1,7 +1,7 @@
 // Single-thread copy-kernel micro-benchmark (not a test; built with -DFASTCOPY_BUILD_BENCH=ON).
 // For each size, each source offset within its page and each (dst - src) page offset, runs
-// every kernel interleaved (kernel A,
-// B, C, ... then again, the order rotating each round), many rounds, and prints the median
+// every kernel interleaved (kernel A, B, C, ... then again, the order rotating each round),
+// many rounds, and prints the median
 // bandwidth in GB/s (1e9 B/s, bytes copied per second) and, per kernel, the median over
 // rounds of its ratio to the first kernel in the same round. Paired ratios keep the
 // comparison fair on a noisy, shared machine (load that drifts over the run cancels out):
@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dispatch.h"
@@ -59,7 +60,13 @@ int main(int argc, char** argv) {
         };
         if (a == "--sizes") { sizes.clear(); for (auto& s : split_list(val())) sizes.push_back(parse_size(s)); }
         else if (a == "--offsets") { offsets.clear(); for (auto& s : split_list(val())) offsets.push_back(std::stoul(s)); }
-        else if (a == "--src-offsets") { src_offsets.clear(); for (auto& s : split_list(val())) src_offsets.push_back(std::stoul(s) % 4096); }
+        else if (a == "--src-offsets") {
+            src_offsets.clear();
+            for (auto& s : split_list(val())) {
+                src_offsets.push_back(std::stoul(s));
+                if (src_offsets.back() >= 4096) { std::fprintf(stderr, "--src-offsets: %s is not below 4096\n", s.c_str()); return 2; }
+            }
+        }
         else if (a == "--kernels") names = split_list(val());
         else if (a == "--rounds") rounds = std::atoi(val().c_str());
         else if (a == "--min-ms") min_ms = std::atof(val().c_str());
@@ -87,9 +94,11 @@ int main(int argc, char** argv) {
     for (std::size_t j = 1; j < ks.size(); ++j) std::printf(" %9s", (ks[j].name + "/" + ks[0].name).substr(0, 9).c_str());
     std::printf("   (GB/s medians of %d interleaved rounds; medians of per-round ratios vs %s)\n", rounds, ks[0].name.c_str());
     using clk = std::chrono::steady_clock;
+    std::vector<std::pair<std::size_t, std::size_t>> placements;  // (source offset in its page, distance)
+    for (std::size_t soff : src_offsets)
+        for (std::size_t off : offsets) placements.emplace_back(soff, off);
     for (std::size_t n : sizes) {
-        for (std::size_t soff : src_offsets)
-        for (std::size_t off : offsets) {
+        for (const auto& [soff, off] : placements) {
             unsigned char* d = dst + soff + off;  // src, dst page-aligned: (dst - src) mod 4096 == off
             unsigned char* s = src + soff;
             // Calibrate repetitions so one sample takes about min_ms.
