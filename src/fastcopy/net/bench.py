@@ -189,7 +189,7 @@ class IpcEnds:
     waits until the peer's subscriber is matched, so no message goes to nobody. A receive waits
     at most ``recv_timeout`` seconds (TimeoutError): for pyzmq through the socket's RCVTIMEO,
     for plain Zenoh through a watchdog thread that undeclares the subscriber, which closes the
-    channel the receive waits on; neither adds work per message beyond two clock reads."""
+    channel the receive waits on; neither adds more than a clock read per message."""
 
     def __init__(self, kind: str, port: int, role: str, recv_timeout: float = RECV_TIMEOUT_S) -> None:
         self.kind, self.role, self._matched = kind, role, False

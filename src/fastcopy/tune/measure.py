@@ -19,7 +19,8 @@ between the L2 and the L3 size are measured hot.
 
 Noise: every cell interleaves its variants in a new order each repeat and keeps medians and
 spreads (``engine.spread``), for ``fastcopy.tune.decide`` to judge. The validation pass times
-each band that ``decide.decide_bands`` changed against the built-in choice at sizes off the grid.
+each band that ``decide.decide_bands`` changed against the built-in choice at sizes off the grid,
+on the pool where the built-in profile splits those copies.
 
 Everything here is timing; what the measurements mean is decided in ``decide``.
 """
@@ -305,10 +306,10 @@ def cell_count(sizes: Sequence[int]) -> int:
 
 def validation_ratios(m: Dict[str, Any], bands: Dict[str, Any], repeats: int, min_time: float,
                       progress: Optional[engine.Progress] = None, cold_repeats: int = 3,
-                      cold_min_time: float = 0.004, builtin: Optional[Any] = None) -> Ratios:
+                      cold_min_time: float = 0.004, builtin: Optional[Builtin] = None) -> Ratios:
     """Times the new kernel of every changed run of ``bands`` (``decide.changed_runs``) against the
     built-in one at sizes off the grid: two per run below the L3, hot; one at and above it, cold.
-    Where ``builtin`` (``decide.Builtin``) splits a copy across the pool (``uses_pool``; never an
+    Where ``builtin`` splits a copy across the pool (``uses_pool``; never an
     overlapping one), both kernels are timed on its threads, as those copies run: a kernel that
     wins on one thread can lose split (evidence: tune-validate-split-copies-split).
     Returns the speed ratios (new / built-in) per run, for ``decide.apply_validation``."""
