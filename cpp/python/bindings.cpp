@@ -15,6 +15,9 @@
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/arrayobject.h>
 
+#include <pthread.h>
+
+#include <atomic>
 #include <cstring>
 #include <string>
 
@@ -40,16 +43,37 @@ void bind_shm(py::module_& m);
 void bind_batch(py::module_& m);  // bindings_batch.cpp
 void bind_reference(py::module_& m);  // bindings_reference.cpp
 
-bool on_main_thread() {
+namespace {
+
+// The ident of the thread that runs Python's signal handlers: threading.main_thread() read once,
+// at import. A fork leaves the child one thread, the one that forked, which os.fork makes the
+// child's main thread; the pthread_atfork handler records it. No Python code runs when the copy
+// asks: a signal handler run inside such code would raise an exception the copy must then
+// keep, and on_main_thread() has no way to hand one back.
+std::atomic<unsigned long> g_main_thread_ident{0};
+
+void record_forking_thread_as_main() { g_main_thread_ident.store(PyThread_get_thread_ident(), std::memory_order_relaxed); }
+
+// Reads threading.main_thread().ident and registers the fork handler. False with a Python
+// exception set when threading cannot tell.
+bool init_main_thread_ident() {
     PyObject* threading = PyImport_ImportModule("threading");
     PyObject* main = threading ? PyObject_CallMethod(threading, "main_thread", nullptr) : nullptr;
     PyObject* ident = main ? PyObject_GetAttrString(main, "ident") : nullptr;
-    bool yes = ident && PyLong_Check(ident) && PyLong_AsUnsignedLong(ident) == PyThread_get_thread_ident();
+    const unsigned long value = ident ? PyLong_AsUnsignedLong(ident) : 0;
     Py_XDECREF(ident);
     Py_XDECREF(main);
     Py_XDECREF(threading);
-    if (PyErr_Occurred()) PyErr_Clear();  // no answer: copy in one piece
-    return yes;
+    if (PyErr_Occurred()) return false;
+    g_main_thread_ident.store(value, std::memory_order_relaxed);
+    pthread_atfork(nullptr, nullptr, record_forking_thread_as_main);
+    return true;
+}
+
+}  // namespace
+
+bool on_main_thread() {
+    return PyThread_get_thread_ident() == g_main_thread_ident.load(std::memory_order_relaxed);
 }
 
 bool check_signals_between_steps(void* ctx) {
@@ -321,7 +345,7 @@ std::string valid_kernels() {
 
 PYBIND11_MODULE(_core, m) {
     using namespace fastcopy;
-    if (_import_array() < 0 || !operand_init()) throw py::error_already_set();
+    if (_import_array() < 0 || !operand_init() || !init_main_thread_ident()) throw py::error_already_set();
     g_ndarray_type = &PyArray_Type;
 
     py::object modname = m.attr("__name__");

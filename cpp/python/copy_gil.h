@@ -24,8 +24,8 @@ constexpr std::size_t kCopyReleaseGilBytes = 64 * 1024;
 // holds it, the wait is at most its switch interval (5 ms), small against the step's copy.
 constexpr std::size_t kSignalCheckBytes = std::size_t(128) << 20;
 
-// True on the thread that runs Python's signal handlers (threading.main_thread()). Asked on
-// every call, as threading itself knows it after a fork from another thread. Needs the GIL.
+// True on the thread that runs Python's signal handlers (threading.main_thread(), and after a
+// fork the thread that forked). Runs no Python code, so no signal handler runs inside it.
 bool on_main_thread();
 
 // The state of core::StepCheck's stop() below: the thread state saved when the GIL was released.

@@ -6,7 +6,11 @@ Each scenario runs in a child started with SIGINT ignored (as under nohup or `cm
 Python's own handler itself, and sends SIGINT from a helper thread as soon as the first
 destination byte changes (the copy is then running with the GIL released). The child catches
 KeyboardInterrupt around the call only, checks that the last destination bytes are still
-unwritten (the copy stopped early) and exits 3; any other ending exits otherwise."""
+unwritten (the copy stopped early) and exits 3; any other ending exits otherwise.
+
+Signal handlers run only where the copy checks for them, because the call runs no Python code
+of its own: a handler run inside such code would raise its KeyboardInterrupt there, and the
+copy would have to keep it instead of clearing it with the code's other errors."""
 
 from __future__ import annotations
 
@@ -73,3 +77,86 @@ def test_sigint_interrupts_a_long_copy(scenario, tmp_path):
                       env=None)
     assert proc.returncode == 3, explain(proc)
     assert "interrupted inside the call" in proc.stdout, explain(proc)
+
+
+FORKED_FROM_A_THREAD = HELPER + r"""
+# os.fork() from a thread other than the main one: in the child that thread is the main thread,
+# so the copy there runs the signal handlers between its steps.
+n = 12 * STEP
+
+
+def child():
+    src = np.full(n, 7, np.uint8)
+    dst = np.zeros(n, np.uint8)
+    interrupt_when_written(lambda: dst[0])
+    run_interrupted(lambda: fastcopy.copy(dst, src), lambda: dst[-1] == 0)
+
+
+def fork_and_wait():
+    pid = os.fork()
+    if pid == 0:
+        code = 6  # an exception other than run_interrupted's exit
+        try:
+            child()
+        except SystemExit as e:
+            code = e.code
+        finally:
+            sys.stdout.flush()
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    print("child exit", os.waitstatus_to_exitcode(status), flush=True)
+
+
+sys.stdout.flush()
+t = threading.Thread(target=fork_and_wait)
+t.start()
+t.join()
+"""
+
+
+def test_sigint_interrupts_a_long_copy_in_a_child_forked_from_a_thread(tmp_path):
+    proc = run_script(tmp_path, FORKED_FROM_A_THREAD, timeout=120, prefix=SIGINT_IGNORED, env=None)
+    assert proc.returncode == 0, explain(proc)
+    assert "interrupted inside the call" in proc.stdout and "child exit 3" in proc.stdout, explain(proc)
+
+
+NO_PYTHON_CODE = r"""
+import sys
+import numpy as np
+import fastcopy
+from fastcopy import _core
+
+n = _core.SIGNAL_CHECK_BYTES + 4096             # more than one step: the signal checks are on
+src = np.ones(n, np.uint8)
+dst = np.zeros(n, np.uint8)
+half = n // 2
+generic = fastcopy.kernel("generic", threads=2)
+calls = {
+    "copy": lambda: fastcopy.copy(dst, src),
+    "kernel": lambda: generic(dst, src),
+    "copyto": lambda: fastcopy.copyto(dst, src),
+    "stack": lambda: fastcopy.stack([src], out=dst.reshape(1, -1)),
+    "copy_many": lambda: fastcopy.copy_many([dst[:half], dst[half:]], [src[:half], src[half:]]),
+}
+call = calls[sys.argv[1]]
+ran = []
+
+
+def profile(frame, event, arg):
+    if event == "call" and frame.f_code is not call.__code__:
+        ran.append(frame.f_code.co_filename + ":" + frame.f_code.co_name)
+
+
+sys.setprofile(profile)
+call()                                           # the process's first copy: its set-up included
+sys.setprofile(None)
+assert dst[-1] == 1, "not copied"
+print("python code run inside the call:", ran)
+"""
+
+
+@pytest.mark.parametrize("entry", ["copy", "kernel", "copyto", "stack", "copy_many"])
+def test_a_long_copy_runs_no_python_code_inside_the_call(entry, tmp_path):
+    proc = run_script(tmp_path, NO_PYTHON_CODE, entry, timeout=120)
+    assert proc.returncode == 0, explain(proc)
+    assert "python code run inside the call: []" in proc.stdout, explain(proc)
