@@ -138,6 +138,12 @@ def profile_section(p: Dict[str, Any], classes: List[str]) -> List[str]:
     par = p["parallel"]
     out += ["### Other rules", "",
             f"- Thread pool: non-overlapping copies from {size(par['threshold'])} ({linked(par['why'])})."]
+    if par["threshold"] is not None:
+        out += ["- Split or alone: private copies on the pool " +
+                ("always split." if par["learn_from"] is None else
+                 linked(f"from {size(max(par['threshold'], par['learn_from']))} time themselves and run split or "
+                        "on the calling thread alone, whichever ran faster lately, below `nt.learn_from` (evidence: "
+                        "policy-private-split)."))]
     if p["sve_trap_min_from"] is not None:
         out += [f"- SVE bands start at {size(p['sve_trap_min_from'])} at the lowest where the Linux kernel traps "
                 "the first SVE instruction after each syscall (`cpu_facts()['sve_traps_after_syscall']`); the C "
@@ -180,6 +186,7 @@ PROFILE_LIMITS = {
     "min_nt_threshold": "`nt.threshold` when not `null`, at least",
     "min_nt_learn_from": "`nt.learn_from` when not `null`, at least",
     "min_parallel_threshold": "`parallel.threshold` when not `null`, at least",
+    "min_split_learn_from": "`parallel.learn_from` when not `null`, at least",
     "max_threads": "`parallel.threads`, at most (0: every usable CPU)",
     "max_min_page_distance": "`nt.min_page_distance`, at most",
     "max_json_depth": "levels of nesting of the JSON text, at most",
@@ -189,7 +196,7 @@ PROFILE_LIMITS = {
 
 def limit_value(key: str, v: Any) -> str:
     if isinstance(v, int) and (key.endswith("_bytes") or key.endswith("_value") or "threshold" in key
-                               or key in ("default_rep_movsb_on", "min_nt_learn_from")):
+                               or key in ("default_rep_movsb_on", "min_nt_learn_from", "min_split_learn_from")):
         return f"{v} ({size(v)})" if size(v) != f"{v} B" else f"{v} B"
     return f"`{v}`" if isinstance(v, str) else str(v)
 

@@ -221,9 +221,11 @@ void copy_learning_store_mode(const policy::Profile& p, CopyFn chosen, void* dst
 }
 
 // Whether private_split_modes() decides a private copy of n bytes that goes to the pool: from
-// its smallest timed size, below nt.learn_from (those copies learn their store mode instead).
+// the profile's parallel.learn_from (never below the learner's smallest timed size), below
+// nt.learn_from (those copies learn their store mode instead).
 inline bool learns_split(const policy::Profile& p, std::size_t n) {
-    return n >= policy::SplitLearner::kMinBytes && n < p.region[static_cast<int>(Region::Private)].nt.learn_from;
+    static_assert(policy::kMinSplitLearnFrom >= policy::SplitLearner::kMinBytes, "untimed sizes cannot learn");
+    return n >= p.parallel.learn_from && n < p.region[static_cast<int>(Region::Private)].nt.learn_from;
 }
 
 // A private copy that goes to the pool: split across it or on the caller alone, as

@@ -60,6 +60,10 @@ const std::vector<OverrideVariable>& override_variables() {
          "whichever ran faster lately, those the NT rule streams as well (each size class starts as the rule says; "
          "nt.learn_from); off: the profile as it is. No effect without an NT rule",
          "the profile's nt.learn_from", 0, -1},
+        {"FASTCOPY_SPLIT_LEARN_FROM", "bytes or a binary unit such as 256K, 1M (at least 256K), or off",
+         "private copies on the thread pool from this size (below nt.learn_from) time themselves and run split or "
+         "on the calling thread alone, whichever ran faster lately (parallel.learn_from); off: they always split",
+         "the profile's parallel.learn_from", 0, -1},
         {"FASTCOPY_THREADS",
          "a whole number from 1 (no threading) to " + std::to_string(kMaxThreads) + ", or 0 for the default",
          "the threads a large copy uses, the calling thread included; 1 disables threading; 0 is the default, as "
@@ -116,6 +120,10 @@ Overrides read_overrides(const CpuFacts& cpu) {
         o.nt_learn_from_set = true;
         o.nt_learn_from = size_or_off("FASTCOPY_NT_LEARN_FROM", value, kMinNtLearnFrom);
     }
+    if (env("FASTCOPY_SPLIT_LEARN_FROM", value)) {
+        o.split_learn_from_set = true;
+        o.split_learn_from = size_or_off("FASTCOPY_SPLIT_LEARN_FROM", value, kMinSplitLearnFrom);
+    }
     if (env("FASTCOPY_THREADS", value)) {
         v = value.c_str();
         // 0 means the default, as set_threads(0) does.
@@ -160,6 +168,13 @@ void apply_overrides(Profile& p, const Overrides& o, const CpuFacts& cpu) {
                                   ? "FASTCOPY_NT_LEARN_FROM=off: no private copy learns its store mode"
                                   : "FASTCOPY_NT_LEARN_FROM=" + size_words(o.nt_learn_from) +
                                         ": private copies from there learn their store mode");
+    }
+    if (o.split_learn_from_set) {
+        p.parallel.learn_from = o.split_learn_from;
+        p.overrides.push_back(o.split_learn_from == SIZE_MAX
+                                  ? "FASTCOPY_SPLIT_LEARN_FROM=off: private copies on the pool always split"
+                                  : "FASTCOPY_SPLIT_LEARN_FROM=" + size_words(o.split_learn_from) +
+                                        ": private copies on the pool from there learn to split or run alone");
     }
     // Learning chooses between cached stores and the NT kernel: nothing to learn without one.
     if (private_nt.threshold == SIZE_MAX || !private_nt.fn) private_nt.learn_from = SIZE_MAX;

@@ -30,6 +30,7 @@ constexpr std::size_t kMaxSizeValue = std::size_t(1) << 40;  // 1 TiB: larger th
 constexpr std::size_t kMinNtThreshold = 4096;
 constexpr std::size_t kMinParallelThreshold = 65536;
 constexpr std::size_t kMinNtLearnFrom = 256 << 10;  // nt.learn_from: StoreModeLearner::kMinBytes
+constexpr std::size_t kMinSplitLearnFrom = 256 << 10;  // parallel.learn_from: SplitLearner::kMinBytes
 constexpr unsigned kMaxThreads = 1024;
 constexpr std::size_t kMaxNotes = 32;
 constexpr std::size_t kMaxNameChars = 100;
@@ -110,6 +111,10 @@ struct ParallelRule {
     std::size_t threshold = SIZE_MAX;  // SIZE_MAX: never
     unsigned threads = 0;              // 0: every usable CPU (pool default), else 1..1024
     std::string why;
+    // From this size (below the private NT rule's learn_from) private copies on the pool time
+    // themselves and run split or on the caller alone, whichever ran faster lately
+    // (split_modes.h); SIZE_MAX: they always split.
+    std::size_t learn_from = kMinSplitLearnFrom;
 };
 
 struct Provenance {
@@ -225,6 +230,7 @@ struct BuiltinTable {
     std::vector<NtExample> shared_nt_examples;  // the same for copies into and out of shared memory
     std::size_t parallel_from = SIZE_MAX;
     std::string parallel_why;
+    std::size_t split_learn_from = kMinSplitLearnFrom;  // ParallelRule::learn_from
     std::size_t sve_trap_min_from = 0;  // SVE bands start no lower than this where Linux traps SVE (0: no rule)
     std::vector<std::string> notes;
 };
@@ -259,6 +265,8 @@ struct Overrides {
     int threads = -1;                // FASTCOPY_THREADS, -1 = not set
     bool nt_learn_from_set = false;  // FASTCOPY_NT_LEARN_FROM given ("off" turns the learning off)
     std::size_t nt_learn_from = 0;   // its value in bytes (SIZE_MAX for "off")
+    bool split_learn_from_set = false;  // FASTCOPY_SPLIT_LEARN_FROM given ("off": always split)
+    std::size_t split_learn_from = 0;   // its value in bytes (SIZE_MAX for "off")
 };
 // Reads the FASTCOPY_* variables. Throws std::invalid_argument naming the variable, the bad
 // value and the valid ones.

@@ -525,6 +525,11 @@ Profile parse_profile(const std::string& json_text, const std::string& source, c
         p.parallel.threads = static_cast<unsigned>(n);
     }
     p.parallel.why = optional_text(par, "why", "parallel");
+    // Not stated: the built-in profile's value for this CPU. tune times split copies on one
+    // arena while the host keeps the CPUs where they are, and cannot judge it.
+    p.parallel.learn_from = par.get("learn_from") ? size_field(*par.get("learn_from"), "parallel.learn_from",
+                                                               kMinSplitLearnFrom, kMaxSizeValue, true)
+                                                  : builtin_profile(cpu).parallel.learn_from;
     if (const Json* notes = doc.get("notes")) {
         if (notes->type != Json::Null) {
             need_type(*notes, Json::Array, "a list of strings", "notes");
@@ -591,7 +596,8 @@ std::string to_json(const Profile& p) {
         o += std::string("    }") + (r + 1 < kRegions ? ",\n" : "\n");
     }
     o += "  },\n  \"parallel\": {\"threshold\": " + size_json(p.parallel.threshold) +
-         ", \"threads\": " + std::to_string(p.parallel.threads) + ", \"why\": " + quote(p.parallel.why) + "}";
+         ", \"threads\": " + std::to_string(p.parallel.threads) + ", \"learn_from\": " + size_json(p.parallel.learn_from) +
+         ", \"why\": " + quote(p.parallel.why) + "}";
     if (!p.notes.empty()) {
         o += ",\n  \"notes\": [";
         for (std::size_t i = 0; i < p.notes.size(); ++i) o += (i ? ", " : "") + quote(p.notes[i]);

@@ -142,6 +142,7 @@ py::dict profile_dict(const policy::Profile& p) {
     py::dict par;
     par["threshold"] = size_or_none(p.parallel.threshold);
     par["threads"] = p.parallel.threads;
+    par["learn_from"] = size_or_none(p.parallel.learn_from);
     par["why"] = p.parallel.why;
     d["parallel"] = par;
     d["notes"] = p.notes;
@@ -189,6 +190,7 @@ py::dict overrides_dict() {
     };
     d["FASTCOPY_NT_THRESHOLD"] = size_or_off(o.nt_threshold_set, o.nt_threshold);
     d["FASTCOPY_NT_LEARN_FROM"] = size_or_off(o.nt_learn_from_set, o.nt_learn_from);
+    d["FASTCOPY_SPLIT_LEARN_FROM"] = size_or_off(o.split_learn_from_set, o.split_learn_from);
     d["FASTCOPY_THREADS"] = o.threads > 0 ? py::object(py::int_(o.threads)) : py::object(py::none());
     return d;
 }
@@ -235,6 +237,7 @@ void bind_info(py::module_& m) {
         d["min_nt_threshold"] = policy::kMinNtThreshold;
         d["min_nt_learn_from"] = policy::kMinNtLearnFrom;
         d["min_parallel_threshold"] = policy::kMinParallelThreshold;
+        d["min_split_learn_from"] = policy::kMinSplitLearnFrom;
         d["max_threads"] = policy::kMaxThreads;
         d["max_min_page_distance"] = policy::kMaxPageDistance;
         d["max_json_depth"] = policy::kMaxJsonDepth;

@@ -35,7 +35,10 @@ def _split_words(data: Dict[str, Any]) -> str:
     parallel = data["thresholds"]["parallel_bytes"]
     if parallel is None or data["threads"]["count"] < 2:
         return ""
-    start = max(parallel, data["private_split_modes"]["rule"]["min_bytes"])
+    learn_from = data["profile"]["parallel"].get("learn_from")
+    if learn_from is None:
+        return ""
+    start = max(parallel, learn_from)
     end = data["profile"]["regions"]["private"]["nt"].get("learn_from")
     if end is not None and end <= start:
         return ""

@@ -202,6 +202,7 @@ def test_import_does_not_import_cpuinfo():
     ("FASTCOPY_REP_MOVSB", "sometimes"),
     ("FASTCOPY_NT_THRESHOLD", "12Q"),
     ("FASTCOPY_NT_LEARN_FROM", "64K"),  # below the 256 KiB a timed copy needs
+    ("FASTCOPY_SPLIT_LEARN_FROM", "64K"),
     ("FASTCOPY_THREADS", "zero"),
     ("FASTCOPY_THREADS", "-1"),  # 0 is the default, as set_threads(0)
 ])
@@ -326,7 +327,7 @@ def test_set_threads_roundtrip():
 # The same overrides in-process (re-reading the environment with _core.init_policy()), so they
 # are also checked where subprocesses cannot start (emulated aarch64 in CI).
 OVERRIDE_VARS = ("FASTCOPY_KERNEL", "FASTCOPY_REP_MOVSB", "FASTCOPY_NT_THRESHOLD", "FASTCOPY_NT_LEARN_FROM",
-                 "FASTCOPY_THREADS")
+                 "FASTCOPY_SPLIT_LEARN_FROM", "FASTCOPY_THREADS")
 
 
 class policy_env:
@@ -368,6 +369,7 @@ def test_forced_kernel_in_process(kernel):
     ("FASTCOPY_REP_MOVSB", "sometimes"),
     ("FASTCOPY_NT_THRESHOLD", "12Q"),
     ("FASTCOPY_NT_LEARN_FROM", "soon"),
+    ("FASTCOPY_SPLIT_LEARN_FROM", "later"),
     ("FASTCOPY_THREADS", "1025"),
 ])
 def test_bad_override_in_process_keeps_policy(var, value):

@@ -31,15 +31,16 @@ def reached_pool() -> int:
 
 @pytest.fixture(autouse=True)
 def pool_from_256k():
-    """A profile of its own: the built-in bands, the pool from 256 KiB, no NT rule (so no copy
-    learns its store mode instead); two threads; a learner that has measured nothing."""
+    """A profile of its own: the built-in bands, the pool from 256 KiB, learning split or alone
+    from 256 KiB whatever the built-in profile says, no NT rule (so no copy learns its store mode
+    instead); two threads; a learner that has measured nothing."""
     with builtin_policy_without("FASTCOPY_KERNEL", "FASTCOPY_PROFILE", "FASTCOPY_THREADS",
-                                "FASTCOPY_PARALLEL_THRESHOLD"):
+                                "FASTCOPY_PARALLEL_THRESHOLD", "FASTCOPY_SPLIT_LEARN_FROM"):
         doc = json.loads(_core.active_profile_json())
         doc["name"] = "split-test"
         for region in doc["regions"].values():
             region["nt"] = {"threshold": None, "kernel": None, "why": "test"}
-        doc["parallel"] = {"threshold": 256 * KiB, "threads": 0, "why": "test"}
+        doc["parallel"] = {"threshold": 256 * KiB, "threads": 0, "learn_from": 256 * KiB, "why": "test"}
         _core.load_profile(json.dumps(doc), "test")
         fastcopy.set_threads(2)
         _core.reset_private_split_modes()
@@ -252,3 +253,99 @@ def test_info_says_nothing_of_the_split_where_no_copy_learns_it():
         _core.load_profile(json.dumps(doc), "test")
         for text in (format_info(collect_info(brand=False)), format_info(collect_info(brand=False), verbose=True)):
             assert "split or run alone" not in " ".join(text.split())
+
+
+def load_learn_from(learn_from):
+    doc = json.loads(_core.active_profile_json())
+    doc["parallel"]["learn_from"] = learn_from
+    _core.load_profile(json.dumps(doc), "test")
+
+
+def test_a_profile_without_split_learning_always_splits():
+    """parallel.learn_from null: split copies slower than the caller alone change nothing; every
+    copy reaches the pool and none is recorded."""
+    load_learn_from(None)
+    assert _core.active_profile()["parallel"]["learn_from"] is None
+    _core.simulate_private_split_modes(N, 50.0, 0.001, 40)  # the learner, were it asked, says alone
+    _core.reset_private_split_modes()
+    dst, src = arrays(N, 8)
+    assert _core.learned_split(dst.ctypes.data, src.ctypes.data, N)
+    before = reached_pool()
+    for _ in range(20):  # more than the first trial of the caller alone
+        fastcopy.copy(dst, src)
+    assert reached_pool() - before == 20 and np.array_equal(dst, src)
+    assert _core.private_split_modes() == []
+    flat = " ".join(format_info(collect_info(brand=False), verbose=True).split())
+    assert "learned split:" not in flat
+
+
+def test_learning_starts_at_the_profile_s_learn_from():
+    """parallel.learn_from 1 MiB: a 384 KiB copy always splits (not recorded), a 1 MiB copy
+    learns; info says from where."""
+    load_learn_from(MiB)
+    small_dst, small_src = arrays(N, 9)
+    dst, src = arrays(MiB, 10)
+    assert _core.learned_split(small_dst.ctypes.data, small_src.ctypes.data, N)
+    for _ in range(3):
+        fastcopy.copy(small_dst, small_src)
+    assert _core.private_split_modes() == []
+    _core.simulate_private_split_modes(MiB, 50.0, 0.001, 40)
+    assert not _core.learned_split(dst.ctypes.data, src.ctypes.data, MiB)
+    fastcopy.copy(dst, src)
+    assert np.array_equal(dst, src) and np.array_equal(small_dst, small_src)
+    summary = " ".join(format_info(collect_info(brand=False)).split())
+    assert "private copies from 1 MiB split or run alone" in summary, summary
+
+
+@pytest.mark.parametrize("value, want", [("off", None), ("1M", MiB), (" 512K\n", 512 * KiB)])
+def test_fastcopy_split_learn_from_moves_and_turns_off_the_learning(value, want):
+    base = json.loads(_core.active_profile_json())
+    os.environ["FASTCOPY_SPLIT_LEARN_FROM"] = value
+    try:
+        _core.init_policy()
+        assert _core.active_profile()["parallel"]["learn_from"] == want
+        assert _core.overrides()["FASTCOPY_SPLIT_LEARN_FROM"] == ("off" if want is None else want)
+        assert any(o.startswith("FASTCOPY_SPLIT_LEARN_FROM=") for o in _core.active_profile()["overrides"])
+        assert json.loads(_core.base_profile_json()) == base  # the base profile is not edited
+        _core.simulate_private_split_modes(N, 50.0, 0.001, 40)
+        _core.reset_private_split_modes()
+        dst, src = arrays(N, 11)
+        before = reached_pool()
+        for _ in range(20):
+            fastcopy.copy(dst, src)
+        assert reached_pool() - before == 20 and np.array_equal(dst, src)
+        assert _core.private_split_modes() == []  # 384 KiB is below each value
+    finally:
+        os.environ.pop("FASTCOPY_SPLIT_LEARN_FROM")
+        _core.init_policy()
+
+
+@pytest.mark.parametrize("value", ["100K", "4Q", "-1", "1.5M"])
+def test_bad_fastcopy_split_learn_from_is_refused_and_changes_nothing(value):
+    before = _core.active_profile_json()
+    os.environ["FASTCOPY_SPLIT_LEARN_FROM"] = value
+    try:
+        with pytest.raises(ValueError) as err:
+            _core.init_policy()
+        assert "FASTCOPY_SPLIT_LEARN_FROM" in str(err.value) and value in str(err.value) and "256K" in str(err.value)
+        assert _core.active_profile_json() == before
+    finally:
+        os.environ.pop("FASTCOPY_SPLIT_LEARN_FROM")
+
+
+@pytest.mark.parametrize("learn_from", [0, 128 * KiB, _core.profile_limits()["min_split_learn_from"] - 1, "1M", -1])
+def test_a_profile_s_learn_from_below_the_least_or_not_a_size_is_refused(learn_from):
+    doc = json.loads(_core.active_profile_json())
+    doc["parallel"]["learn_from"] = learn_from
+    with pytest.raises(ValueError, match="parallel.learn_from"):
+        _core.validate_profile(json.dumps(doc))
+
+
+def test_a_profile_without_learn_from_takes_the_built_in_value():
+    matched = max((b for b in _core.builtin_profiles() if b["matches"]), key=lambda b: b["specificity"])
+    builtin = matched["profile"]["parallel"]["learn_from"]
+    doc = json.loads(_core.active_profile_json())
+    del doc["parallel"]["learn_from"]
+    _core.load_profile(json.dumps(doc), "test")
+    assert _core.active_profile()["parallel"]["learn_from"] == builtin
+    assert json.loads(_core.active_profile_json())["parallel"]["learn_from"] == builtin
