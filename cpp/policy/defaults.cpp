@@ -307,8 +307,12 @@ Spec intel_spec(bool avx512) {
     if (avx512) s.nt_learn_from = 4 * MiB;  // evidence: intel-nt-learn
     s.parallel_from = avx512 ? 384 * KiB : 1 * MiB;
     s.parallel_why = avx512 ? kIntelAvx512ParallelWhy : kParallelWhy;
+    if (avx512) s.split_learn_from = SIZE_MAX;  // evidence: intel-split-not-learned
     if (avx512)
-        s.notes = {"all three regions share the bands: they were measured in private memory, and neither kernel "
+        s.notes = {"private copies on the pool always split: learning split or alone ran 2 % slower at 384 KiB-1 "
+                   "MiB, and the two vCPUs were seen apart in 1 probe row of 585 (evidence: "
+                   "intel-split-not-learned)",
+                   "all three regions share the bands: they were measured in private memory, and neither kernel "
                    "nor rep movsb showed a shared-memory penalty on Intel; the NT threshold of shared memory differs "
                    "(evidence: intel-nt-shared)",
                    "no rep movsb collapse at 4K-aliasing distances reproduced here (evidence: "

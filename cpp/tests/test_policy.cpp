@@ -27,6 +27,7 @@
 //   never KERNEL CLASS             no size (0 B .. 1 GiB, edges +-1), region or distance of
 //                                  CLASS (page_aligned near far backward) chooses KERNEL
 //   parallel N|never               the parallel threshold
+//   split-learn-from N|never       where private copies on the pool start learning split or alone
 //   reject PATH TEXT...            parsing PATH fails with a message containing TEXT
 //   accept PATH                    parsing PATH succeeds
 //   arch NAME                      skip the rest of the file unless this build is for NAME
@@ -275,6 +276,10 @@ void run_file(const std::string& dir, const std::string& file) {
                 std::size_t want = w.at(1) == "never" ? SIZE_MAX : size_arg(w[1]);
                 check(s.active.parallel.threshold == want, where,
                       "parallel threshold " + size_words(s.active.parallel.threshold) + ", expected " + w[1]);
+            } else if (op == "split-learn-from") {
+                std::size_t want = w.at(1) == "never" ? SIZE_MAX : size_arg(w[1]);
+                check(s.active.parallel.learn_from == want, where,
+                      "parallel.learn_from " + size_words(s.active.parallel.learn_from) + ", expected " + w[1]);
             } else if (op == "reject" || op == "accept") {
                 CpuFacts cpu = s.have_cpu ? s.cpu : cpu_facts();
                 std::string text = read_text(dir + "/" + w.at(1));
