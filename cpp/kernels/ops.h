@@ -3,7 +3,9 @@
 //   V::load / V::store (unaligned), V::store_aligned (W-aligned address),
 //   V::kBackwardBelowPageDistance (disjoint copies at a page distance in 1 .. this - 1 run the
 //   backward loop; 0: never), V::kSmallMaxVectors (4 or 8: the largest copy of overlapping
-//   head and tail moves, in vectors; larger ones run the loop), and for the streaming blocks
+//   head and tail moves, in vectors; larger ones run the loop), V::kSplitSmallCopiesAtPages
+//   (disjoint copies of up to 8 vectors whose destination crosses a 4 KiB page boundary are
+//   made in two parts meeting there: split_at_page), and for the streaming blocks
 //   V::stream (non-temporal, 64-byte aligned) and V::fence.
 // A kernel file instantiates them for its trait (x86_avx2.cpp: vec::Avx2, x86_avx512.cpp:
 // vec::Avx512, arm_neon.cpp: vec::Neon); cpp/tests instantiates them for a test-only 64-byte
@@ -16,6 +18,8 @@
 // linker for) a file compiled for another one.
 //
 // Shape of a cached (memmove) kernel, in blocks (S = V::kSmallMaxVectors):
+//   n <= 8W, disjoint, the destination crossing a page (traits that ask: split_at_page):
+//                 the part before the boundary, then the part from it, each as below.
 //   n <= S*W      small(): size classes, each two groups of overlapping moves (head and
 //                 tail); every load happens before any store, so any overlap in either
 //                 direction is correct. Below W the ladder steps down through V::Half.
@@ -182,17 +186,48 @@ FASTCOPY_OP void four_to_eight_vectors(u8* d, const u8* s, size_t n) {
     else loop_and_tail_forward<V>(d, s, n);
 }
 
+// n <= 8W, any overlap: small() or four_to_eight_vectors().
+template <class V>
+FASTCOPY_OP void up_to_eight_vectors(u8* d, const u8* s, size_t n) {
+    if constexpr (V::kSmallMaxVectors == 8) {
+        small<V>(d, s, n);
+    } else {
+        if (n <= V::kSmallMaxVectors * V::kWidth) small<V>(d, s, n);
+        else four_to_eight_vectors<V>(d, s, n);
+    }
+}
+// A disjoint copy of n <= 8W bytes whose destination crosses a 4 KiB page boundary `before`
+// bytes in: the bytes before the boundary, then those from it, each with moves inside its own
+// part, so that no store straddles the boundary. Out of line and cold: the check that leads
+// here costs the common copy a compare, not the code of two more copies.
+template <class V>
+FASTCOPY_OPS_TARGET __attribute__((noinline, cold)) void copy_split_at_page(u8* d, const u8* s, size_t n,
+                                                                            size_t before) {
+    up_to_eight_vectors<V>(d, s, before);
+    up_to_eight_vectors<V>(d + before, s + before, n - before);
+}
+// n <= 8W. Where [d, d+n) crosses a 4 KiB page boundary and the ranges are disjoint, copies it
+// with copy_split_at_page(); returns false (nothing copied) otherwise. Overlapping copies stay
+// whole: their moves load everything before storing anything, which two parts would not.
+template <class V>
+FASTCOPY_OP bool split_at_page(u8* d, const u8* s, size_t n) {
+    const size_t before = 4096 - (reinterpret_cast<std::uintptr_t>(d) & 4095);
+    if (__builtin_expect(before >= n, 1)) return false;
+    const std::uintptr_t diff = reinterpret_cast<std::uintptr_t>(d) - reinterpret_cast<std::uintptr_t>(s);
+    if (diff < n || 0u - diff < n) return false;
+    copy_split_at_page<V>(d, s, n, before);
+    return true;
+}
 // The cached kernel: memmove semantics for any n and any overlap.
 template <class V>
 FASTCOPY_OP void memmove_cached(void* dst, const void* src, size_t n) {
     auto* d = static_cast<u8*>(dst);
     auto* s = static_cast<const u8*>(src);
-    if (n <= V::kSmallMaxVectors * V::kWidth) {
-        small<V>(d, s, n);
-        return;
-    }
-    if (n <= 8 * V::kWidth) {  // only where small() ends at 4 vectors
-        four_to_eight_vectors<V>(d, s, n);
+    if (n <= 8 * V::kWidth) {
+        if constexpr (V::kSplitSmallCopiesAtPages) {
+            if (split_at_page<V>(d, s, n)) return;
+        }
+        up_to_eight_vectors<V>(d, s, n);
         return;
     }
     const std::uintptr_t diff = reinterpret_cast<std::uintptr_t>(d) - reinterpret_cast<std::uintptr_t>(s);

@@ -18,6 +18,7 @@ struct Neon {
     static constexpr std::size_t kBackwardBelowPageDistance = 0;
     // Head and tail moves up to 8 vectors (128 B); the loop above (not measured against 4).
     static constexpr std::size_t kSmallMaxVectors = 8;
+    static constexpr bool kSplitSmallCopiesAtPages = false;  // not measured on ARM
     __attribute__((always_inline)) static inline type load(const unsigned char* p) { return vld1q_u8(p); }
     __attribute__((always_inline)) static inline void store(unsigned char* p, type v) { vst1q_u8(p, v); }
     // vst1q_u8 has no aligned form; ops.h still aligns the destination, which keeps every

@@ -30,6 +30,7 @@ struct Recording {
     static constexpr std::size_t kWidth = sizeof(T);
     static constexpr std::size_t kBackwardBelowPageDistance = kBackwardBelow;
     static constexpr std::size_t kSmallMaxVectors = fastcopy::vec::Avx2::kSmallMaxVectors;
+    static constexpr bool kSplitSmallCopiesAtPages = fastcopy::vec::Avx2::kSplitSmallCopiesAtPages;
     __attribute__((always_inline)) static inline T load(const u8* p) {
         T v;
         std::memcpy(&v, p, sizeof v);

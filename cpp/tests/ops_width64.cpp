@@ -23,6 +23,12 @@ using u8 = unsigned char;
 
 #define WIDTH64_OP __attribute__((target("avx2"), always_inline)) static inline
 
+std::size_t g_straddling = 0;  // 64-byte stores across a page boundary (page_straddling_stores)
+
+WIDTH64_OP void count_straddle(const u8* p) {
+    if ((reinterpret_cast<std::uintptr_t>(p) & 4095) > 4096 - 64) ++g_straddling;
+}
+
 struct Width64 {
     struct type {
         __m256i lo, hi;
@@ -31,8 +37,10 @@ struct Width64 {
     static constexpr std::size_t kWidth = 64;
     static constexpr std::size_t kBackwardBelowPageDistance = fastcopy::vec::Avx512::kBackwardBelowPageDistance;
     static constexpr std::size_t kSmallMaxVectors = fastcopy::vec::Avx512::kSmallMaxVectors;
+    static constexpr bool kSplitSmallCopiesAtPages = fastcopy::vec::Avx512::kSplitSmallCopiesAtPages;
     WIDTH64_OP type load(const u8* p) { return {Half::load(p), Half::load(p + 32)}; }
     WIDTH64_OP void store(u8* p, type v) {
+        count_straddle(p);
         Half::store(p, v.lo);
         Half::store(p + 32, v.hi);
     }
@@ -62,6 +70,12 @@ FASTCOPY_OPS_TARGET void copy_width64(void* dst, const void* src, std::size_t n)
 
 FASTCOPY_OPS_TARGET void copy_width64_nt(void* dst, const void* src, std::size_t n) {
     fastcopy::ops::memmove_streaming<Width64, copy_width64>(dst, src, n);
+}
+
+std::size_t width64_page_straddling_stores() {
+    const std::size_t n = g_straddling;
+    g_straddling = 0;
+    return n;
 }
 
 }  // namespace fastcopy_test

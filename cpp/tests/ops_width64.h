@@ -11,4 +11,8 @@ namespace fastcopy_test {
 void copy_width64(void* dst, const void* src, std::size_t n);
 void copy_width64_nt(void* dst, const void* src, std::size_t n);
 
+// 64-byte stores of the two functions above that straddled a 4 KiB page boundary since the
+// last call (which resets the count).
+std::size_t width64_page_straddling_stores();
+
 }  // namespace fastcopy_test

@@ -262,7 +262,26 @@ void run_kernel(Ctx& c, const Options& o, Guarded& gs, Guarded& gd, Guarded& go)
                 disjoint_case(c, gs, gd, n, p[0], p[1], pl & 1, pl >> 1);
             }
     }
-    // 3. Overlaps in both directions at many distances.
+    // 3. Destinations that cross a 4 KiB page boundary `k` bytes before it, up to 1 KiB, for
+    //    every k up to 130 and a few more: disjoint (a kernel may copy such a range in two
+    //    parts that meet at the boundary) and overlapping in both directions (kept whole).
+    for (std::size_t n = 2; n <= 1024; n += (o.quick ? 7 : n < 600 ? 1 : 37)) {
+        set_case(c.k->name.c_str(), "page-crossing", n, 0, 0);
+        const std::size_t step = o.quick ? 9 : 1;
+        std::vector<std::size_t> ks;
+        for (std::size_t k = 1; k < n && k <= 130; k += step) ks.push_back(k);
+        for (std::size_t k : {n / 2, n - 64, n - 33, n - 1})
+            if (k >= 1 && k < n) ks.push_back(k);
+        for (std::size_t k : ks) {
+            disjoint_case(c, gs, gd, n, (n * 3 + k) & 63, 4096 - k, 0, 0);
+            for (const std::size_t dist : {std::size_t{1}, std::size_t{16}, n / 2, n - 1}) {
+                if (dist < 1 || dist >= n || dist > 4096 - k) continue;
+                overlap_case(c, go, expect, n, static_cast<long>(dist), 4096 - k - dist, 0);  // dst = src + dist
+                overlap_case(c, go, expect, n, -static_cast<long>(dist), 4096 - k, 0);       // dst = src - dist
+            }
+        }
+    }
+    // 4. Overlaps in both directions at many distances.
     std::vector<std::size_t> osizes;
     for (std::size_t n = 0; n <= (o.quick ? 300u : 600u); ++n) osizes.push_back(n);
     for (std::size_t n = 601; n <= 4096; n += (o.quick ? 97 : 31)) osizes.push_back(n);
@@ -514,6 +533,31 @@ int main(int argc, char** argv) {
                 continue;
             }
             run_one(w.second, " (the " + std::string(w.first) + " blocks at width 64, emulated with two AVX2 halves)");
+        }
+        // Disjoint copies of 65-512 B whose destination crosses a page make no 64-byte store
+        // across the boundary (vec::Avx512::kSplitSmallCopiesAtPages: such a store is slow);
+        // overlapping ones stay whole and may.
+        if (avx2 && (want("avx512") || want("avx512@2xavx2"))) {
+            std::printf("== avx512@2xavx2: no store straddles a page in a disjoint copy of 65-512 B\n");
+            std::vector<u8> src(512), page(3 * 4096);
+            u8* boundary = page.data() + 4096 + ((0u - reinterpret_cast<std::uintptr_t>(page.data())) & 4095u);
+            std::size_t straddled = 0, copies = 0, wrong = 0;
+            for (std::size_t n = 65; n <= 512; ++n)
+                for (std::size_t k = 1; k < n; k += (n < 130 ? 1 : 7)) {
+                    for (std::size_t i = 0; i < n; ++i) src[i] = static_cast<u8>(n + k + i);
+                    fastcopy_test::width64_page_straddling_stores();
+                    fastcopy_test::copy_width64(boundary - k, src.data(), n);
+                    straddled += fastcopy_test::width64_page_straddling_stores();
+                    wrong += std::memcmp(boundary - k, src.data(), n) != 0;
+                    ++copies;
+                }
+            check(straddled == 0 && wrong == 0, std::to_string(copies) + " copies: " + std::to_string(straddled) +
+                                                   " straddling stores, " + std::to_string(wrong) + " wrong");
+            // The counter sees straddles: one overlapping copy across the boundary makes some.
+            fastcopy_test::width64_page_straddling_stores();
+            fastcopy_test::copy_width64(boundary - 100, boundary - 99, 200);
+            check(fastcopy_test::width64_page_straddling_stores() > 0,
+                  "an overlapping copy across the boundary stays whole (its stores straddle)");
         }
     }
 #endif
