@@ -28,10 +28,10 @@ struct Avx512 {
     // 512 B) ran 0.74-0.95x the loop at 257-512 B, medians over placements (evidence:
     // kernels-avx512-loop-from-256).
     static constexpr std::size_t kSmallMaxVectors = 4;
-    // A store that straddles a 4 KiB page boundary cost about 7 ns on the Intel CPU measured,
-    // whatever its width (a 70 B copy took 14 ns instead of 2): copies of up to 8 vectors
-    // whose destination crosses a page are made in two parts that meet at the boundary
-    // (ops.h split_at_page; evidence: kernels-avx512-page-split-stores).
+    // A store that straddles a 4 KiB page boundary costs several times a whole small copy on
+    // the Intel CPU measured, whatever its width: disjoint copies of up to 8 vectors whose
+    // destination crosses a page are made in two parts that meet at the boundary (ops.h
+    // split_at_page; evidence: kernels-avx512-page-split-stores).
     static constexpr bool kSplitSmallCopiesAtPages = true;
     FASTCOPY_VEC_AVX512 type load(const unsigned char* p) { return _mm512_loadu_si512(p); }
     FASTCOPY_VEC_AVX512 void store(unsigned char* p, type v) { _mm512_storeu_si512(p, v); }

@@ -527,9 +527,10 @@ Profile parse_profile(const std::string& json_text, const std::string& source, c
     p.parallel.why = optional_text(par, "why", "parallel");
     // Not stated: the built-in profile's value for this CPU. tune times split copies on one
     // arena while the host keeps the CPUs where they are, and cannot judge it.
-    p.parallel.learn_from = par.get("learn_from") ? size_field(*par.get("learn_from"), "parallel.learn_from",
-                                                               kMinSplitLearnFrom, kMaxSizeValue, true)
-                                                  : builtin_profile(cpu).parallel.learn_from;
+    if (const Json* lf = par.get("learn_from"))
+        p.parallel.learn_from = size_field(*lf, "parallel.learn_from", kMinSplitLearnFrom, kMaxSizeValue, true);
+    else
+        p.parallel.learn_from = builtin_profile(cpu).parallel.learn_from;
     if (const Json* notes = doc.get("notes")) {
         if (notes->type != Json::Null) {
             need_type(*notes, Json::Array, "a list of strings", "notes");

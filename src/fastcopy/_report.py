@@ -31,7 +31,8 @@ def _guard_end(nt: Dict[str, Any]) -> str:
 
 def _split_words(data: Dict[str, Any]) -> str:
     """Which private copies the split learner decides, in words ("" when none: no pool, one
-    thread, or every copy that would learns its store mode instead)."""
+    thread, a profile whose parallel.learn_from is null, or every copy that would learns its
+    store mode instead)."""
     parallel = data["thresholds"]["parallel_bytes"]
     if parallel is None or data["threads"]["count"] < 2:
         return ""
