@@ -12,6 +12,6 @@
 
 namespace fastcopy {
 
-void copy_neon(void* dst, const void* src, std::size_t n) { ops::memmove_cached<vec::Neon>(dst, src, n); }
+FASTCOPY_KERNEL_ALIGN void copy_neon(void* dst, const void* src, std::size_t n) { ops::memmove_cached<vec::Neon>(dst, src, n); }
 
 }  // namespace fastcopy

@@ -61,7 +61,7 @@ void sve_bwd(u8* d, const u8* s, std::uint64_t n) {
 
 }  // namespace
 
-void copy_sve(void* dst, const void* src, std::size_t n) {
+FASTCOPY_KERNEL_ALIGN void copy_sve(void* dst, const void* src, std::size_t n) {
     auto* d = static_cast<u8*>(dst);
     auto* s = static_cast<const u8*>(src);
     const std::uintptr_t diff = reinterpret_cast<std::uintptr_t>(d) - reinterpret_cast<std::uintptr_t>(s);

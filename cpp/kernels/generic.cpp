@@ -5,7 +5,7 @@
 
 namespace fastcopy {
 
-void copy_generic(void* dst, const void* src, std::size_t n) {
+FASTCOPY_KERNEL_ALIGN void copy_generic(void* dst, const void* src, std::size_t n) {
     if (n != 0) std::memmove(dst, src, n);
 }
 

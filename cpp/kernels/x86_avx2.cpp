@@ -13,11 +13,11 @@
 
 namespace fastcopy {
 
-FASTCOPY_OPS_TARGET void copy_avx2(void* dst, const void* src, std::size_t n) {
+FASTCOPY_KERNEL_ALIGN FASTCOPY_OPS_TARGET void copy_avx2(void* dst, const void* src, std::size_t n) {
     ops::memmove_cached<vec::Avx2>(dst, src, n);
 }
 
-FASTCOPY_OPS_TARGET void copy_avx2_nt(void* dst, const void* src, std::size_t n) {
+FASTCOPY_KERNEL_ALIGN FASTCOPY_OPS_TARGET void copy_avx2_nt(void* dst, const void* src, std::size_t n) {
     ops::memmove_streaming<vec::Avx2, copy_avx2>(dst, src, n);
 }
 

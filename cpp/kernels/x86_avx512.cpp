@@ -17,11 +17,11 @@
 
 namespace fastcopy {
 
-FASTCOPY_OPS_TARGET void copy_avx512(void* dst, const void* src, std::size_t n) {
+FASTCOPY_KERNEL_ALIGN FASTCOPY_OPS_TARGET void copy_avx512(void* dst, const void* src, std::size_t n) {
     ops::memmove_cached<vec::Avx512>(dst, src, n);
 }
 
-FASTCOPY_OPS_TARGET void copy_avx512_nt(void* dst, const void* src, std::size_t n) {
+FASTCOPY_KERNEL_ALIGN FASTCOPY_OPS_TARGET void copy_avx512_nt(void* dst, const void* src, std::size_t n) {
     ops::memmove_streaming<vec::Avx512, copy_avx512>(dst, src, n);
 }
 

@@ -11,7 +11,7 @@
 
 namespace fastcopy {
 
-void copy_erms(void* dst, const void* src, std::size_t n) {
+FASTCOPY_KERNEL_ALIGN void copy_erms(void* dst, const void* src, std::size_t n) {
     if (n == 0) return;
     const std::uintptr_t diff =
         reinterpret_cast<std::uintptr_t>(dst) - reinterpret_cast<std::uintptr_t>(src);

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "../kernels/registry.h"
+#include "select.h"
 
 namespace fastcopy {
 namespace policy {
@@ -60,6 +61,44 @@ std::string usable_kernel_names(const CpuFacts& cpu) {
     return s;
 }
 
+namespace {
+// The sizes from 0 up where every class names the same kernel, cut at the NT threshold, at the
+// first size where two classes differ, or where a (kUniformBands + 1)th kernel would start.
+UniformBands uniform_bands(const RegionRules& rules) {
+    UniformBands u;
+    for (const auto& bands : rules.cls)
+        if (bands.empty() || bands[0].from != 0) return u;
+    int count = 0;
+    std::size_t at = 0, below = rules.nt.threshold;
+    while (at < below) {
+        const Band& here = band_holding(rules.cls[0], at);
+        bool same = true;
+        for (const auto& bands : rules.cls) same = same && band_holding(bands, at).kernel == here.kernel;
+        if (!same) {
+            below = at;
+            break;
+        }
+        if (count == 0 || u.kernel[count - 1] != here.kernel) {
+            if (count == kUniformBands) {
+                below = at;
+                break;
+            }
+            u.from[count] = at;
+            u.fn[count] = here.fn;
+            u.kernel[count] = here.kernel;
+            ++count;
+        }
+        std::size_t next = SIZE_MAX;  // the next size where some class's band changes
+        for (const auto& bands : rules.cls)
+            for (const auto& b : bands)
+                if (b.from > at && b.from < next) next = b.from;
+        at = next;
+    }
+    u.below = count ? below : 0;
+    return u;
+}
+}  // namespace
+
 void finalize(Profile& p) {
     for (int r = 0; r < kRegions; ++r) {
         RegionRules& rules = p.region[r];
@@ -73,18 +112,7 @@ void finalize(Profile& p) {
         if (rules.nt.threshold == SIZE_MAX || !rules.nt.fn) {
             rules.nt.threshold = SIZE_MAX;
         }
-        // Below the smallest second-band start every class gives its first band; when all
-        // first bands name the same kernel, one compare decides.
-        std::size_t below = rules.nt.threshold;
-        const char* first = rules.cls[0].empty() ? nullptr : rules.cls[0][0].kernel;
-        bool same = first != nullptr;
-        for (auto& bands : rules.cls) {
-            if (bands.empty() || bands[0].kernel != first) same = false;
-            if (bands.size() > 1 && bands[1].from < below) below = bands[1].from;
-        }
-        p.uniform_below[r] = same ? below : 0;
-        p.uniform_fn[r] = same ? rules.cls[0][0].fn : nullptr;
-        p.uniform_kernel[r] = same ? first : nullptr;
+        p.uniform[r] = uniform_bands(rules);
     }
 }
 

@@ -117,6 +117,20 @@ struct ParallelRule {
     std::size_t learn_from = kMinSplitLearnFrom;
 };
 
+// The smallest sizes of a region, where every address class (and no NT rule) gives the same
+// kernel for each size: up to kUniformBands bands shared by all classes, below `below`.
+// choose_inline() picks among them with three compares and no branch, skipping the address
+// class and the band search, whose branches cost about 2 ns a call from Python (evidence:
+// policy-uniform-small-sizes).
+constexpr int kUniformBands = 4;
+struct UniformBands {
+    std::size_t below = 0;  // 0: no size is uniform
+    // Ascending; from[0] is 0 and an unused entry is SIZE_MAX, so it never counts.
+    std::size_t from[kUniformBands] = {0, SIZE_MAX, SIZE_MAX, SIZE_MAX};
+    CopyFn fn[kUniformBands] = {nullptr, nullptr, nullptr, nullptr};
+    const char* kernel[kUniformBands] = {nullptr, nullptr, nullptr, nullptr};
+};
+
 struct Provenance {
     std::string machine, date, libc, method;
 };
@@ -135,11 +149,8 @@ struct Profile {
     CopyFn forced = nullptr;             // FASTCOPY_KERNEL
     const char* forced_kernel = nullptr;
 
-    // Derived by finalize(): below uniform_below[r] bytes every class of region r (and no NT
-    // rule) gives uniform_fn[r], so the smallest copies cost one compare.
-    std::size_t uniform_below[kRegions] = {0, 0, 0};
-    CopyFn uniform_fn[kRegions] = {nullptr, nullptr, nullptr};
-    const char* uniform_kernel[kRegions] = {nullptr, nullptr, nullptr};
+    // Derived by finalize(): the sizes where a region's choice does not depend on the addresses.
+    UniformBands uniform[kRegions];
 };
 
 // Recomputes the derived fields; merges adjacent bands naming the same kernel.

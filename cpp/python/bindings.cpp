@@ -290,8 +290,13 @@ PyObject* py_copy_region(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyO
 
 // `self` is a capsule holding the CopyFn of the kernel.
 PyObject* py_kernel_copy(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-    const ForcedKernel* fk = static_cast<const ForcedKernel*>(PyCapsule_GetPointer(self, "fastcopy.kernel"));
-    if (!fk) return nullptr;
+    // The context holds the same pointer as the capsule: reading it skips the name compare
+    // PyCapsule_GetPointer makes, a call to strcmp on every copy.
+    const ForcedKernel* fk = static_cast<const ForcedKernel*>(PyCapsule_GetContext(self));
+    if (!fk) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_SystemError, "fastcopy.kernel: callable without its kernel");
+        return nullptr;
+    }
     CopyFn fn = fk->fn;
     PyObject* a[2];
     if (nargs == 2 && !kwnames) {
@@ -379,6 +384,7 @@ PYBIND11_MODULE(_core, m) {
                 throw py::error_already_set();
             }
             py::object capsule = py::reinterpret_steal<py::object>(cap);
+            if (PyCapsule_SetContext(cap, held) != 0) throw py::error_already_set();
             PyObject* f = PyCFunction_NewEx(&g_kernel_copy_def, capsule.ptr(), nullptr);
             if (!f) throw py::error_already_set();
             return py::reinterpret_steal<py::object>(f);

@@ -412,6 +412,9 @@ int main(int argc, char** argv) {
             for (std::size_t j = 0; j < i; ++j)
                 if (std::string(reg[j].name) == e.name) bad += std::string(" duplicate ") + e.name + ";";
             if (!e.fn) bad += std::string(" ") + e.name + " has no function;";
+            // FASTCOPY_KERNEL_ALIGN: every kernel starts on a 64-byte line.
+            if (e.fn && reinterpret_cast<std::uintptr_t>(e.fn) % 64 != 0)
+                bad += std::string(" ") + e.name + " does not start on a 64-byte line;";
             if (!e.twin) continue;
             const KernelEntry* t = nullptr;
             for (const auto& x : reg)
@@ -421,7 +424,7 @@ int main(int argc, char** argv) {
                 bad += std::string(" ") + e.name + " and " + e.twin + " are not twins;";
         }
         check(same, "dispatch's kernel table lists the registry's kernels in its order");
-        check(bad.empty(), "registry names unique, functions set, twins consistent" + (bad.empty() ? "" : ":" + bad));
+        check(bad.empty(), "registry names unique, functions set and 64-byte aligned, twins consistent" + (bad.empty() ? "" : ":" + bad));
         // Synthetic CPUs: the AVX-512 kernels use F, BW and VL instructions, so one missing
         // part (F alone: Knights Landing) must not count as AVX-512.
         CpuFacts part{};

@@ -332,6 +332,107 @@ void native_checks(const std::string& expect_profile) {
     }
 }
 
+// The kernel a profile gives one copy, found the slow way: the class by address_class(), the
+// NT rule, then a scan of the class's bands from the first.
+const char* kernel_by_scan(const Profile& p, const void* dst, const void* src, std::size_t n, int r) {
+    const RegionRules& rules = p.region[r];
+    if (nt_applies(rules.nt, dst, src, n)) return rules.nt.kernel;
+    const char* k = nullptr;
+    for (const Band& b : rules.cls[static_cast<int>(address_class(dst, src, n))])
+        if (b.from <= n) k = b.kernel;
+    return k;
+}
+
+// Profile::uniform (the smallest sizes' shortcut in choose_inline): it covers the sizes from 0
+// up to where two classes first differ, the NT threshold, or a (kUniformBands + 1)th kernel,
+// and choose() gives what the band scan gives at every band edge, either side, in every class.
+void uniform_bands_checks(const Profile& p, const std::string& where) {
+    if (p.forced) return;
+    const char* dists[] = {"0", "16", "2080", "backward"};
+    for (int r = 0; r < kRegions; ++r) {
+        const RegionRules& rules = p.region[r];
+        std::vector<std::size_t> edges = {0};
+        for (const auto& bands : rules.cls)
+            for (const Band& b : bands) edges.push_back(b.from);
+        std::sort(edges.begin(), edges.end());
+        edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
+        std::size_t expect_below = rules.nt.threshold;
+        int kernels = 0;
+        const char* last = nullptr;
+        for (std::size_t e : edges) {
+            if (e >= expect_below) break;
+            const char* first = nullptr;
+            bool same = true;
+            for (int c = 0; c < kClasses; ++c) {
+                const char* k = nullptr;
+                for (const Band& b : rules.cls[c])
+                    if (b.from <= e) k = b.kernel;
+                if (c == 0) first = k;
+                same = same && k == first;
+            }
+            if (!same || (first != last && kernels == kUniformBands)) {
+                expect_below = e;
+                break;
+            }
+            if (first != last) ++kernels, last = first;
+        }
+        if (kernels == 0) expect_below = 0;
+        const std::string at = where + " " + region_key(r);
+        check(p.uniform[r].below == expect_below, at,
+              "uniform sizes end at " + std::to_string(p.uniform[r].below) + ", expected " +
+                  std::to_string(expect_below));
+        std::vector<std::size_t> sizes;
+        for (std::size_t e : edges)
+            for (std::size_t n : {e ? e - 1 : 0, e, e + 1}) sizes.push_back(n);
+        if (expect_below != SIZE_MAX)
+            for (std::size_t n : {expect_below ? expect_below - 1 : 0, expect_below, expect_below + 1}) sizes.push_back(n);
+        int wrong = 0;
+        std::string first_wrong;
+        for (const char* d : dists)
+            for (std::size_t n : sizes) {
+                if (n == 0) continue;
+                Addrs a = addresses(d);
+                const char* got = choose(p, a.dst, a.src, n, static_cast<Region>(r)).kernel;
+                const char* want = kernel_by_scan(p, a.dst, a.src, n, r);
+                if (got != want && !wrong++)
+                    first_wrong = std::string("dist ") + d + " n " + std::to_string(n) + ": " + got + ", the scan gives " + want;
+            }
+        check(wrong == 0, at, "choose() and the band scan differ " + std::to_string(wrong) + " times (first: " +
+                                  first_wrong + ")");
+    }
+}
+
+// Profile::uniform on synthetic bands: six alternating kernels in every class stop the
+// uniform sizes where the fifth starts; one class that differs stops them there.
+void synthetic_uniform_checks() {
+    static const char* const a = "kernel-a";
+    static const char* const b = "kernel-b";
+    const std::size_t starts[] = {0, 8, 16, 32, 64, 128};
+    for (std::size_t differs_from : {std::size_t(0), std::size_t(16)}) {
+        Profile p;
+        for (int r = 0; r < kRegions; ++r)
+            for (int c = 0; c < kClasses; ++c) {
+                std::vector<Band>& bands = p.region[r].cls[c];
+                for (int i = 0; i < 6; ++i) {
+                    Band band;
+                    band.from = starts[i];
+                    band.fn = copy_generic;
+                    band.kernel = i % 2 ? b : a;
+                    if (differs_from && c == kClasses - 1 && starts[i] >= differs_from) band.kernel = i % 2 ? a : b;
+                    bands.push_back(band);
+                }
+            }
+        finalize(p);
+        const std::string where = differs_from ? "synthetic bands, backward differs from 16 B" : "synthetic bands";
+        const std::size_t expect = differs_from ? differs_from : starts[kUniformBands];
+        for (int r = 0; r < kRegions; ++r)
+            check(p.uniform[r].below == expect, where,
+                  std::string(region_key(r)) + " uniform sizes end at " + std::to_string(p.uniform[r].below) +
+                      ", expected " + std::to_string(expect));
+        uniform_bands_checks(p, where);
+    }
+}
+
 void invariants() {
     std::vector<std::vector<std::string>> cpus = {
         {"cpu", "arch=x86_64", "vendor=AuthenticAMD", "family=25", "model=1", "features=avx2,erms,fsrm", "l3=32M"},
@@ -364,6 +465,7 @@ void invariants() {
                 } catch (const std::exception& e) {
                     check(false, where, std::string("the resolved profile does not parse back: ") + e.what());
                 }
+                uniform_bands_checks(s.active, where);
                 never(s, "erms", "near", where);
                 never(s, "erms", "backward", where);
                 // Every kernel named is usable on that CPU (or is a kernel this build lacks, which
@@ -963,6 +1065,7 @@ int main(int argc, char** argv) {
     std::printf("  %-24s %d checks\n", "(this CPU)", g_checks - before);
     before = g_checks;
     invariants();
+    synthetic_uniform_checks();
     std::printf("  %-24s %d checks\n", "(invariants)", g_checks - before);
     before = g_checks;
     shared_write_mode_checks();
