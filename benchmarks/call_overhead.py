@@ -6,6 +6,7 @@ in rotating order, so drift and noise from other processes hit all of them alike
     PYTHONPATH=src python benchmarks/call_overhead.py --check    # exit 1 if the targets are missed
     PYTHONPATH=src python benchmarks/call_overhead.py --gil      # GIL-release threshold data
     PYTHONPATH=src python benchmarks/call_overhead.py --torch    # torch tensors against copy_
+    PYTHONPATH=src python benchmarks/call_overhead.py --kernels  # copy against forced kernels, placed
 
 Targets: at 8 B and 64 B, fastcopy.copy <= 0.6 x np.copyto and <= dst[...] = src; fastcopy.copyto
 (the np.copyto drop-in, on its fast path: equal shapes and dtypes) <= 0.35 x np.copyto. For
@@ -104,6 +105,38 @@ def gil_threshold(number: int, repeats: int) -> None:
           f"= {100 * step / rows[65536]:.1f}% of a 64 KiB copy")
 
 
+# (size, source offset in its page, destination offset in its page): no range crosses a page,
+# so builds compared with --kernels run the same code paths at the same addresses.
+PLACED_POINTS = ((64, 128, 640), (237, 256, 1344), (1000, 512, 2112), (3000, 64, 96), (3000, 0, 1000))
+
+
+def placed_kernels(number: int, repeats: int, as_json: bool) -> None:
+    """ns per call of fastcopy.copy (auto) and of every forced kernel (fastcopy.kernel(name)) at
+    PLACED_POINTS, in one page-aligned arena: the addresses are the same in every process, which
+    fresh allocations are not (a module that allocates more at import moves them)."""
+    import json
+
+    arena = np.zeros(64 * 4096, np.uint8)
+    base = (-arena.ctypes.data) % 4096
+    variants = {"auto": fastcopy.copy}
+    variants.update({name: fastcopy.kernel(name) for name in fastcopy.kernels()})
+    rows = {}
+    for size, src_off, dst_off in PLACED_POINTS:
+        src = arena[base + src_off:base + src_off + size]
+        dst = arena[base + 32 * 4096 + dst_off:base + 32 * 4096 + dst_off + size]
+        env = {"d": dst, "s": src}
+        env.update({f"f{i}": f for i, f in enumerate(variants.values())})
+        res = interleaved({name: f"f{i}(d, s)" for i, name in enumerate(variants)}, env, number, repeats)
+        rows[f"{size} B, src {src_off}, dst {dst_off}"] = {k: statistics.median(v) for k, v in res.items()}
+    if as_json:
+        print(json.dumps(rows))
+        return
+    names = list(variants)
+    print(f"{'point':>28} " + " ".join(f"{n:>9}" for n in names) + f"   (ns/call, medians of {repeats} interleaved repeats)")
+    for point, med in rows.items():
+        print(f"{point:>28} " + " ".join(f"{med[n]:>9.2f}" for n in names))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--number", type=int, default=20000, help="calls per timing (default 20000)")
@@ -111,7 +144,13 @@ def main(argv=None) -> int:
     p.add_argument("--check", action="store_true", help="exit with status 1 when a target is missed")
     p.add_argument("--gil", action="store_true", help="print the GIL-release threshold measurement instead")
     p.add_argument("--torch", action="store_true", help="torch tensors against dst.copy_(src) instead")
+    p.add_argument("--kernels", action="store_true",
+                   help="fastcopy.copy and every forced kernel at fixed placements (PLACED_POINTS) instead")
+    p.add_argument("--json", action="store_true", help="with --kernels: one JSON line, for comparing builds")
     args = p.parse_args(argv)
+    if args.kernels:
+        placed_kernels(args.number, args.repeats, args.json)
+        return 0
     if args.gil:
         gil_threshold(args.number, args.repeats)
         return 0

@@ -65,12 +65,16 @@ void activate(const policy::Profile& base, const Overrides& o) {
     pool::set_env_threads(threads);
 }
 
+// C++ users (tests, benchmarks) that did not call init_policy(): out of line, so active()
+// stays a load and a branch.
+__attribute__((noinline, cold)) const policy::Profile& active_after_init() {
+    init_policy();
+    return *g_active.load(std::memory_order_acquire);
+}
+
 inline const policy::Profile& active() {
     const policy::Profile* p = g_active.load(std::memory_order_acquire);
-    if (__builtin_expect(p == nullptr, 0)) {
-        init_policy();  // C++ users (tests, benchmarks) that did not call it
-        p = g_active.load(std::memory_order_acquire);
-    }
+    if (__builtin_expect(p == nullptr, 0)) return active_after_init();
     return *p;
 }
 
@@ -269,11 +273,13 @@ CopyFn learned_kernel(void* dst, const void* src, std::size_t n) {
     return private_store_modes().settled_streaming(n, chosen == nt.fn) ? nt.fn : cached;
 }
 
-void copy_bytes(void* dst, const void* src, std::size_t n, Region region) {
-    const policy::Profile& p = active();
-    CopyFn k = policy::choose_inline(p, dst, src, n, region).fn;
+namespace {
+// copy_bytes() of a copy that may learn its store mode or go to the pool. Out of line, so the
+// path of every other copy saves no registers and ends in a jump to the kernel.
+__attribute__((noinline)) void copy_bytes_large(const policy::Profile& p, CopyFn k, void* dst, const void* src,
+                                                std::size_t n, Region region) {
     // nt.learn_from is SIZE_MAX outside the private region and where the profile does not learn.
-    if (__builtin_expect(n >= p.region[static_cast<int>(region)].nt.learn_from, 0)) {
+    if (n >= p.region[static_cast<int>(region)].nt.learn_from) {
         copy_learning_store_mode(p, k, dst, src, n);
         return;
     }
@@ -284,6 +290,17 @@ void copy_bytes(void* dst, const void* src, std::size_t n, Region region) {
         }
         t_last_kernel = k;
         pool::parallel_copy(dst, src, n, k);
+        return;
+    }
+    run(k, dst, src, n);
+}
+}  // namespace
+
+void copy_bytes(void* dst, const void* src, std::size_t n, Region region) {
+    const policy::Profile& p = active();
+    const CopyFn k = policy::choose_inline(p, dst, src, n, region).fn;
+    if (__builtin_expect(n >= p.region[static_cast<int>(region)].nt.learn_from || n >= p.parallel.threshold, 0)) {
+        copy_bytes_large(p, k, dst, src, n, region);
         return;
     }
     run(k, dst, src, n);
