@@ -7,6 +7,7 @@ in rotating order, so drift and noise from other processes hit all of them alike
     PYTHONPATH=src python benchmarks/call_overhead.py --gil      # GIL-release threshold data
     PYTHONPATH=src python benchmarks/call_overhead.py --torch    # torch tensors against copy_
     PYTHONPATH=src python benchmarks/call_overhead.py --kernels  # copy against forced kernels, placed
+    PYTHONPATH=src python benchmarks/call_overhead.py --uniform  # the smallest sizes' shortcut, on and off
 
 Targets: at 8 B and 64 B, fastcopy.copy <= 0.6 x np.copyto and <= dst[...] = src; fastcopy.copyto
 (the np.copyto drop-in, on its fast path: equal shapes and dtypes) <= 0.35 x np.copyto. For
@@ -137,6 +138,62 @@ def placed_kernels(number: int, repeats: int, as_json: bool) -> None:
         print(f"{point:>28} " + " ".join(f"{med[n]:>9.2f}" for n in names))
 
 
+def without_uniform_sizes(profile_json: str) -> str:
+    """The profile with one change no copy can see: the private backward class names another
+    kernel for 0-byte copies (which never reach the policy), so no size of the region is
+    uniform across the classes and every copy takes the address class and the band search."""
+    import json
+
+    profile = json.loads(profile_json)
+    bands = profile["regions"]["private"]["backward"]
+    other = next(k for k in fastcopy.kernels() if k != bands[0]["kernel"])
+    if len(bands) > 1 and bands[1]["from"] == 1:
+        bands[0]["kernel"] = other
+    else:
+        bands[0]["from"] = 1
+        bands.insert(0, {"from": 0, "kernel": other, "why": "differs at 0 B only: no uniform sizes"})
+    return json.dumps(profile)
+
+
+def uniform_shortcut(number: int, repeats: int) -> None:
+    """ns per call of fastcopy.copy under the active profile and under the same profile without
+    uniform sizes (without_uniform_sizes), in one process, alternating, at the placements of
+    PLACED_POINTS below 3000 B; both run the same kernel at each point."""
+    import timeit
+
+    from fastcopy import _core
+
+    before = _core.active_profile()
+    with_json = _core.base_profile_json()  # the overrides in force apply on top of both
+    profiles = {"shortcut": with_json, "no shortcut": without_uniform_sizes(with_json)}
+    arena = np.zeros(64 * 4096, np.uint8)
+    base = (-arena.ctypes.data) % 4096
+    print(f"{'point':>28} {'shortcut':>9} {'without':>9} {'saved':>6}   (ns/call, medians of {repeats} alternating "
+          f"repeats)")
+    try:
+        for size, src_off, dst_off in PLACED_POINTS:
+            if size >= 3000:
+                continue
+            src = arena[base + src_off:base + src_off + size]
+            dst = arena[base + 32 * 4096 + dst_off:base + 32 * 4096 + dst_off + size]
+            timer = timeit.Timer("f(d, s)", globals={"f": fastcopy.copy, "d": dst, "s": src})
+            kernels = set()
+            res: dict = {name: [] for name in profiles}
+            for r in range(repeats):
+                for name in (list(profiles) if r % 2 == 0 else list(profiles)[::-1]):
+                    _core.load_profile(profiles[name], name)
+                    kernels.add(_core.chosen_kernel(dst.ctypes.data, src.ctypes.data, size))
+                    res[name].append(timer.timeit(number) / number * 1e9)
+            assert len(kernels) == 1, kernels
+            a, b = (statistics.median(res[name]) for name in profiles)
+            print(f"{f'{size} B, src {src_off}, dst {dst_off}':>28} {a:>9.2f} {b:>9.2f} {b - a:>6.2f}")
+    finally:  # the profile active before, from where it came
+        if before["source"] == "built-in":
+            _core.use_builtin_profile(before["name"])
+        else:
+            _core.load_profile(with_json, before["source"])
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--number", type=int, default=20000, help="calls per timing (default 20000)")
@@ -147,7 +204,12 @@ def main(argv=None) -> int:
     p.add_argument("--kernels", action="store_true",
                    help="fastcopy.copy and every forced kernel at fixed placements (PLACED_POINTS) instead")
     p.add_argument("--json", action="store_true", help="with --kernels: one JSON line, for comparing builds")
+    p.add_argument("--uniform", action="store_true",
+                   help="fastcopy.copy with and without the uniform sizes' shortcut, in one process, instead")
     args = p.parse_args(argv)
+    if args.uniform:
+        uniform_shortcut(args.number, args.repeats)
+        return 0
     if args.kernels:
         placed_kernels(args.number, args.repeats, args.json)
         return 0

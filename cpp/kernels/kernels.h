@@ -11,10 +11,11 @@ namespace fastcopy {
 
 using CopyFn = void (*)(void* dst, const void* src, std::size_t n);
 
-// On every kernel definition: the function starts on a 64-byte line, so its loops sit at the
-// same offsets in every build. Without it their placement follows the size of unrelated code
-// (the module is linked with LTO), and one kernel's 3 KiB copies ran 12 % apart between two
-// builds that differed only in the policy code (evidence: kernels-aligned-entry).
+// On every kernel definition: the function starts on a 64-byte line, so its branches and loops
+// sit at the same offsets in every build (the module, kernel_bench, the tests). A kernel's speed
+// at small sizes moves with that offset alone, and without the alignment the offset follows the
+// size of unrelated code, since the module is linked whole with LTO (evidence:
+// kernels-aligned-entry).
 #define FASTCOPY_KERNEL_ALIGN __attribute__((aligned(64)))
 
 // generic.cpp: the C library's memmove. Supported everywhere.

@@ -120,8 +120,7 @@ struct ParallelRule {
 // The smallest sizes of a region, where every address class (and no NT rule) gives the same
 // kernel for each size: up to kUniformBands bands shared by all classes, below `below`.
 // choose_inline() picks among them with three compares and no branch, skipping the address
-// class and the band search, whose branches cost about 2 ns a call from Python (evidence:
-// policy-uniform-small-sizes).
+// class and the band search (evidence: policy-uniform-small-sizes).
 constexpr int kUniformBands = 4;
 struct UniformBands {
     std::size_t below = 0;  // 0: no size is uniform

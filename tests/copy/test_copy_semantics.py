@@ -329,3 +329,49 @@ def test_call_overhead_benchmark_runs(capsys):
     assert mod.main(["--number", "200", "--repeats", "3"]) == 0
     out = capsys.readouterr().out
     assert "8B" in out and "64B" in out and "np.copyto" in out
+
+
+def _call_overhead_module():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "call_overhead.py"
+    spec = importlib.util.spec_from_file_location("call_overhead_kernels", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_call_overhead_kernels_times_auto_and_every_kernel_at_each_placed_point(capsys):
+    import json
+
+    mod = _call_overhead_module()
+    assert mod.main(["--kernels", "--json", "--number", "50", "--repeats", "2"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == len(mod.PLACED_POINTS)
+    for point, times in rows.items():
+        assert set(times) == {"auto", *fastcopy.kernels()}, point
+        assert all(t > 0 for t in times.values()), point
+    # No placed range crosses a page: the builds compared run the same code paths.
+    for size, src_off, dst_off in mod.PLACED_POINTS:
+        assert src_off + size <= 4096 and dst_off + size <= 4096
+
+
+def test_call_overhead_uniform_changes_only_the_shortcut_and_restores_the_profile(capsys):
+    from fastcopy import _core
+
+    mod = _call_overhead_module()
+    before = _core.active_profile_json()
+    before_info = fastcopy.info()["profile_source"]
+    without = mod.without_uniform_sizes(_core.base_profile_json())
+    # The profile without the shortcut plans every copy of at least 1 byte as the active one.
+    base = 1 << 40
+    for n in (1, 3, 4, 63, 64, 237, 1000, 1279, 1280, 3000, 20000, 1 << 20):
+        for dst, src in ((base + (1 << 32), base), (base + (1 << 32) + 16, base), (base + (1 << 32) + 2080, base),
+                         (base + 1, base)):
+            assert _core.choose_for(without, dst, src, n) == _core.choose_for(before, dst, src, n), (n, dst - src)
+    assert mod.main(["--uniform", "--number", "50", "--repeats", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "64 B" in out and "237 B" in out and "1000 B" in out
+    assert _core.active_profile_json() == before
+    assert fastcopy.info()["profile_source"] == before_info
