@@ -16,6 +16,12 @@ std::string str_or(PyObject* o, const char* fallback) {
     return out;
 }
 
+bool clear_ordinary_error() {
+    if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception)) return false;
+    PyErr_Clear();
+    return true;
+}
+
 void reraise_with_message(const std::function<std::string(const std::string& original)>& message) {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);

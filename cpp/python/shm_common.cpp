@@ -32,7 +32,7 @@ double timeout_arg(const py::object& timeout, const char* what) {
                                    Py_TYPE(o)->tp_name);
     double t = PyFloat_AsDouble(o);
     if (t == -1.0 && PyErr_Occurred()) {
-        PyErr_Clear();
+        if (!clear_ordinary_error()) throw py::error_already_set();  // __float__ was interrupted
         raise(PyExc_TypeError, std::string(what) + ": timeout must be None or a number of seconds, got " +
                                    Py_TYPE(o)->tp_name);
     }

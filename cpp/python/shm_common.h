@@ -16,6 +16,7 @@
 #include "core/copy_errors.h"
 #include "core/read_only_ranges.h"
 #include "policy/store_modes.h"
+#include "python/pyerr.h"
 #include "shm/channel.h"
 #include "shm/topic.h"
 
@@ -184,7 +185,7 @@ void with_message(DtypeCodec& codec, py::handle obj, const char* what, std::uint
         nbytes = static_cast<std::size_t>(arr.nbytes());
     } else {
         if (PyObject_GetBuffer(obj.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) {
-            PyErr_Clear();
+            if (!clear_ordinary_error()) throw py::error_already_set();
             raise(PyExc_TypeError, std::string(what) + ": expected a numpy array or a C-contiguous buffer, got " +
                                        Py_TYPE(obj.ptr())->tp_name);
         }
@@ -290,7 +291,7 @@ py::object deliver(const MsgInfo& info, const DtypeEntry& de, const py::object& 
     }
     Py_buffer view;
     if (PyObject_GetBuffer(out.ptr(), &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) {
-        PyErr_Clear();
+        if (!clear_ordinary_error()) throw py::error_already_set();
         raise(PyExc_TypeError, std::string("recv: out must be a writable C-contiguous buffer, got ") +
                                    Py_TYPE(out.ptr())->tp_name);
     }

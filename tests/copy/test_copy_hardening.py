@@ -212,6 +212,58 @@ def test_wrong_argument_types_raise_type_error_naming_the_argument(call, words):
         tx.close(); rx.close(); tx.unlink()
 
 
+class _InterruptedOnce:
+    """A number whose first conversion is interrupted (a signal handler's KeyboardInterrupt
+    raised while Python code of the argument runs); later conversions give 0."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def _value(self) -> int:
+        self.calls += 1
+        if self.calls == 1:
+            raise KeyboardInterrupt
+        return 0
+
+    def __float__(self) -> float:
+        return float(self._value())
+
+    def __index__(self) -> int:
+        return self._value()
+
+
+@pytest.mark.parametrize("call", [
+    lambda tx, rx, arg: rx.recv(timeout=arg),
+    lambda tx, rx, arg: rx.peek(timeout=arg),
+    lambda tx, rx, arg: tx.send(b"x", timeout=arg),
+    lambda tx, rx, arg: fastcopy.stack([np.zeros(4), np.ones(4)], axis=arg),
+    lambda tx, rx, arg: fastcopy.concatenate([np.zeros(4), np.ones(4)], axis=arg),
+], ids=["recv-timeout", "peek-timeout", "send-timeout", "stack-axis", "concatenate-axis"])
+def test_an_interrupt_inside_an_argument_conversion_reaches_the_caller(call):
+    tx, rx = _channel_pair()
+    try:
+        arg = _InterruptedOnce()
+        with pytest.raises(KeyboardInterrupt):
+            call(tx, rx, arg)
+        assert arg.calls == 1  # not converted again after the interrupt (the numpy fallback)
+        assert tx.pending_bytes == 0
+    finally:
+        tx.close(); rx.close(); tx.unlink()
+
+
+def test_an_ordinary_error_in_a_timeout_conversion_is_still_a_type_error():
+    class Bad:
+        def __float__(self) -> float:
+            raise ValueError("no")
+
+    tx, rx = _channel_pair()
+    try:
+        with pytest.raises(TypeError, match="recv: timeout must be None or a number of seconds, got Bad"):
+            rx.recv(timeout=Bad())
+    finally:
+        tx.close(); rx.close(); tx.unlink()
+
+
 @subprocess_only
 @pytest.mark.parametrize("key, value", [(b"FASTCOPY_KERNEL", b"avx2\xff"), (b"FASTCOPY_NT_THRESHOLD", b"\xfe1M")])
 def test_non_utf8_environment_value_names_the_variable(key, value):
