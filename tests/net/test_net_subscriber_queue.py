@@ -184,3 +184,31 @@ def test_a_timeout_shorter_than_the_set_wake_up_ends_on_time(session):
     assert 0.2 <= time.monotonic() - t0 < 2
     sub.close()
     pub.close()
+
+
+def test_close_returns_after_the_wake_up_thread_has_ended(session):
+    """close() waits for a wake-up that is running (its put may be inside Zenoh): a thread that
+    takes the GIL back from Zenoh's code while the interpreter finalizes aborts the process.
+    The wake-up here is held for 0.3 s once it has started."""
+    import fastcopy.net as net
+
+    sub = net.Subscriber(KEY, session)
+    with pytest.raises(TimeoutError):
+        sub.recv(timeout=0.05)  # starts the alarm thread
+    alarm = sub._alarm
+    assert alarm is not None
+    started = threading.Event()
+    real_wake = alarm._wake
+
+    def slow_wake():
+        started.set()
+        time.sleep(0.3)
+        real_wake()
+
+    alarm._wake = slow_wake
+    alarm.set(time.monotonic())
+    assert started.wait(5), "the alarm did not fire"
+    t0 = time.monotonic()
+    sub.close()
+    assert not alarm._thread.is_alive(), "close() returned while its wake-up thread still ran"
+    assert time.monotonic() - t0 >= 0.2  # it waited for the wake-up

@@ -139,10 +139,14 @@ class _Alarm:
             if at < self._sleeps_until:
                 self._cv.notify()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float) -> bool:
+        """Stops the thread and waits up to ``timeout`` seconds for it to end (a wake-up it is
+        running finishes first); True when it has ended."""
         with self._cv:
             self._stopped = True
             self._cv.notify()
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     def _run(self) -> None:
         with self._cv:
@@ -364,13 +368,19 @@ class Subscriber:
         # undeclare also releases a wake-up's put held back by a full channel.
         taken = self._lock.acquire(timeout=5)
         try:
-            if self._alarm is not None:
-                self._alarm.stop()
             if taken:
                 self._sub.undeclare()
         finally:
             if taken:
                 self._lock.release()
+            # The alarm's wake-up may be inside Zenoh (its put) now: it ends before close()
+            # returns, so no thread of this Subscriber is in Zenoh's code when its session
+            # closes or the interpreter exits. A thread that takes the GIL back from Zenoh's code
+            # while the interpreter finalizes unwinds through Zenoh's frames, and the process
+            # aborts ("FATAL: exception not rethrown"). After undeclare: it releases a wake-up's
+            # put that a full block-mode channel holds back.
+            if self._alarm is not None:
+                self._alarm.stop(timeout=5)
             if self._own:
                 self.session.close()
 
