@@ -275,7 +275,7 @@ CopyFn learned_kernel(void* dst, const void* src, std::size_t n) {
 
 namespace {
 // copy_bytes() of a copy that may learn its store mode or go to the pool. Out of line, so the
-// path of every other copy saves no registers and ends in a jump to the kernel.
+// path of every other copy saves almost no registers and ends in a jump to the kernel.
 __attribute__((noinline)) void copy_bytes_large(const policy::Profile& p, CopyFn k, void* dst, const void* src,
                                                 std::size_t n, Region region) {
     // nt.learn_from is SIZE_MAX outside the private region and where the profile does not learn.

@@ -139,14 +139,13 @@ class _Alarm:
             if at < self._sleeps_until:
                 self._cv.notify()
 
-    def stop(self, timeout: float) -> bool:
+    def stop(self, timeout: float) -> None:
         """Stops the thread and waits up to ``timeout`` seconds for it to end (a wake-up it is
-        running finishes first); True when it has ended."""
+        running finishes first)."""
         with self._cv:
             self._stopped = True
             self._cv.notify()
         self._thread.join(timeout)
-        return not self._thread.is_alive()
 
     def _run(self) -> None:
         with self._cv:
@@ -374,7 +373,7 @@ class Subscriber:
             if taken:
                 self._lock.release()
             # The alarm's wake-up may be inside Zenoh (its put) now: it ends before close()
-            # returns, so no thread of this Subscriber is in Zenoh's code when its session
+            # returns, so no thread of this Subscriber is in Zenoh's code when its Zenoh session
             # closes or the interpreter exits. A thread that takes the GIL back from Zenoh's code
             # while the interpreter finalizes unwinds through Zenoh's frames, and the process
             # aborts ("FATAL: exception not rethrown"). After undeclare: it releases a wake-up's
