@@ -1,7 +1,7 @@
 // fastcopy.net's wire format for Python (the format itself: net/wire.h). net_encode and
 // net_piece build a message's payloads as bytes, the array's bytes copied once by fastcopy's
 // kernels; net_read checks a payload; net_wire_layout gives the layout to the Python code and
-// the tests, which never restate it.
+// the tests, which never restate it. net_keep_freed_memory: net/heap.h.
 #include <pybind11/pybind11.h>
 
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/dispatch.h"
+#include "net/heap.h"
 #include "net/wire.h"
 #include "python/copy_gil.h"
 #include "python/layout_fields.h"
@@ -220,4 +221,8 @@ void bind_net(py::module_& m) {
     m.def("net_wire_layout", &net_wire_layout,
           "fastcopy.net's wire format: magic, version, kind bytes, the head's and a piece's sizes and "
           "fields (name -> (byte offset, size); little-endian), the most dimensions and dtype text bytes.");
+    m.def("net_keep_freed_memory", &net::keep_freed_memory, py::arg("max_bytes") = net::kKeepFreedBytes,
+          "fastcopy.net.keep_freed_memory: blocks below `max_bytes` (at most the default, glibc's ceiling) "
+          "come from the C library's heap and up to twice that of freed memory stays there for reuse; "
+          "True when the C library took the setting (glibc), False otherwise.");
 }

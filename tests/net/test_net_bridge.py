@@ -43,6 +43,26 @@ def _probe_until(topic, subs, timeout: float = 60.0) -> None:
         pending = still
 
 
+def _probe_in_process(send_probe, sub, timeout: float = 30.0) -> None:
+    """Calls ``send_probe`` until the local Topic subscriber ``sub`` of a bridge running in this
+    process gets a message (the path is up), then takes every probe still coming."""
+    deadline = time.monotonic() + timeout
+    while True:
+        assert time.monotonic() < deadline, "the bridge never forwarded a probe"
+        send_probe()
+        try:
+            sub.recv(timeout=0.05)
+            break
+        except TimeoutError:
+            continue
+    time.sleep(0.2)
+    while True:
+        try:
+            sub.recv(timeout=0.2)
+        except TimeoutError:
+            break
+
+
 def _message(rng, k):
     dt = np.dtype(DTYPES[k % len(DTYPES)])
     nbytes = int(rng.integers(0, 48 << 10))
@@ -162,9 +182,11 @@ def test_message_larger_than_remote_slots_is_reported_and_the_bridge_goes_on():
         assert "does not fit the local topic's 1024-byte slots" in "".join(into.stderr)
 
 
-def test_bridge_into_forwards_messages_in_pieces_exact():
+@pytest.mark.parametrize("in_place", [True, False], ids=["in-place", "apart"])
+def test_bridge_into_forwards_messages_in_pieces_exact(in_place):
     """A receiving bridge (in this process) forwards messages that came in pieces, C- and
-    Fortran-order and of a str dtype, into its local Topic with every value and the shape."""
+    Fortran-order and of a str dtype, into its local Topic with every value and the shape; the
+    C-order ones straight into a slot of the Topic unless ``in_place=False``."""
     import threading
 
     from fastcopy import net, shm
@@ -178,26 +200,13 @@ def test_bridge_into_forwards_messages_in_pieces_exact():
     strings = np.array(["abc", "de", "f"] * (big // 36), dtype="<U3")
     fortran = np.asfortranarray(rng.standard_normal((4, big // 32)))
     pub = net.Publisher(key, listen=[endpoint(port)])
-    br = net.Bridge.into(key, local, slot_bytes=4 * big, connect=[endpoint(port)], log=open(os.devnull, "w"))
+    br = net.Bridge.into(key, local, slot_bytes=4 * big, connect=[endpoint(port)], log=open(os.devnull, "w"),
+                         in_place=in_place)
     runner = threading.Thread(target=br.run, daemon=True)
     runner.start()
     sub = shm.Topic.subscribe(local)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert time.monotonic() < deadline, "the bridge never forwarded a probe"
-            pub.send(np.int8(-1))
-            try:
-                sub.recv(timeout=0.05)
-                break
-            except TimeoutError:
-                continue
-        time.sleep(0.2)
-        while True:
-            try:
-                sub.recv(timeout=0.2)
-            except TimeoutError:
-                break
+        _probe_in_process(lambda: pub.send(np.int8(-1)), sub)
         for arr in (c_order, strings, fortran):
             pub.send(arr)
         for arr in (c_order, strings, fortran):
@@ -205,9 +214,69 @@ def test_bridge_into_forwards_messages_in_pieces_exact():
             assert got.dtype == arr.dtype and got.shape == arr.shape
             np.testing.assert_array_equal(got, arr)
         assert br.lost == 0 and br.rejected == 0 and br.too_big == 0
+        # The C-order and str messages were assembled in a loan of the Topic; the Fortran-order
+        # one apart, then sent.
+        assert br.in_place == (2 if in_place else 0)
     finally:
         br.stop()
         runner.join(10)
         sub.close()
         br.close()
         pub.close()
+
+
+def test_bridge_into_a_message_in_pieces_interleaved_or_cut_short_is_never_torn():
+    """Payloads put in a fixed order by a plain Zenoh publisher, from three publisher ids, to a
+    receiving bridge in this process: a whole message from one publisher arriving while another's
+    message in pieces fills the Topic's loan (that message goes on apart and arrives whole), and
+    a message whose last piece never comes (its loan is given back, the loss counted, and the
+    next message is assembled in a loan again)."""
+    import threading
+
+    import zenoh
+
+    from fastcopy import net, shm
+    from fastcopy.net import _wire
+
+    _, local, key = _names()
+    port = free_port()
+    big = _wire.SPLIT_FROM * 3  # a head and two pieces
+
+    def parts(value, seq, source, nbytes=big):
+        return list(_wire.encode_parts(np.full(nbytes // 4, value, np.int32), seq, source))
+
+    session = net.open_session(listen=[endpoint(port)])
+    raw = session.declare_publisher(key, congestion_control=zenoh.CongestionControl.BLOCK)
+    br = net.Bridge.into(key, local, slot_bytes=2 * big, connect=[endpoint(port)], log=open(os.devnull, "w"))
+    runner = threading.Thread(target=br.run, daemon=True)
+    runner.start()
+    sub = shm.Topic.subscribe(local)
+    try:
+        probes = iter(range(1 << 30))
+        _probe_in_process(lambda: raw.put(parts(-1, next(probes), 9, 4)[0]), sub)
+        before = br.forwarded  # the probes
+        x, y = parts(1, 0, 1), parts(2, 0, 2, 64)
+        v, z, w = parts(3, 0, 3, 64), parts(4, 1, 3), parts(5, 2, 3)
+        assert len(x) == 3 and len(y) == 1 and len(z) == 3
+        order = [x[0], x[1], y[0], x[2],  # publisher 2's message while publisher 1's fills the loan
+                 v[0], z[0], z[1],        # publisher 3's message 1 never gets its last piece
+                 w[0], w[1], w[2]]        # its message 2 does
+        for payload in order:
+            raw.put(payload)
+        got = [sub.recv(timeout=20) for _ in range(4)]
+        assert [(int(a[0]), a.nbytes) for a in got] == [(2, 64), (1, big), (3, 64), (5, big)]
+        for a in got:
+            assert (a == a[0]).all(), "torn message"
+        end = time.monotonic() + 10
+        while br.forwarded < before + 4 and time.monotonic() < end:
+            time.sleep(0.01)
+        assert (br.forwarded - before, br.lost, br.in_place) == (4, 1, 1)
+        with pytest.raises(TimeoutError):
+            sub.recv(timeout=0.3)
+    finally:
+        br.stop()
+        runner.join(10)
+        sub.close()
+        br.close()
+        raw.undeclare()
+        session.close()

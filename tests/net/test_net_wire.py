@@ -238,6 +238,32 @@ def test_a_message_in_pieces_takes_only_its_own_next_piece():
     assert asm.array().tolist() == list(range(100)) and asm.array().flags.writeable
 
 
+def test_assembly_into_a_target_and_detached_from_it():
+    """An Assembly given a target fills it and returns it as the message; detached midway, it
+    goes on in an array of its own, returns the target, and never writes the target again."""
+    arr = np.arange(60, dtype=np.int16).reshape(3, 20)
+    parts = [_wire.read(p) for p in encode_parts(arr, 3, 1, 40)]
+    assert len(parts) == 3
+    target = np.zeros((3, 20), np.int16)
+    asm = _wire.Assembly(parts[0], 1 << 20, lambda head: target)
+    assert not asm.add(parts[1]) and asm.add(parts[2])
+    assert asm.array() is target and (target == arr).all()
+
+    target = np.zeros((3, 20), np.int16)
+    asm = _wire.Assembly(parts[0], 1 << 20, lambda head: target)
+    assert not asm.add(parts[1])
+    assert asm.detach() is target and asm.detach() is None
+    before = target.copy()
+    assert asm.add(parts[2])
+    assert (target == before).all()
+    got = asm.array()
+    assert got is not target and got.shape == (3, 20) and (got == arr).all()
+
+    for wrong in (np.zeros(59, np.int16), np.zeros((20, 3), np.int16).T):
+        with pytest.raises(ValueError, match="C-contiguous"):
+            _wire.Assembly(parts[0], 1 << 20, lambda head: wrong)
+
+
 def _with_dtype_text(message: bytes, text: bytes) -> bytes:
     """``message`` (a 1-d array's) with its dtype text replaced by ``text``."""
     layout = _core.net_wire_layout()

@@ -16,13 +16,14 @@ import math
 import os
 import threading
 import time
-from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ._wire import Assembly, Head, WireError, first_payload, pieces, take
 
-__all__ = ["Publisher", "Subscriber", "Bridge", "WireError", "MessagesLost", "open_session", "zenoh_module"]
+__all__ = ["Publisher", "Subscriber", "Bridge", "WireError", "MessagesLost", "open_session", "zenoh_module",
+           "keep_freed_memory"]
 
 
 def zenoh_module() -> Any:
@@ -33,6 +34,26 @@ def zenoh_module() -> Any:
         raise ImportError("fastcopy.net needs eclipse-zenoh: pip install 'fastcopy[net]' "
                           f"(or pip install eclipse-zenoh) [{exc}]") from None
     return zenoh
+
+
+def keep_freed_memory(max_bytes: Optional[int] = None) -> bool:
+    """Makes the C library of this process serve blocks below ``max_bytes`` (default and most:
+    32 MiB) from its heap and keep up to twice that of freed memory there for reuse, instead of
+    mapping fresh pages for each large block and unmapping them at free. A process that receives
+    large messages allocates and frees buffers of the same size per message (Zenoh's, and
+    fastcopy.net's for a message in pieces); without this it faults in and zeroes new pages for
+    each (evidence: net-keep-freed-memory). ``python -m fastcopy bridge`` calls it. Process-wide:
+    up to 2 * max_bytes of freed memory stays with the process. True when the C library took
+    the setting (glibc), False otherwise (nothing changed)."""
+    from .. import _core
+
+    if max_bytes is None:
+        return _core.net_keep_freed_memory()
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int):
+        raise TypeError(f"keep_freed_memory: max_bytes must be an int, got {type(max_bytes).__name__}")
+    if not 0 < max_bytes < 1 << 63:
+        raise ValueError(f"keep_freed_memory: max_bytes must be positive and below 2**63, got {max_bytes}")
+    return _core.net_keep_freed_memory(max_bytes)
 
 
 def MessagesLost(count: int, message: Optional[str] = None) -> Exception:  # noqa: N802 (same name as shm's)
@@ -212,6 +233,9 @@ class Subscriber:
         self._waiting = False
         self._next: Dict[int, int] = {}  # publisher -> its next message number
         self._assembling: Dict[int, Assembly] = {}  # publisher -> its message coming in pieces
+        # Where messages in pieces are assembled (_assemble_into); None: arrays of its own.
+        self._target_for: Optional[Callable[[Head], Optional[np.ndarray]]] = None
+        self._release: Callable[[np.ndarray], None] = lambda target: None
         self._pending: Optional[Tuple[np.ndarray, bool]] = None
         self.lost = 0
         self.rejected = 0
@@ -219,6 +243,35 @@ class Subscriber:
         self.closed = False
         channel = zenoh.handlers.FifoChannel(capacity) if overflow == "block" else zenoh.handlers.RingChannel(capacity)
         self._sub = self.session.declare_subscriber(key, channel)
+
+    def _assemble_into(self, target_for: Callable[[Head], Optional[np.ndarray]],
+                       release: Callable[[np.ndarray], None]) -> None:
+        """Assembles each message in pieces into ``target_for(head)`` (an array of the head's shape
+        and dtype, C-contiguous; None: an array of its own), which the receive then returns as is;
+        ``release(target)`` gets back a target whose message cannot be completed (lost, or
+        dropped at close). The receiving Bridge assembles into loans of its local Topic so."""
+        self._target_for, self._release = target_for, release
+
+    def _detach(self, target: np.ndarray) -> None:
+        """The unfinished message assembled in ``target`` goes on in an array of its own, so that
+        the owner of ``target`` may reuse it."""
+        for asm in self._assembling.values():
+            if asm.target is target:
+                asm.detach()
+
+    def _drop_assembly(self, source: int) -> None:
+        """Drops the unfinished message of ``source`` (it is lost), giving back its target."""
+        asm = self._assembling.pop(source, None)
+        if asm is not None and asm.target is not None:
+            self._release(asm.target)
+
+    def _start_assembly(self, head: Head) -> None:
+        """Starts assembling the message ``head`` announces, dropping the unfinished one of the
+        same publisher and, when SOURCES_KEPT are unfinished, the oldest."""
+        self._drop_assembly(head.source)
+        if len(self._assembling) >= self.SOURCES_KEPT:
+            self._drop_assembly(next(iter(self._assembling)))
+        self._assembling[head.source] = Assembly(head, self.max_bytes, self._target_for)
 
     def _wake(self) -> None:
         if not self._waiting:
@@ -287,11 +340,10 @@ class Subscriber:
                 part = take(self._take(deadline, timeout))
                 if type(part) is tuple:  # a whole message: (source, seq, array)
                     if assembling:
-                        assembling.pop(part[0], None)  # unfinished: lost
+                        self._drop_assembly(part[0])  # unfinished: lost
                     return part[0], part[1], part[2], False
                 if type(part) is Head:
-                    assembling.pop(part.source, None)  # unfinished: lost
-                    self._keep(assembling, part.source, Assembly(part, self.max_bytes))
+                    self._start_assembly(part)
                     continue
             except WireError:
                 self.rejected += 1
@@ -300,7 +352,7 @@ class Subscriber:
             if asm is None:
                 continue  # a piece of a message whose head this subscriber did not take
             if not asm.fits(part):
-                del assembling[part.source]
+                self._drop_assembly(part.source)
                 continue
             if asm.add(part):
                 del assembling[part.source]
@@ -371,6 +423,8 @@ class Subscriber:
                 self._sub.undeclare()
         finally:
             if taken:
+                for source in list(self._assembling):
+                    self._drop_assembly(source)
                 self._lock.release()
             # The alarm's wake-up may be inside Zenoh (its put) now: it ends before close()
             # returns, so no thread of this Subscriber is in Zenoh's code when its Zenoh session

@@ -13,11 +13,14 @@ class Bridge:
     message to ``key``. ``Bridge.into(key, topic, slot_bytes=...)``: creates the local Topic
     ``topic`` and republishes each message from ``key`` into it, so N local subscribers cost one
     network transfer and read with zero-copy recv_view. ``run()`` forwards until ``stop()`` or
-    the local publisher closes; counters: ``forwarded``, ``lost``, ``rejected``, ``too_big``."""
+    the local publisher closes; counters: ``forwarded``, ``lost``, ``rejected``, ``too_big``,
+    ``in_place`` (messages in pieces that ``into`` assembled straight in a slot of the local
+    Topic, a loan: one copy fewer than assembling them apart and sending; ``in_place=False``
+    turns that off) (evidence: net-bridge-in-place)."""
 
     def __init__(self, direction: str, topic: str, key: str, *, listen: Sequence[str] = (),
                  connect: Sequence[str] = (), overflow: str = "block", slot_bytes: int = 0,
-                 slots: Optional[int] = None, log: Any = None) -> None:
+                 slots: Optional[int] = None, log: Any = None, in_place: bool = True) -> None:
         from . import Publisher, Subscriber, open_session
         from .. import shm
 
@@ -25,7 +28,8 @@ class Bridge:
         self.topic = topic
         self.key = key
         self.log = sys.stderr if log is None else log
-        self.forwarded = self.lost = self.rejected = self.too_big = 0
+        self.forwarded = self.lost = self.rejected = self.too_big = self.in_place = 0
+        self._loan: Any = None  # into: the local Topic's loan that a message in pieces fills
         self._stop = threading.Event()
         self.session = open_session(listen, connect)
         if direction == "out":
@@ -39,6 +43,8 @@ class Bridge:
             # could not reach the local subscribers' MessagesLost. The local Topic drops (and
             # counts per subscriber) when created with overflow="drop".
             self._remote = Subscriber(key, self.session, overflow="block")
+            if in_place:
+                self._remote._assemble_into(self._loan_for, self._give_back)
         else:
             raise ValueError(f"Bridge: direction must be 'out' or 'into', got {direction!r}")
 
@@ -52,6 +58,25 @@ class Bridge:
 
     def _say(self, text: str) -> None:
         print(f"fastcopy bridge {self.direction} {self.topic!r} <-> {self.key!r}: {text}", file=self.log, flush=True)
+
+    def _loan_for(self, head: Any) -> Any:
+        """A loan of the local Topic for the message ``head`` announces, to assemble it in place;
+        None (assembled apart, then sent) while another loan is out, for a message larger than
+        the slots, in Fortran order or of a dtype the Topic does not lend."""
+        if self._loan is not None or head.nbytes > self._local.slot_bytes or (
+                head.order == "F" and len(head.shape) > 1):
+            return None
+        try:
+            self._loan = self._local.loan(head.shape, head.dtype)
+        except (TypeError, ValueError):
+            return None
+        return self._loan
+
+    def _give_back(self, loan: Any) -> None:
+        """Discards the loan of a message that cannot be completed."""
+        if loan is self._loan:
+            self._loan = None
+            self._local.discard(loan)
 
     def stop(self) -> None:
         self._stop.set()
@@ -79,7 +104,7 @@ class Bridge:
                 self.forwarded += 1
             else:
                 try:
-                    arr = self._remote.recv_view(timeout=0.2)
+                    arr, _ = self._remote._recv(timeout=0.2)
                 except TimeoutError:
                     continue
                 except MessagesLost as exc:
@@ -90,6 +115,17 @@ class Bridge:
                     self.rejected += 1
                     self._say(f"rejected a payload: {exc}")
                     continue
+                if arr is self._loan:  # assembled in place
+                    self._loan = None
+                    self._local.publish(arr)
+                    self.forwarded += 1
+                    self.in_place += 1
+                    continue
+                if self._loan is not None:
+                    # Another publisher's message is being assembled in the loan: it goes on
+                    # apart, and the Topic is free to send this one.
+                    self._remote._detach(self._loan)
+                    self._give_back(self._loan)
                 if arr.nbytes > self._local.slot_bytes:
                     self.too_big += 1
                     self._say(f"message of {arr.nbytes} bytes does not fit the local topic's "

@@ -13,7 +13,7 @@ bytes, then its bytes.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 import numpy as np
 
@@ -240,15 +240,24 @@ def decode(buf: bytes) -> Tuple[int, np.ndarray]:
 
 
 class Assembly:
-    """A message arriving in pieces, copied into an array of its own as they come. ``add`` takes
-    the next piece of the same message (same publisher and number, at the offset reached);
-    anything else means the message cannot be completed."""
+    """A message arriving in pieces, copied into an array as they come: one of its own, or the
+    ``target`` that ``target_for(head)`` gives (an array of the head's shape and dtype,
+    C-contiguous, such as a Topic's loan; None: one of its own). ``add`` takes the next piece of
+    the same message (same publisher and number, at the offset reached); anything else means the
+    message cannot be completed."""
 
-    def __init__(self, head: Head, max_bytes: int) -> None:
+    def __init__(self, head: Head, max_bytes: int,
+                 target_for: Optional[Callable[[Head], Optional[np.ndarray]]] = None) -> None:
         if head.nbytes > max_bytes:
             raise WireError(f"fastcopy.net: a message of {head.nbytes} bytes, more than max_bytes={max_bytes}")
         self.head = head
-        self.buf = np.empty(head.nbytes, np.uint8)
+        self.target = None if target_for is None else target_for(head)
+        if self.target is None:
+            self.buf = np.empty(head.nbytes, np.uint8)
+        else:
+            if self.target.nbytes != head.nbytes or not self.target.flags.c_contiguous:
+                raise ValueError("Assembly: the target must be C-contiguous and hold the message's bytes")
+            self.buf = self.target.reshape(-1).view(np.uint8)
         self.filled = 0
         self._put(head.buf, head.off)
 
@@ -267,8 +276,20 @@ class Assembly:
         self._put(piece.buf, PIECE_HEAD_BYTES)
         return self.filled == self.head.nbytes
 
+    def detach(self) -> Optional[np.ndarray]:
+        """Moves the bytes so far into an array of its own and returns the target it leaves (None
+        when it had none): its owner may reuse it now."""
+        target = self.target
+        if target is not None:
+            own = np.empty(self.head.nbytes, np.uint8)
+            _core.copy(own[:self.filled], self.buf[:self.filled])
+            self.buf, self.target = own, None
+        return target
+
     def array(self) -> np.ndarray:
-        """The complete message's array (writable, owned by the caller)."""
+        """The complete message's array: the target, or one of its own (writable, the caller's)."""
+        if self.target is not None:
+            return self.target
         h = self.head
         arr = self.buf.view(h.dtype)
         return arr.reshape(h.shape, order=h.order) if len(h.shape) != 1 else arr

@@ -375,15 +375,20 @@ _PROBE = np.zeros(1, np.uint8)
 _END = np.full(1, 255, np.uint8)
 
 
-def _fanout_bridge(conn: Any, key: str, topic: str, port: int, slot_bytes: int) -> None:  # pragma: no cover - child
+def _fanout_bridge(conn: Any, key: str, topic: str, port: int, slot_bytes: int, keep_memory: bool = True,
+                   in_place: bool = True) -> None:  # pragma: no cover - child
     """Child: the receiving bridge, forwarding from ``key`` into the new local Topic ``topic``
-    until the parent says stop; then reports (forwarded, lost)."""
+    until the parent says stop; then reports (forwarded, lost). ``keep_memory``: calls
+    keep_freed_memory() first, as ``python -m fastcopy bridge`` does; ``in_place``: Bridge's."""
     from ..bench.engine import exit_with_parent
-    from . import Bridge
+    from . import Bridge, keep_freed_memory
 
     exit_with_parent()
+    if keep_memory:
+        keep_freed_memory()
     try:
-        bridge = Bridge.into(key, topic, connect=[_endpoint(port)], slot_bytes=slot_bytes, slots=FANOUT_SLOTS)
+        bridge = Bridge.into(key, topic, connect=[_endpoint(port)], slot_bytes=slot_bytes, slots=FANOUT_SLOTS,
+                             in_place=in_place)
     except Exception as exc:
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return
@@ -510,11 +515,14 @@ def fanout_summary(size: int, runs: Dict[int, List[List[Dict[str, float]]]],
 
 
 def run_fanout(sizes: Sequence[int] = FANOUT_SIZES, repeats: int = 3, subscribers: Sequence[int] = FANOUT_SUBSCRIBERS,
-               total: int = 64 << 20, count: Optional[int] = None, timeout: float = 60.0) -> Dict[str, Any]:
+               total: int = 64 << 20, count: Optional[int] = None, timeout: float = 60.0,
+               keep_memory: bool = True, in_place: bool = True) -> Dict[str, Any]:
     """One receiving bridge feeding ``subscribers`` local subscribers in turn (1 and 3 by
     default), at each size: ``count`` messages per round (default total // size, 8 to 2000),
     one unmeasured round with the most subscribers first, then ``repeats`` rounds of each
-    subscriber count, in an order that changes per repeat (repeat_order). Returns
+    subscriber count, in an order that changes per repeat (repeat_order). ``keep_memory``: the
+    bridge's process calls keep_freed_memory() (as ``python -m fastcopy bridge`` does);
+    ``in_place``: the Bridge's (messages in pieces assembled in a loan of its Topic). Returns
     {"sizes", "subscribers", "repeats", "counts", "rows": [fanout_summary per size], "bridge":
     {"forwarded", "lost"}, "published", "cpus" (the CPUs this process may run on)}."""
     from ..bench.engine import repeat_order
@@ -548,7 +556,7 @@ def run_fanout(sizes: Sequence[int] = FANOUT_SIZES, repeats: int = 3, subscriber
     bridge_end: Tuple[int, int] = (0, 0)
     stopped = False
     try:
-        bridge = start(_fanout_bridge, pub.key, tag, port, max(sizes))
+        bridge = start(_fanout_bridge, pub.key, tag, port, max(sizes), keep_memory, in_place)
         _replies([bridge], timeout)
         subs = [start(_fanout_subscriber, tag) for _ in range(subscribers[-1])]
         for c in subs:  # every subscriber waits for any message; probes go until all have one

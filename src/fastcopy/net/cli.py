@@ -22,8 +22,9 @@ def add_bridge_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from . import Bridge
+    from . import Bridge, keep_freed_memory
 
+    keep_freed_memory()  # a process of its own that receives or sends large messages
     try:
         bridge = Bridge(args.direction, args.topic, args.key, listen=args.listen, connect=args.connect,
                         overflow=args.overflow, slot_bytes=args.slot_bytes, slots=args.slots)
