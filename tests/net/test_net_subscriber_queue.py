@@ -212,3 +212,48 @@ def test_close_returns_after_the_wake_up_thread_has_ended(session):
     sub.close()
     assert not alarm._thread.is_alive(), "close() returned while its wake-up thread still ran"
     assert time.monotonic() - t0 >= 0.2  # it waited for the wake-up
+
+
+def test_every_kind_of_payload_after_whole_messages_reads_as_the_waiting_path_reads_it(session):
+    """Whole messages of a known publisher and dtype are read in one step; each other kind of
+    payload queued among them (a new publisher, a new dtype, a message in pieces, a gap, a
+    corrupt payload, a stale wake-up) is read, checked and counted as the waiting path does, in
+    order, with nothing skipped."""
+    from fastcopy.net import _WAKE_MARK, Subscriber, WireError
+    from fastcopy.net._wire import encode_parts
+    from fastcopy.shm import MessagesLost
+
+    sub = Subscriber(KEY, session, capacity=64)
+    raw = _raw(session)
+    i4 = lambda k: np.full(4, k, np.int32)  # noqa: E731
+    payloads = [
+        *encode_parts(i4(0), 0, 7),                       # publisher 7's first message
+        *encode_parts(i4(1), 1, 7),                       # whole, known: one step
+        *encode_parts(np.full(3, 2, ">u2"), 2, 7),        # a dtype this process has not read yet
+        *encode_parts(np.full(300, 3, np.int32), 3, 7, 400),  # a head and two pieces
+        *encode_parts(i4(5), 5, 7),                       # message 4 lost
+        b"not a fastcopy.net payload",
+        *encode_parts(i4(6), 0, 8),                       # another publisher's first message
+        *encode_parts(i4(7), 6, 7),
+    ]
+    _put_all(raw, payloads)
+    session.put(KEY, b"", attachment=_WAKE_MARK)  # a wake-up left in the queue: skipped
+    _put_all(raw, encode_parts(i4(8), 7, 7))
+    got = []
+    for _ in range(10):
+        try:
+            arr = sub.recv_view(timeout=5)
+        except MessagesLost as exc:
+            got.append(("lost", exc.count))
+            continue
+        except WireError:
+            got.append(("rejected",))
+            continue
+        got.append((arr.dtype.str, int(arr.flat[0]), arr.size))
+    assert got == [("<i4", 0, 4), ("<i4", 1, 4), (">u2", 2, 3), ("<i4", 3, 300), ("lost", 1), ("<i4", 5, 4),
+                   ("rejected",), ("<i4", 6, 4), ("<i4", 7, 4), ("<i4", 8, 4)]
+    with pytest.raises(TimeoutError):
+        sub.recv(timeout=0.1)
+    assert (sub.received, sub.lost, sub.rejected) == (8, 1, 1)
+    sub.close()
+    raw.undeclare()
