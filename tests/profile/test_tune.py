@@ -235,6 +235,36 @@ def test_pool_threshold_where_it_wins():
     assert par["threshold"] == 16 << 20 and "2 threads" in par["why"]
 
 
+def test_a_pool_threshold_is_kept_only_where_it_also_wins_off_the_grid():
+    """The built-in pool starts at 1 MiB. A tuned threshold of 256 KiB stays when the pool also
+    beat one thread off the grid by more than MIN_GAIN; a win within MIN_GAIN, or a loss, brings
+    the built-in rule back; one measured at no size off the grid stays; one thread from 16 MiB
+    (a higher threshold) is judged the other way round."""
+    b = FakeBuiltin()
+    lower = {"threshold": 256 << 10, "threads": 0, "why": "2 threads 1.20x", "changed": True}
+    assert decide.pool_change(lower, b) == decide.PoolChange(256 << 10, 1 << 20, True)
+    kept = decide.apply_parallel_validation(lower, b, [(312 << 10, 1.10), (468 << 10, 1.06)])
+    assert kept["threshold"] == 256 << 10 and kept["changed"] and "validated" in kept["why"]
+    for ratios in ([(312 << 10, 1.04), (468 << 10, 1.01)], [(312 << 10, 0.90), (468 << 10, 1.10)]):
+        back = decide.apply_parallel_validation(lower, b, ratios)
+        assert (back["threshold"], back["threads"], back["changed"]) == (1 << 20, 0, False), ratios
+        assert back["why"].startswith("the built-in rule kept: the pool from 256 KiB lost the validation")
+        assert back["validation"] == ratios
+    assert decide.apply_parallel_validation(lower, b, [])["threshold"] == 256 << 10
+
+    higher = {"threshold": 16 << 20, "threads": 0, "why": "w", "changed": True}
+    assert decide.pool_change(higher, b) == decide.PoolChange(1 << 20, 16 << 20, False)
+    never = {"threshold": None, "threads": 0, "why": "w", "changed": True}
+    assert decide.pool_change(never, b) == decide.PoolChange(1 << 20, None, False)
+    back = decide.apply_parallel_validation(never, b, [(1282 << 10, 0.98)])  # one thread lost: the pool comes back
+    assert back["threshold"] == 1 << 20 and back["why"].startswith("the built-in rule kept: one thread from 1 MiB")
+    assert decide.apply_parallel_validation(higher, b, [(1282 << 10, 1.2)])["threshold"] == 16 << 20
+
+    same = {"threshold": 1 << 20, "threads": 0, "why": "w", "changed": False}
+    assert decide.pool_change(same, b) is None
+    assert decide.apply_parallel_validation(same, b, [(1 << 20, 0.5)])["threshold"] == 1 << 20
+
+
 def test_non_temporal_threshold_follows_cold_measurements():
     st = lambda g: {"gbps": g, "spread": 0.01}  # noqa: E731
     sizes = [32 << 20, 64 << 20, 128 << 20]

@@ -191,3 +191,39 @@ def test_validation_times_a_split_copy_on_the_pool_as_it_runs(monkeypatch):
     assert threads_used(512 << 10) == {"far": {2}, "backward": {1}}  # the far copies split; overlapping never
     assert threads_used(4 << 20) == {"far": {1}, "backward": {1}}    # below the threshold
     assert threads_used(None) == {"far": {1}, "backward": {1}}       # no built-in rule given
+
+
+def test_pool_validation_times_the_changed_plans_off_the_grid(monkeypatch):
+    """A lower pool threshold is validated at sizes off the grid between it and the built-in one,
+    the private far band kernel split across the pool against it on one thread, at far offsets;
+    the ratio is the new plan's speed over the built-in plan's, either way round."""
+    m = {"sizes": [256 << 10, 512 << 10, 1 << 20, 4 << 20], "l3": 1 << 40}
+    bands = {region: {cls: [] for cls in measure.CLASSES} for region in measure.REGIONS}
+    bands["private"]["far"] = [{"size": s, "kernel": f"k{s >> 10}", "builtin": "b"} for s in m["sizes"]]
+    builtin = decide.Builtin(nt_threshold=None, parallel_threshold=1 << 20, threads=2, kernels={}, bands={})
+    timed = []
+
+    def kernel(name, threads=1):
+        def copy(dst, src):
+            pass
+        copy.kernel, copy.threads = name, threads
+        return copy
+
+    def measure_cell(variants, memory, region, cls, *args, **kwargs):
+        timed.append((memory.size, region, cls, {n: (f.kernel, f.threads) for n, f in variants.items()}))
+        return {"split": {"gbps": 2.0}, "one": {"gbps": 1.0}}
+
+    monkeypatch.setattr(fastcopy, "kernel", kernel)
+    monkeypatch.setattr(measure, "measure_cell", measure_cell)
+    lower = {"threshold": 256 << 10, "threads": 0}
+    got = measure.pool_validation_ratios(m, bands, lower, builtin, 2, 0.001)
+    assert len(got) == 2 and all(r == 2.0 for _, r in got)
+    for size, region, cls, plans in timed:
+        assert 256 << 10 < size < 1 << 20 and size not in m["sizes"] and (region, cls) == ("private", "far")
+        kern = [p["kernel"] for p in bands["private"]["far"] if p["size"] <= size][-1]
+        assert plans == {"split": (kern, 2), "one": (kern, 1)}
+    timed.clear()
+    never = {"threshold": None, "threads": 0}
+    got = measure.pool_validation_ratios(m, bands, never, builtin, 2, 0.001)
+    assert got and all(r == 0.5 for _, r in got) and all(s > 1 << 20 for s, *_ in timed)
+    assert measure.pool_validation_ratios(m, bands, {"threshold": 1 << 20, "threads": 0}, builtin, 2, 0.001) == []

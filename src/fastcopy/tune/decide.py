@@ -13,6 +13,9 @@ timing, no files, no state: fixed tables give a fixed profile (tests/profile/tes
 - ``apply_check``: a changed band whose kernel loses to the built-in one, beyond the interval, at
   a point of the held-out check (``fastcopy.tune.check``) inside it goes back to the built-in kernel;
 - ``decide_parallel``: the thread pool's threshold and thread count;
+- ``apply_parallel_validation``: a changed pool threshold whose plan does not also win off the
+  grid, in the sizes where it changes the plan, by more than ``MIN_GAIN`` gives way to the
+  built-in rule;
 - ``decide_nt``: per region, the non-temporal threshold, from the cold measurements;
 - ``profile_body``: the profile's ``regions`` and ``parallel`` (docs/profile-format.md).
 """
@@ -432,17 +435,69 @@ def profile_body(m: Dict[str, Any], bands: Dict[str, Any], nt: Dict[str, Any], p
             "parallel": {"threshold": parallel["threshold"], "threads": parallel["threads"], "why": parallel["why"]}}
 
 
-def finish(m: Dict[str, Any], builtin: Builtin, bands: Dict[str, Any], ratios: Ratios) -> Dict[str, Any]:
-    """The decisions after ``decide_bands``: the validation (``ratios``, measured for the runs
-    ``decide_bands`` changed), the pool, the non-temporal thresholds and the profile's body.
-    Returns {"bands", "report", "parallel", "nt", "body"}."""
+class PoolChange(NamedTuple):
+    """Sizes [lo, hi) (hi None: every size from lo) where a pool rule splits copies across the
+    pool (``pool``) and the built-in rule runs them on one thread, or the other way round."""
+    lo: int
+    hi: Optional[int]
+    pool: bool
+
+
+def pool_change(parallel: Dict[str, Any], builtin: Builtin) -> Optional[PoolChange]:
+    """Where ``parallel`` (``decide_parallel``'s) changes the built-in plan; None where it does not."""
+    new = parallel["threshold"]
+    old = builtin.parallel_threshold if builtin.threads > 1 else None
+    if new == old:
+        return None
+    if new is not None and (old is None or new < old):
+        return PoolChange(new, old, True)
+    return PoolChange(old, new, False)
+
+
+def apply_parallel_validation(parallel: Dict[str, Any], builtin: Builtin,
+                              ratios: List[Tuple[int, float]]) -> Dict[str, Any]:
+    """Keeps a pool threshold that changes the built-in plan (``pool_change``) only when its plan
+    also beat the built-in plan off the grid, at sizes inside the change, by more than MIN_GAIN
+    on the geometric mean of ``ratios`` ((size, the new plan's speed / the built-in plan's));
+    else the built-in threshold and threads come back. A change measured at no size off the
+    grid is kept. Returns the pool decision, with "validation": ``ratios``."""
+    change = pool_change(parallel, builtin)
+    if change is None or not ratios:
+        return dict(parallel, validation=list(ratios))
+    gain = statistics.geometric_mean([r for _, r in ratios])
+    words = ", ".join(f"{human_size(s)} {r:.2f}x" for s, r in ratios)
+    if gain > 1 + MIN_GAIN:
+        return dict(parallel, validation=list(ratios), why=f"{parallel['why']}; validated {words}"[:MAX_WHY])
+    old = builtin.parallel_threshold if builtin.threads > 1 else None
+    plan = "the pool" if change.pool else "one thread"
+    return dict(parallel, threshold=old, threads=0, changed=False, validation=list(ratios),
+                why=(f"the built-in rule kept: {plan} from {human_size(change.lo)} lost the validation "
+                     f"off the grid at {words}")[:MAX_WHY])
+
+
+def settle(m: Dict[str, Any], builtin: Builtin, bands: Dict[str, Any],
+           ratios: Ratios) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
+    """The decisions after ``decide_bands`` up to the pool: the validation of the bands
+    (``ratios``, measured for the runs ``decide_bands`` changed; ``bands`` updated in place) and
+    the pool's rule from the validated bands. Returns (the validation report, the pool decision)."""
     report = apply_validation(bands, ratios)
-    parallel = decide_parallel(m, bands, builtin)
+    return report, decide_parallel(m, bands, builtin)
+
+
+def finish(m: Dict[str, Any], builtin: Builtin, bands: Dict[str, Any], report: List[Dict[str, Any]],
+           parallel: Dict[str, Any]) -> Dict[str, Any]:
+    """The decisions after the pool's (``settle``, ``apply_parallel_validation``): the
+    non-temporal thresholds and the profile's body. Returns {"bands", "report", "parallel",
+    "nt", "body"}."""
     nt = decide_nt(m, bands, parallel, builtin)
     return {"bands": bands, "report": report, "parallel": parallel, "nt": nt,
             "body": profile_body(m, bands, nt, parallel, builtin)}
 
 
-def decide(m: Dict[str, Any], builtin: Builtin, ratios: Ratios) -> Dict[str, Any]:
-    """Every decision from the measurements ``m``, the built-in choices and the validation ratios."""
-    return finish(m, builtin, decide_bands(m, builtin), ratios)
+def decide(m: Dict[str, Any], builtin: Builtin, ratios: Ratios,
+           pool_ratios: Tuple[Tuple[int, float], ...] = ()) -> Dict[str, Any]:
+    """Every decision from the measurements ``m``, the built-in choices and the validation ratios
+    (``pool_ratios``: the pool threshold's, for ``apply_parallel_validation``)."""
+    bands = decide_bands(m, builtin)
+    report, parallel = settle(m, builtin, bands, ratios)
+    return finish(m, builtin, bands, report, apply_parallel_validation(parallel, builtin, list(pool_ratios)))

@@ -38,7 +38,8 @@ from .. import _core
 from ..bench import engine, system
 from ..bench.engine import Arena, SizeMemory, slot_bytes
 from ..bench.units import human_size
-from .decide import CLASSES, PARALLEL_MIN_GRID, REGIONS, Builtin, Ratios, Stat, changed_runs, placement_verdict
+from .decide import (CLASSES, PARALLEL_MIN_GRID, REGIONS, Builtin, Ratios, Stat, changed_runs, placement_verdict,
+                     pool_change)
 
 # (dst - src) mod 4096 per class: a representative offset (where the built-in choice is read)
 # and the range a placement draws its offset from (docs/profile-format.md: near 1..63, far 64..).
@@ -347,4 +348,39 @@ def validation_ratios(m: Dict[str, Any], bands: Dict[str, Any], repeats: int, mi
                     if progress is not None:
                         progress.step(f"validate {region} {cls} {human_size(s)}")
                 out[(region, cls, i)] = ratios
+    return out
+
+
+def pool_validation_ratios(m: Dict[str, Any], bands: Dict[str, Any], parallel: Dict[str, Any], builtin: Builtin,
+                           repeats: int, min_time: float, progress: Optional[engine.Progress] = None
+                           ) -> List[Tuple[int, float]]:
+    """Times the plan of a pool threshold that changes the built-in one (``decide.pool_change``)
+    against the built-in plan at two sizes off the grid inside the change and below the L3:
+    the private far band kernel at that size split across the pool's threads against it on one
+    thread, on fresh placements at offsets drawn from the far class (not the grid's page-aligned
+    ones). Returns (size, the new plan's speed / the built-in plan's), for
+    ``decide.apply_parallel_validation``."""
+    import fastcopy
+
+    change = pool_change(parallel, builtin)
+    if change is None:
+        return []
+    threads = parallel["threads"] or builtin.threads
+    top = min(m["sizes"][-1] + m["sizes"][-1] // 8, m["l3"] - 1)
+    sizes = [s for s in validation_sizes(change.lo, change.hi) if s <= top]
+    rng = random.Random(11)
+    out: List[Tuple[int, float]] = []
+    for s in sizes:
+        kernel = [p for p in bands["private"]["far"] if p["size"] <= s][-1]["kernel"]
+        plans = {"split": fastcopy.kernel(kernel, threads), "one": fastcopy.kernel(kernel)}
+        new, old = ("split", "one") if change.pool else ("one", "split")
+        mem = SizeMemory(s, 1, shared=False)
+        try:
+            res = measure_cell(plans, mem, "private", "far", repeats, min_time, rng, (2, 4), incumbent=old)
+        finally:
+            mem.close()
+        if new in res and old in res:
+            out.append((s, res[new]["gbps"] / res[old]["gbps"]))
+        if progress is not None:
+            progress.step(f"validate the pool at {human_size(s)}")
     return out

@@ -353,14 +353,17 @@ def _tune(quick: bool, output: Optional[str], grid: Optional[Sequence[int]], rep
     if load and verbose:
         print(f"warning: {load}", file=sys.stderr)
     cfg = measure.SETTINGS["quick" if quick else "default"]
-    bar = engine.Progress(measure.cell_count(sizes) + 8, enabled=progress, delay=0.5)
+    bar = engine.Progress(measure.cell_count(sizes) + 10, enabled=progress, delay=0.5)
     t0 = time.monotonic()
     try:
         m = measure.measure(quick=quick, grid=sizes, repeats=repeats, min_time=min_time, progress=bar, builtin=builtin)
         bands = decide.decide_bands(m, builtin)
         ratios = measure.validation_ratios(m, bands, repeats or int(cfg["repeats"]), min_time or cfg["min_time"],
                                            bar, int(cfg["cold_repeats"]), cfg["cold_min_time"], builtin)
-        d = decide.finish(m, builtin, bands, ratios)
+        report, parallel = decide.settle(m, builtin, bands, ratios)
+        pool_ratios = measure.pool_validation_ratios(m, bands, parallel, builtin, repeats or int(cfg["repeats"]),
+                                                     min_time or cfg["min_time"], bar)
+        d = decide.finish(m, builtin, bands, report, decide.apply_parallel_validation(parallel, builtin, pool_ratios))
     finally:
         bar.close()
     note = load.split(":")[0] + ": the pool and large copies measured other work too" if load else None
