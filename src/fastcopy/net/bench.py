@@ -490,7 +490,10 @@ def fanout_summary(size: int, runs: Dict[int, List[List[Dict[str, float]]]],
     subscriber's {"messages", "seconds", "cpu_seconds"}; ``cpu``: subscriber count -> per
     repeat, the publisher's and the bridge's CPU seconds): ``gbps`` (subscriber count ->
     per-subscriber median GB/s over the repeats), ``ratio`` (subscriber count > 1 -> the slowest
-    subscriber's figure over the single subscriber's) and ``cpu_us`` (subscriber count -> the
+    subscriber's figure over the single subscriber's), ``ratio_range`` (subscriber count > 1 ->
+    the lowest and highest over the repeats of the same ratio within one repeat: the slowest
+    subscriber's GB/s in that repeat's round over the single subscriber's in the same repeat,
+    whose rounds run next to each other) and ``cpu_us`` (subscriber count -> the
     medians over the repeats of the CPU microseconds per message of the publisher, the bridge
     and a subscriber (the median of the subscribers), and "all": the three processes' sum with
     every subscriber: what one message costs the machine)."""
@@ -511,7 +514,15 @@ def fanout_summary(size: int, runs: Dict[int, List[List[Dict[str, float]]]],
             cpu_us[n] = {key: statistics.median(v) for key, v in per.items()}
     single = gbps.get(1, [0.0])[0]
     ratio = {n: min(g) / single for n, g in gbps.items() if n > 1 and single > 0}
-    return {"size": size, "gbps": gbps, "ratio": ratio, "cpu_us": cpu_us, "runs": runs, "cpu": cpu or {}}
+    slowest = {n: [min(size * sub["messages"] / sub["seconds"] / 1e9 for sub in rep) for rep in reps]
+               for n, reps in runs.items()}
+    ratio_range: Dict[int, Tuple[float, float]] = {}
+    for n in ratio:
+        paired = [a / b for a, b in zip(slowest[n], slowest[1]) if b > 0]
+        if paired:
+            ratio_range[n] = (min(paired), max(paired))
+    return {"size": size, "gbps": gbps, "ratio": ratio, "ratio_range": ratio_range, "cpu_us": cpu_us,
+            "runs": runs, "cpu": cpu or {}}
 
 
 def run_fanout(sizes: Sequence[int] = FANOUT_SIZES, repeats: int = 3, subscribers: Sequence[int] = FANOUT_SUBSCRIBERS,
@@ -603,13 +614,16 @@ def format_fanout(res: Dict[str, Any]) -> str:
     """The fan-out rows: per size, each subscriber's GB/s with 1 and N subscribers, and the ratio."""
     head = ("bridge fan-out: fastcopy.net.Publisher -> tcp/127.0.0.1 -> Bridge.into -> local Topic -> "
             "subscribers (child processes) reading recv_view; GB/s per subscriber, median of "
-            f"{res['repeats']} rounds; ratio: the slowest of N over a single subscriber")
+            f"{res['repeats']} rounds; ratio: the slowest of N over a single subscriber (and its lowest "
+            "and highest within one repeat, the two rounds side by side)")
     out = [head]
     for row in res["rows"]:
         cells = []
         for n, g in row["gbps"].items():
             cells.append(f"{n} subscriber{'s' if n > 1 else ''}: " + ", ".join(f"{x:.2f}" for x in g))
-        cells += [f"min of {n} / single {r:.2f}x" for n, r in row["ratio"].items()]
+        ranges = row.get("ratio_range", {})
+        cells += [f"min of {n} / single {r:.2f}x" + (f" (rounds {ranges[n][0]:.2f}-{ranges[n][1]:.2f})" if n in ranges
+                                                      else "") for n, r in row["ratio"].items()]
         out.append(f"{row['size'] >> 10:>8} KiB  " + "  ".join(cells))
         if row.get("cpu_us"):
             out.append(" " * 14 + "CPU us per message: " + "; ".join(
