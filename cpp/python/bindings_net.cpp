@@ -1,7 +1,8 @@
 // fastcopy.net's wire format for Python (the format itself: net/wire.h). net_encode and
 // net_piece build a message's payloads as bytes, the array's bytes copied once by fastcopy's
-// kernels; net_read checks a payload; net_wire_layout gives the layout to the Python code and
-// the tests, which never restate it. net_keep_freed_memory: net/heap.h.
+// kernels; net_send_whole builds a whole message and hands it to Zenoh's put in one call;
+// net_read checks a payload; net_wire_layout gives the layout to the Python code and the tests,
+// which never restate it. net_keep_freed_memory: net/heap.h.
 #include <pybind11/pybind11.h>
 
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
@@ -84,6 +85,45 @@ py::object net_encode(const py::handle& block, const py::bytes& dtype_text, std:
             net::write_head(out, whole ? net::kWhole : net::kFirst, order, ndim, shape, dt, dt_len, source, seq, nbytes);
         },
         v.buf, n);
+}
+
+// Publisher.send's common case in one call: an exact ndarray, C- or Fortran-contiguous, of at most
+// `whole_max` bytes and of a dtype that `texts` maps to its wire text (dtype -> text, each checked by
+// the Python side), goes to `put` (the Zenoh publisher's put) as one whole-message payload, the
+// same bytes net_encode builds. False, with nothing sent, for anything else, which the Python side
+// sends its full way.
+bool net_send_whole(const py::handle& put, const py::handle& arr, const py::dict& texts, std::uint64_t source,
+                    std::uint64_t seq, long long whole_max) {
+    if (Py_TYPE(arr.ptr()) != &PyArray_Type) return false;
+    auto* a = reinterpret_cast<PyArrayObject*>(arr.ptr());
+    const long long nbytes = static_cast<long long>(PyArray_NBYTES(a));
+    const int ndim = PyArray_NDIM(a);
+    if (nbytes > whole_max || ndim > static_cast<int>(net::kMaxNdim)) return false;
+    const int flags = PyArray_FLAGS(a);
+    const char order = (flags & NPY_ARRAY_C_CONTIGUOUS) ? 'C' : (flags & NPY_ARRAY_F_CONTIGUOUS) ? 'F' : 0;
+    if (!order) return false;
+    PyObject* text = PyDict_GetItemWithError(texts.ptr(), reinterpret_cast<PyObject*>(PyArray_DESCR(a)));  // borrowed
+    if (!text) {
+        if (PyErr_Occurred()) throw py::error_already_set();
+        return false;
+    }
+    if (!PyBytes_Check(text)) return false;
+    const char* dt = PyBytes_AS_STRING(text);
+    const std::size_t dt_len = static_cast<std::size_t>(PyBytes_GET_SIZE(text));
+    if (dt_len == 0 || dt_len > net::kMaxDtypeText) return false;
+    std::uint64_t shape[net::kMaxNdim];
+    for (int i = 0; i < ndim; ++i) shape[i] = static_cast<std::uint64_t>(PyArray_DIM(a, i));
+    const std::size_t n = static_cast<std::size_t>(nbytes);
+    py::object message = payload(
+        net::head_bytes(static_cast<unsigned>(ndim), dt_len),
+        [&](std::uint8_t* out) {
+            net::write_head(out, net::kWhole, order, static_cast<unsigned>(ndim), shape, dt, dt_len, source, seq, n);
+        },
+        PyArray_DATA(a), n);
+    PyObject* done = PyObject_CallOneArg(put.ptr(), message.ptr());
+    if (!done) throw py::error_already_set();
+    Py_DECREF(done);
+    return true;
 }
 
 py::object net_piece(const py::handle& block, std::uint64_t source, std::uint64_t seq, long long offset,
@@ -205,6 +245,11 @@ void bind_net(py::module_& m) {
           "the array `block` (C- or Fortran-contiguous; BufferError otherwise) holds at most `piece_bytes` "
           "bytes, else its head with the first `piece_bytes` of them. `dtype_text`: numpy's dtype.str, "
           "checked by the caller.");
+    m.def("net_send_whole", &net_send_whole, py::arg("put"), py::arg("arr"), py::arg("texts"), py::arg("source"),
+          py::arg("seq"), py::arg("whole_max"),
+          "fastcopy.net: Publisher.send's common case: an exact ndarray, C- or Fortran-contiguous, of at most "
+          "`whole_max` bytes and of a dtype `texts` maps to its checked wire text, goes to `put` as one "
+          "whole-message payload (net_encode's bytes); False, with nothing sent, for anything else.");
     m.def("net_piece", &net_piece, py::arg("block"), py::arg("source"), py::arg("seq"), py::arg("offset"),
           py::arg("piece_bytes"),
           "fastcopy.net: the piece of message `seq` holding `block`'s bytes from `offset` (up to "

@@ -41,6 +41,45 @@ def test_round_trip(dtype, shape, order):
     assert not got.flags.writeable
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_a_send_in_one_call_puts_the_bytes_of_the_full_way(dtype, shape, order):
+    """_core.net_send_whole (Publisher.send's one-call path) puts exactly the payload the full
+    way builds (first_payload), for every dtype, shape and order, once the dtype's text is known."""
+    rng = np.random.default_rng(2)
+    raw = rng.integers(0, 256, size=int(np.prod(shape)) * np.dtype(dtype).itemsize, dtype=np.uint8)
+    arr = np.asarray(raw.view(dtype).reshape(shape), order=order)
+    put = []
+    texts = {arr.dtype: _wire.dtype_text(arr.dtype)}
+    assert _core.net_send_whole(put.append, arr, texts, 7, 41, _wire.SPLIT_FROM) is True
+    assert put == [_wire.first_payload(arr, 41, 7)[0]]
+
+
+def test_a_send_in_one_call_leaves_everything_else_to_the_full_way():
+    """net_send_whole puts nothing and says False for what the full way must handle: a dtype
+    whose text is not known, a message above whole_max, an array neither C- nor Fortran-
+    contiguous, anything but an exact ndarray; an error raised by put reaches the caller."""
+    arr = np.arange(12, dtype=np.int32).reshape(3, 4)
+    texts = {np.dtype(np.int32): _wire.dtype_text(np.dtype(np.int32))}
+    put = []
+    for what, obj, known, most in (("dtype", arr.astype(np.int64), texts, 1 << 20),
+                                   ("size", arr, texts, arr.nbytes - 1),
+                                   ("strides", arr[:, ::2], texts, 1 << 20),
+                                   ("subclass", arr.view(np.ma.MaskedArray), texts, 1 << 20),
+                                   ("list", arr.tolist(), texts, 1 << 20),
+                                   ("texts", arr, {}, 1 << 20)):
+        assert _core.net_send_whole(put.append, obj, known, 1, 0, most) is False, what
+    assert put == []
+    assert _core.net_send_whole(put.append, arr, texts, 1, 0, arr.nbytes) is True and len(put) == 1
+
+    def refuse(payload):
+        raise RuntimeError("put refused")
+
+    with pytest.raises(RuntimeError, match="put refused"):
+        _core.net_send_whole(refuse, arr, texts, 1, 0, 1 << 20)
+
+
 @pytest.mark.parametrize("order", ["C", "F"])
 def test_messages_of_every_size_class_carry_their_bytes(order):
     """The message body is copied by fastcopy's kernels, with the GIL released from 64 KiB."""
