@@ -130,7 +130,13 @@ LARGE = 2621440  # bytes: a message in pieces (above fastcopy.net._wire.SPLIT_FR
 def test_slow_subscriber_in_drop_mode_counts_every_loss(pair, elements, n, capacity):
     """A subscriber that does not read while messages arrive keeps the newest `capacity`
     payloads (a message in pieces takes one per piece, four here); MessagesLost reports the
-    rest exactly: received + lost == published, no torn message."""
+    rest exactly: received + lost == published, no torn message. It starts reading only once
+    its Zenoh session has delivered every message: a second subscriber of the same session
+    (which Zenoh hands each sample right after or before it) has read a last one, sent after
+    them."""
+    import threading
+
+    import fastcopy.net as net
     from fastcopy.shm import MessagesLost
 
     from fastcopy.net import _wire
@@ -139,10 +145,22 @@ def test_slow_subscriber_in_drop_mode_counts_every_loss(pair, elements, n, capac
     assert _wire.piece_bytes_for(LARGE) * 4 == LARGE
     pub, make = pair
     sub = make(capacity=capacity, overflow="drop")
-    for k in range(n):
+    witness = net.Subscriber(pub.key, sub.session, capacity=64)
+    seen = []
+
+    def watch():
+        while not seen or seen[-1] < n:
+            seen.append(int(witness.recv(timeout=20)[0]))
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    for k in range(n + 1):  # message n: the last one, after which every message was delivered
         pub.send(np.full(elements, k, dtype=np.int64))
+    watcher.join(60)
+    assert seen == list(range(n + 1))
+    witness.close()
     received, lost, last = 0, 0, -1
-    while last != n - 1:
+    while last != n:
         try:
             arr = sub.recv(timeout=20)
         except MessagesLost as exc:
@@ -153,7 +171,7 @@ def test_slow_subscriber_in_drop_mode_counts_every_loss(pair, elements, n, capac
         last = int(arr[0])
         received += 1
     assert lost > 0
-    assert received + lost == n
+    assert received + lost == n + 1
     assert sub.lost == lost
 
 

@@ -46,8 +46,6 @@ def keep_freed_memory(max_bytes: Optional[int] = None) -> bool:
     each (evidence: net-keep-freed-memory). ``python -m fastcopy bridge`` calls it. Process-wide:
     up to 2 * max_bytes of freed memory stays with the process. True when the C library took
     the setting (glibc), False otherwise (nothing changed)."""
-    from .. import _core
-
     if max_bytes is None:
         return _core.net_keep_freed_memory()
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int):
