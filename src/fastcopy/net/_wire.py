@@ -276,15 +276,13 @@ class Assembly:
         self._put(piece.buf, PIECE_HEAD_BYTES)
         return self.filled == self.head.nbytes
 
-    def detach(self) -> Optional[np.ndarray]:
-        """Moves the bytes so far into an array of its own and returns the target it leaves (None
-        when it had none): its owner may reuse it now."""
-        target = self.target
-        if target is not None:
+    def detach(self) -> None:
+        """Moves the bytes so far from the target into an array of its own and leaves the target:
+        its owner may reuse it now."""
+        if self.target is not None:
             own = np.empty(self.head.nbytes, np.uint8)
             _core.copy(own[:self.filled], self.buf[:self.filled])
             self.buf, self.target = own, None
-        return target
 
     def array(self) -> np.ndarray:
         """The complete message's array: the target, or one of its own (writable, the caller's)."""

@@ -66,6 +66,10 @@ class Builtin:
     def uses_pool(self, size: int) -> bool:
         return self.parallel_threshold is not None and size >= self.parallel_threshold and self.threads > 1
 
+    def pool_threshold(self) -> Optional[int]:
+        """The size from which the built-in rule splits copies across the pool; None: never."""
+        return self.parallel_threshold if self.threads > 1 else None
+
 
 # A change needs at least this gain even when the spreads are tighter: below it a change buys
 # nothing a user would notice and mostly follows noise (evidence: tune-min-gain).
@@ -228,7 +232,7 @@ def decide_parallel(m: Dict[str, Any], bands: Dict[str, Any], builtin: Builtin) 
             rows.append((size, use, many["gbps"] / one["gbps"], max(one["spread"], many["spread"])))
         per_t[t] = rows
     if not any(per_t.values()):
-        thr = builtin.parallel_threshold if builtin.threads > 1 else None
+        thr = builtin.pool_threshold()
         return {"threshold": thr, "threads": 0, "why": "not measured (grid below "
                 f"{human_size(PARALLEL_MIN_GRID)} or one CPU): the built-in rule", "changed": False}
 
@@ -248,7 +252,7 @@ def decide_parallel(m: Dict[str, Any], bands: Dict[str, Any], builtin: Builtin) 
             break
         larger = [s for s, _, _, _ in rows if s > thr]
         thr = larger[0] if larger else None
-    builtin_thr = builtin.parallel_threshold if builtin.threads > 1 else None
+    builtin_thr = builtin.pool_threshold()
     if thr is None and rows and builtin_thr is not None and rows[-1][0] < builtin_thr:
         return {"threshold": builtin_thr, "threads": 0, "changed": False, "rows": rows,
                 "why": f"the grid stops below the built-in {human_size(builtin_thr)}: the built-in rule"}
@@ -264,7 +268,7 @@ def decide_parallel(m: Dict[str, Any], bands: Dict[str, Any], builtin: Builtin) 
             thr = builtin.parallel_threshold  # below the measured range: keep the built-in start
             why += f"; below {human_size(rows[0][0])} not measured: the built-in {human_size(thr)} kept"
     threads = 0 if best_t >= builtin.threads else best_t
-    changed = thr != (builtin.parallel_threshold if builtin.threads > 1 else None) or threads != 0
+    changed = thr != builtin.pool_threshold() or threads != 0
     return {"threshold": thr, "threads": threads, "why": why[:MAX_WHY], "changed": changed, "rows": rows}
 
 
@@ -446,7 +450,7 @@ class PoolChange(NamedTuple):
 def pool_change(parallel: Dict[str, Any], builtin: Builtin) -> Optional[PoolChange]:
     """Where ``parallel`` (``decide_parallel``'s) changes the built-in plan; None where it does not."""
     new = parallel["threshold"]
-    old = builtin.parallel_threshold if builtin.threads > 1 else None
+    old = builtin.pool_threshold()
     if new == old:
         return None
     if new is not None and (old is None or new < old):
@@ -468,7 +472,7 @@ def apply_parallel_validation(parallel: Dict[str, Any], builtin: Builtin,
     words = ", ".join(f"{human_size(s)} {r:.2f}x" for s, r in ratios)
     if gain > 1 + MIN_GAIN:
         return dict(parallel, validation=list(ratios), why=f"{parallel['why']}; validated {words}"[:MAX_WHY])
-    old = builtin.parallel_threshold if builtin.threads > 1 else None
+    old = builtin.pool_threshold()
     plan = "the pool" if change.pool else "one thread"
     return dict(parallel, threshold=old, threads=0, changed=False, validation=list(ratios),
                 why=(f"the built-in rule kept: {plan} from {human_size(change.lo)} lost the validation "

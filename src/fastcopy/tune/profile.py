@@ -224,7 +224,7 @@ def format_changes(report: List[Dict[str, Any]], nt: Dict[str, Any], parallel: D
             lines.append(f"  {region:<11} non-temporal threshold {human_size(old) if old else 'never'} -> "
                          f"{human_size(new) if new else 'never'}: {nt[region]['why']}")
     if parallel.get("changed"):
-        old = builtin.parallel_threshold if builtin.threads > 1 else None
+        old = builtin.pool_threshold()
         lines.append(f"  parallel threshold {human_size(old) if old else 'never'} -> "
                      f"{human_size(parallel['threshold']) if parallel['threshold'] else 'never'}, threads "
                      f"{parallel['threads'] or 'all'}: {parallel['why']}")
