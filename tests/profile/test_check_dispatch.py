@@ -74,6 +74,25 @@ def test_place_gives_the_distance_on_fresh_buffers():
         check.place(64, 64, fill_seed=3, overlap=True)
 
 
+def test_each_placement_draws_where_its_source_starts_in_its_page():
+    """Buffers freed and allocated again come back at the same address from the allocator, so
+    fresh allocations alone would time every pass (and every small point) at one placement: the
+    source's page offset is drawn from the fill seed instead, a multiple of 16 (where malloc
+    puts numpy's arrays), and the distance still holds."""
+    starts = set()
+    for seed in range(12):
+        for size, offset, overlap in [(3000, 152, False), (21707, 4095, False), (5000, 300, True)]:
+            dst, src = check.place(size, offset, fill_seed=seed, overlap=overlap)
+            assert src.ctypes.data % 16 == 0
+            assert (dst.ctypes.data - src.ctypes.data) % 4096 == offset
+            assert check.place(size, offset, fill_seed=seed, overlap=overlap)[1].ctypes.data % 4096 \
+                == src.ctypes.data % 4096  # the same seed, the same page offset
+            starts.add((size, src.ctypes.data % 4096))
+            del dst, src  # the next allocation may reuse this memory
+    for size in (3000, 21707, 5000):
+        assert len({s for n, s in starts if n == size}) >= 8, starts
+
+
 def test_overlapping_points_are_measured_as_the_backward_class():
     """An overlapping point times every variant on the same overlapping views, each checked to
     give memmove's result first, and is judged in the profile's backward class."""

@@ -11,8 +11,9 @@ rather than at the sizes and offsets a profile was tuned on:
   ``rep movsb`` collapses on some CPUs) and a share at 0 (page-aligned);
 - a share of overlapping copies with dst inside (src, src + size) (the profile's ``backward``
   class), half of them at a shift of 1..255 bytes;
-- each point on fresh numpy allocations (where the allocator puts them is part of what a user
-  gets), with the same buffers for every variant of that point (hot caches);
+- each point on fresh numpy allocations, the source starting at a page offset drawn in steps
+  of 16 bytes (where malloc may put an array), with the same buffers for every variant of that
+  point (hot caches);
 - in PASSES (three) passes over all the points, each point measured in each pass on fresh
   allocations with a third of the repeats, so that a disturbance of the machine lasting
   seconds reaches only a third of a point's repeats, and a point is judged over three
@@ -58,6 +59,9 @@ DEFAULT_MIN_TIME = 0.0005  # seconds per timed loop
 # A loop is run again (at most RERUNS times) when this thread got under RUNNING_SHARE of its wall time.
 RUNNING_SHARE = 0.9
 RERUNS = 3
+# Where malloc puts a numpy array's data: a multiple of this many bytes (glibc on x86-64 and
+# aarch64), so where a placement's source starts in its page is drawn in these steps.
+ARRAY_ALIGNMENT = 16
 MIN_SIZE = 64
 MAX_SIZE = 4 << 20
 NEAR_SHARE = 0.4     # of the offsets drawn from 1..255
@@ -204,18 +208,31 @@ def geomean_ci(ratios: Sequence[float], level: float = CONFIDENCE, resamples: in
 def place(size: int, offset: int, fill_seed: int, overlap: bool = False) -> Tuple[np.ndarray, np.ndarray]:
     """(dst, src): fresh numpy allocations of ``size`` bytes with (dst - src) mod 4096 = offset,
     src filled with random bytes; with ``overlap``, two views of one fresh allocation of
-    size + offset bytes, dst = src + offset. Where the allocator puts them is left as it is."""
+    size + offset bytes, dst = src + offset. Where src starts in its page is drawn from
+    ``fill_seed``: a multiple of ARRAY_ALIGNMENT, as malloc places numpy's arrays. Left to the
+    allocator, buffers freed and allocated again come back at the same address, so every pass
+    of a point (and every small point) would be timed at one placement (evidence:
+    check-placements-drawn)."""
+    rng = np.random.default_rng(fill_seed)
+    src_start = ARRAY_ALIGNMENT * int(rng.integers(0, PAGE // ARRAY_ALIGNMENT))
     if overlap:
         if not 0 < offset < size:
             raise ValueError(f"an overlapping point needs 0 < offset < size, got offset {offset} at {size} B")
-        raw = np.random.default_rng(fill_seed).integers(0, 256, size=size + offset, dtype=np.uint8)
+        raw = _starting_at(size + offset, src_start)
+        raw[...] = rng.integers(0, 256, size=size + offset, dtype=np.uint8)
         return raw[offset:offset + size], raw[:size]
-    src = np.random.default_rng(fill_seed).integers(0, 256, size=size, dtype=np.uint8)
-    raw = np.empty(size + PAGE, np.uint8)
-    start = (src.ctypes.data + offset - raw.ctypes.data) % PAGE
-    dst = raw[start:start + size]
+    src = _starting_at(size, src_start)
+    src[...] = rng.integers(0, 256, size=size, dtype=np.uint8)
+    dst = _starting_at(size, (src_start + offset) % PAGE)
     assert (dst.ctypes.data - src.ctypes.data) % PAGE == offset
     return dst, src
+
+
+def _starting_at(size: int, page_offset: int) -> np.ndarray:
+    """``size`` bytes of a fresh numpy allocation, starting ``page_offset`` bytes into a page."""
+    raw = np.empty(size + PAGE, np.uint8)
+    start = (page_offset - raw.ctypes.data) % PAGE
+    return raw[start:start + size]
 
 
 # Each kernel is also timed on the thread pool from this size (or from the profile's parallel

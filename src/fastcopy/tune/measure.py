@@ -143,7 +143,7 @@ def placement_offset(cls: str, rng: random.Random, size: int) -> int:
 def _placement(memory: SizeMemory, region: str, cls: str, rng: random.Random
                ) -> Tuple[int, List[Tuple[np.ndarray, np.ndarray]]]:
     """(offset, pairs) of one placement: hot private forward copies on fresh numpy allocations
-    (where the allocator puts them is part of what a user's arrays see), the rest in ``memory``
+    (check.place: the source at a page offset drawn as malloc may place an array), the rest in ``memory``
     (shared memory, cold rotations, overlapping copies) at an offset drawn from the class."""
     from .check import place
 
