@@ -100,11 +100,20 @@ def test_a_tie_is_an_interval_that_holds_one():
     assert compare.verdict(0.8, 0.99) == compare.B_FASTER
 
 
+def test_within_gain_is_an_interval_inside_tune_s_margin_either_way():
+    g = compare.MIN_GAIN
+    assert compare.within_gain(1.002, 1.022)  # A faster, by less than tune resolves
+    assert compare.within_gain(1 / (1 + g), 1 + g)
+    assert not compare.within_gain(1.0, 1 + g + 0.001)
+    assert not compare.within_gain(1 / (1 + g) - 0.001, 1.0)
+    assert not compare.within_gain(0.8, 1.2)  # a tie too wide to say
+
+
 def test_the_summary_weights_each_difference_by_its_share_of_the_copies():
     far, pool = ("private", "far", "generic", "avx2"), ("private", "page_aligned", "generic", "generic x2")
-    pts = [{"difference": list(far), "size": 2000, "ratio": 1.10, "verdict": compare.A_FASTER},
-           {"difference": list(far), "size": 3000, "ratio": 1.00, "verdict": compare.TIE},
-           {"difference": list(pool), "size": 2 << 20, "ratio": 0.80, "verdict": compare.B_FASTER}]
+    pts = [{"difference": list(far), "size": 2000, "ratio": 1.10, "verdict": compare.A_FASTER, "ci": [1.05, 1.15]},
+           {"difference": list(far), "size": 3000, "ratio": 1.00, "verdict": compare.TIE, "ci": [0.99, 1.01]},
+           {"difference": list(pool), "size": 2 << 20, "ratio": 0.80, "verdict": compare.B_FASTER, "ci": [0.7, 0.9]}]
     s = compare.summarize_groups(pts, {far: 0.09, pool: 0.01})
     assert [g["difference"] for g in s["groups"]] == [list(far), list(pool)]  # the commonest first
     assert s["groups"][0]["points"] == 2 and s["groups"][0]["sizes"] == [2000, 3000]
@@ -114,6 +123,7 @@ def test_the_summary_weights_each_difference_by_its_share_of_the_copies():
     weighted = math.exp((0.09 * math.log(math.sqrt(1.10)) + 0.01 * math.log(0.80)) / 0.10)
     assert s["weighted_geomean"] == pytest.approx(weighted)
     assert s["verdicts"] == {compare.TIE: 1, compare.A_FASTER: 1, compare.B_FASTER: 1}
+    assert s["within_gain"] == 1
 
 
 # ---- end to end -----------------------------------------------------------------------------------
@@ -138,6 +148,8 @@ def test_compare_measures_both_plans_where_the_profiles_differ(tmp_path):
         assert p["verdict"] == compare.verdict(*p["ci"])
     assert f"private far: A generic, B {k}" in r.stdout
     assert "a tie where the interval holds 1" in r.stdout and "weighted by each difference's share" in r.stdout
+    assert res["summary"]["within_gain"] == sum(compare.within_gain(*p["ci"]) for p in res["points"])
+    assert f"less than tune needs to change a band): {res['summary']['within_gain']} of 4 points" in r.stdout
     # The same profile twice: nothing differs, nothing is timed.
     r = cli("tune", "--compare", str(a), str(a), "--seed", "3", "--max-size", "64K", timeout=300)
     assert r.returncode == 0 and "plan every candidate copy the same way" in r.stdout, r.stderr

@@ -37,7 +37,7 @@ import numpy as np
 from .check import (CONFIDENCE, MAX_SIZE, MIN_SIZE, PAGE, PASSES, Point, _load, _machine, _size_words,
                     draw_points, geomean, loop_copies, pass_repeats, place, print_result, progress_on_terminal, ratio_ci,
                     validate_settings, _timed)
-from .decide import REGIONS, point_class
+from .decide import MIN_GAIN, REGIONS, point_class
 
 DEFAULT_POINTS = 40
 DEFAULT_REPEATS = 30
@@ -116,6 +116,13 @@ def verdict(low: float, high: float) -> str:
     return TIE
 
 
+def within_gain(low: float, high: float, gain: float = MIN_GAIN) -> bool:
+    """Whether the interval of B's time / A's lies within ``gain`` either way: neither plan is
+    faster by as much as tune needs to change a band (MIN_GAIN), a difference its bands cannot
+    resolve, even where the interval leaves out 1."""
+    return 1.0 / (1.0 + gain) <= low and high <= 1.0 + gain
+
+
 def summarize_groups(measured: List[Dict[str, Any]], shares: Dict[Tuple[str, str, str, str], float]) -> Dict[str, Any]:
     """Per difference: its points' geometric mean and verdicts; over all: the geometric mean of
     the points, and one weighted by each difference's share of the candidates."""
@@ -133,7 +140,8 @@ def summarize_groups(measured: List[Dict[str, Any]], shares: Dict[Tuple[str, str
     weighted = (float(np.exp(sum(g["share"] * np.log(g["geomean"]) for g in groups) / weight))
                 if weight > 0 else None)
     return {"geomean": geomean(ratios) if ratios else None, "weighted_geomean": weighted, "groups": groups,
-            "verdicts": {v: sum(p["verdict"] == v for p in measured) for v in (TIE, A_FASTER, B_FASTER)}}
+            "verdicts": {v: sum(p["verdict"] == v for p in measured) for v in (TIE, A_FASTER, B_FASTER)},
+            "within_gain": sum(within_gain(*p["ci"]) for p in measured if "ci" in p)}
 
 
 # ---- measuring ---------------------------------------------------------------------------------
@@ -315,7 +323,9 @@ def format_compare(result: Dict[str, Any]) -> str:
     lines += ["", f"geometric mean of the points {s['geomean']:.3f}; weighted by each difference's share of the "
                   f"candidates {s['weighted_geomean']:.3f}",
               f"ties {v[TIE]}, A's plan faster {v[A_FASTER]}, B's plan faster {v[B_FASTER]} "
-              f"(of {len(result['points'])} points)"]
+              f"(of {len(result['points'])} points)",
+              f"within {MIN_GAIN:.0%} either way (the interval inside [{1 / (1 + MIN_GAIN):.3f}, {1 + MIN_GAIN:.3f}]: "
+              f"less than tune needs to change a band): {s['within_gain']} of {len(result['points'])} points"]
     return "\n".join(lines)
 
 
