@@ -467,13 +467,46 @@ def test_cold_check_evicts_before_every_copy_it_times(monkeypatch):
     _assert_consistent(result, 2)
     samples = sum(len(v) for p in result["points"] for v in p["seconds"].values())
     reruns = sum(p["reruns"] for p in result["points"])
-    # every timed copy is one call, and each comes right after an eviction (none between two copies)
-    assert len(evictions) == samples + reruns
+    # every timed copy is one call, and each comes right after an eviction (none between two
+    # copies); so does auto's first copy on each placement (the one that checks its bytes)
+    placements = sum(len(p["placements"]) for p in result["points"])
+    assert len(evictions) == samples + reruns + placements
     assert all(n == 1 for p in result["points"] for n in p["iterations"].values())
-    assert evictions == sorted(set(evictions)) and copies == [1] * (samples + reruns)
+    assert evictions == sorted(evictions) and len(set(evictions)) == samples + reruns
+    assert copies == [1] * (samples + reruns)
     c = result["config"]
     assert c["cold"] is True and c["evict_bytes"] == check.evict_bytes() >= 2 * (_core.cpu_facts()["l3_bytes"] or 0)
     assert "one cold copy per variant" in result["report"] and "hot caches" not in result["report"]
+
+
+def test_a_cold_point_evicts_before_auto_s_first_copy_too():
+    """auto's copies teach the run-time learners: on a cold point the copy that checks auto's
+    bytes runs cold as well (a hot one there kept a cold point on cached stores for whole
+    passes); the other variants' checking copies are not timed and teach nothing; a hot point
+    evicts nothing."""
+    import random
+
+    events = []
+
+    def spy(name):
+        def copy(dst, src):
+            events.append(name)
+            np.copyto(dst, src)
+        return copy
+
+    variants = {"generic": spy("generic"), check.AUTO: spy(check.AUTO)}
+    original = check.variants_for
+    try:
+        check.variants_for = lambda size: variants
+        check.measure_point(1 << 20, 64, 2, 0.0, random.Random(1), evict=lambda: events.append("evict"))
+        assert events[:3] == ["generic", "evict", check.AUTO], events[:6]
+        timed = events[3:]  # two repeats of both variants, each copy right after an eviction
+        assert timed[0::2] == ["evict"] * 4 and sorted(timed[1::2]) == [check.AUTO] * 2 + ["generic"] * 2, timed
+        events.clear()
+        check.measure_point(4096, 64, 2, 0.0001, random.Random(1))
+        assert "evict" not in events and events[:2] == ["generic", check.AUTO]
+    finally:
+        check.variants_for = original
 
 
 def test_hot_check_says_so():
