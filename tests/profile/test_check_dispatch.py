@@ -479,11 +479,10 @@ def test_cold_check_evicts_before_every_copy_it_times(monkeypatch):
     assert "one cold copy per variant" in result["report"] and "hot caches" not in result["report"]
 
 
-def test_a_cold_point_evicts_before_auto_s_first_copy_too():
+def test_a_cold_point_evicts_before_auto_s_first_copy_too(monkeypatch):
     """auto's copies teach the run-time learners: on a cold point the copy that checks auto's
-    bytes runs cold as well (a hot one there kept a cold point on cached stores for whole
-    passes); the other variants' checking copies are not timed and teach nothing; a hot point
-    evicts nothing."""
+    bytes runs cold as well (a hot one would hold a cold point on cached stores); the other
+    variants' checking copies are not timed and teach nothing; a hot point evicts nothing."""
     import random
 
     events = []
@@ -495,18 +494,14 @@ def test_a_cold_point_evicts_before_auto_s_first_copy_too():
         return copy
 
     variants = {"generic": spy("generic"), check.AUTO: spy(check.AUTO)}
-    original = check.variants_for
-    try:
-        check.variants_for = lambda size: variants
-        check.measure_point(1 << 20, 64, 2, 0.0, random.Random(1), evict=lambda: events.append("evict"))
-        assert events[:3] == ["generic", "evict", check.AUTO], events[:6]
-        timed = events[3:]  # two repeats of both variants, each copy right after an eviction
-        assert timed[0::2] == ["evict"] * 4 and sorted(timed[1::2]) == [check.AUTO] * 2 + ["generic"] * 2, timed
-        events.clear()
-        check.measure_point(4096, 64, 2, 0.0001, random.Random(1))
-        assert "evict" not in events and events[:2] == ["generic", check.AUTO]
-    finally:
-        check.variants_for = original
+    monkeypatch.setattr(check, "variants_for", lambda size: variants)
+    check.measure_point(1 << 20, 64, 2, 0.0, random.Random(1), evict=lambda: events.append("evict"))
+    assert events[:3] == ["generic", "evict", check.AUTO], events[:6]
+    timed = events[3:]  # two repeats of both variants, each copy right after an eviction
+    assert timed[0::2] == ["evict"] * 4 and sorted(timed[1::2]) == [check.AUTO] * 2 + ["generic"] * 2, timed
+    events.clear()
+    check.measure_point(4096, 64, 2, 0.0001, random.Random(1))
+    assert "evict" not in events and events[:2] == ["generic", check.AUTO]
 
 
 def test_hot_check_says_so():

@@ -365,9 +365,10 @@ def measure_point(size: int, offset: int, repeats: int, min_time: float, rng: ra
             dst.fill(0)
         if evict is not None and name == AUTO:
             # auto's copies teach the run-time learners (store mode, split): on a cold point this
-            # one runs cold too. A hot copy, several times faster with cached stores, raised the
-            # cached rate at the start of every pass, and the few cold copies of a pass could
-            # not bring it down: whole passes ran on cached stores (evidence: check-cold-first-copy).
+            # one runs cold too. A hot copy here, several times faster with cached stores, would
+            # raise the cached rate at the start of every pass by more than the pass's few cold
+            # copies bring it down, and hold the point on cached stores (evidence:
+            # check-cold-first-copy).
             evict()
         f(dst, src)
         if not np.array_equal(dst, original):

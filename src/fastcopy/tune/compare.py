@@ -141,7 +141,7 @@ def summarize_groups(measured: List[Dict[str, Any]], shares: Dict[Tuple[str, str
                 if weight > 0 else None)
     return {"geomean": geomean(ratios) if ratios else None, "weighted_geomean": weighted, "groups": groups,
             "verdicts": {v: sum(p["verdict"] == v for p in measured) for v in (TIE, A_FASTER, B_FASTER)},
-            "within_gain": sum(within_gain(*p["ci"]) for p in measured if "ci" in p)}
+            "within_gain": sum(within_gain(*p["ci"]) for p in measured)}
 
 
 # ---- measuring ---------------------------------------------------------------------------------
