@@ -493,8 +493,14 @@ def test_a_cold_point_evicts_before_auto_s_first_copy_too(monkeypatch):
             np.copyto(dst, src)
         return copy
 
+    def loop_on_cpu(f, dst, src, n):  # every copy ran on the CPU throughout: none runs again
+        for _ in range(n):
+            f(dst, src)
+        return 1e-3, 1e-3
+
     variants = {"generic": spy("generic"), check.AUTO: spy(check.AUTO)}
     monkeypatch.setattr(check, "variants_for", lambda size: variants)
+    monkeypatch.setattr(check, "_loop", loop_on_cpu)
     check.measure_point(1 << 20, 64, 2, 0.0, random.Random(1), evict=lambda: events.append("evict"))
     assert events[:3] == ["generic", "evict", check.AUTO], events[:6]
     timed = events[3:]  # two repeats of both variants, each copy right after an eviction
