@@ -11,11 +11,13 @@ imported when a session is opened, never by ``import fastcopy``.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import math
 import os
 import threading
 import time
+import weakref
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
@@ -144,6 +146,22 @@ class Publisher:
         self.close()
 
 
+# Subscribers not yet closed. At interpreter exit each is closed while every thread still runs:
+# a thread blocked in a receive then leaves Zenoh's code with ValueError (the Subscriber is
+# closed) before the interpreter finalizes. A thread that is inside Zenoh's code while the
+# interpreter finalizes unwinds through Zenoh's frames as it takes the GIL back, and the process
+# aborts ("FATAL: exception not rethrown").
+_open_subscribers: "weakref.WeakSet[Subscriber]" = weakref.WeakSet()
+
+
+def _close_open_subscribers() -> None:
+    for sub in list(_open_subscribers):
+        sub.close()
+
+
+atexit.register(_close_open_subscribers)
+
+
 class _Alarm:
     """Wakes a receive blocked in Zenoh's channel at a set time, by calling ``wake`` from a thread
     of its own (one per Subscriber, started at its first wait). Once it fires it is unset until
@@ -249,6 +267,7 @@ class Subscriber:
         self.closed = False
         channel = zenoh.handlers.FifoChannel(capacity) if overflow == "block" else zenoh.handlers.RingChannel(capacity)
         self._sub = self.session.declare_subscriber(key, channel)
+        _open_subscribers.add(self)
 
     def _assemble_into(self, target_for: Callable[[Head], Optional[np.ndarray]],
                        release: Callable[[np.ndarray], None]) -> None:
@@ -450,14 +469,23 @@ class Subscriber:
         return out
 
     def __iter__(self) -> Iterator[np.ndarray]:
+        """The messages as recv() returns them, until the Subscriber is closed (by close() from
+        another thread, or at interpreter exit): the iteration then ends."""
         while not self.closed:
-            yield self.recv()
+            try:
+                msg = self.recv()
+            except ValueError:
+                if self.closed:
+                    return
+                raise
+            yield msg
 
     def close(self) -> None:
         """Stops receiving; a recv blocked in another thread returns with ValueError."""
         if self.closed:
             return
         self.closed = True
+        _open_subscribers.discard(self)
         self._wake()
         # A receive blocked in Zenoh's channel returns at the wake-up; the channel is then free.
         # undeclare also releases a wake-up's put held back by a full channel.

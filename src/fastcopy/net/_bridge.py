@@ -107,6 +107,10 @@ class Bridge:
                     arr, _ = self._remote._recv(timeout=0.2)
                 except TimeoutError:
                     continue
+                except ValueError:
+                    if self._remote.closed:  # closed by close() or at interpreter exit
+                        return
+                    raise
                 except MessagesLost as exc:
                     self.lost += exc.count
                     self._say(f"{exc.count} messages lost on the network")

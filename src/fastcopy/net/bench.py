@@ -231,8 +231,10 @@ class IpcEnds:
             # object it waits on, and the watchdog must be able to undeclare the subscriber.
             self._handler = self.sub.handler
             self._waiting_since: Optional[float] = None
-            self._expired = self._closed = False
-            threading.Thread(target=self._watch, daemon=True, name="fastcopy-bench-recv-watchdog").start()
+            self._expired = False
+            self._closed = threading.Event()
+            self._watchdog = threading.Thread(target=self._watch, daemon=True, name="fastcopy-bench-recv-watchdog")
+            self._watchdog.start()
 
     def _wait_matched(self) -> None:
         deadline = time.monotonic() + 30
@@ -261,11 +263,10 @@ class IpcEnds:
 
     def _watch(self) -> None:
         """Plain Zenoh's watchdog: undeclares the subscriber once a receive has waited longer
-        than recv_timeout; ends with close()."""
-        while not self._closed:
-            time.sleep(min(1.0, self.recv_timeout / 4))
+        than recv_timeout; ends with close(), which waits for it."""
+        while not self._closed.wait(min(1.0, self.recv_timeout / 4)):
             since = self._waiting_since
-            if since is not None and time.monotonic() - since > self.recv_timeout and not self._closed:
+            if since is not None and time.monotonic() - since > self.recv_timeout:
                 self._expired = True
                 self.sub.undeclare()
                 return
@@ -302,7 +303,11 @@ class IpcEnds:
         if self.kind == "net":
             self.sub.close()
         if self.kind == "zenoh_plain":
-            self._closed = True
+            # The watchdog ends before the session closes: a thread still inside a Zenoh call
+            # (its undeclare) when the interpreter exits aborts the process as it takes the GIL
+            # back ("FATAL: exception not rethrown").
+            self._closed.set()
+            self._watchdog.join()
         self.pub.undeclare() if self.kind == "zenoh_plain" else self.pub.close()
         self.session.close()
 
