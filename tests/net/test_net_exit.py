@@ -1,8 +1,8 @@
-"""A program that exits while its threads wait in fastcopy.net receives: the process ends
-normally. A thread still inside Zenoh's code while the interpreter finalizes aborts the process
-as it takes the GIL back ("FATAL: exception not rethrown"); fastcopy.net closes every open
-Subscriber at exit, while every thread still runs, so each waiting receive has left Zenoh's
-code by then."""
+"""A program that exits while its threads wait in fastcopy.net receives or publish in a loop: the
+process ends normally. A thread still inside Zenoh's code while the interpreter finalizes aborts
+the process as it takes the GIL back ("FATAL: exception not rethrown"); fastcopy.net closes
+every open Publisher and Subscriber at exit, while every thread still runs, so each send and
+receive has left Zenoh's code by then."""
 from __future__ import annotations
 
 import pytest
@@ -47,6 +47,38 @@ WAITING_THREADS = """
 def test_exit_while_receives_wait_ends_normally(tmp_path, delay, mode):
     for _ in range(2):
         proc = run_script(tmp_path, WAITING_THREADS, delay, mode, timeout=60)
+        assert proc.returncode == 0 and "main returns" in proc.stdout, explain(proc)
+        assert "FATAL" not in proc.stderr and "Traceback" not in proc.stderr, explain(proc)
+
+
+PUBLISHING_THREADS = """
+    import sys, threading, time
+    import numpy as np
+    import fastcopy.net as net
+
+    session = net.open_session()
+    pubs = [net.Publisher(f"fastcopy/test/exit/pub{i}", session) for i in range(2)]
+    arr = np.zeros(int(sys.argv[1]), np.uint8)
+
+    def publish(pub):
+        try:
+            while True:
+                pub.send(arr)
+        except ValueError as exc:
+            assert "closed publisher" in str(exc), exc
+
+    for pub in pubs:
+        threading.Thread(target=publish, args=(pub,), daemon=True).start()
+    time.sleep(0.3)
+    print("main returns")
+"""
+
+
+# Without the close at exit, 12 of 12 such runs aborted (1000 B and 1 MB messages).
+@pytest.mark.parametrize("nbytes", ["1000", "1000000"])
+def test_exit_while_threads_publish_ends_normally(tmp_path, nbytes):
+    for _ in range(2):
+        proc = run_script(tmp_path, PUBLISHING_THREADS, nbytes, timeout=60)
         assert proc.returncode == 0 and "main returns" in proc.stdout, explain(proc)
         assert "FATAL" not in proc.stderr and "Traceback" not in proc.stderr, explain(proc)
 

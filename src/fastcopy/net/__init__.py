@@ -87,6 +87,22 @@ def open_session(listen: Sequence[str] = (), connect: Sequence[str] = (), mode: 
 _WAKE_MARK = b"W"
 
 
+# Publishers and Subscribers not yet closed. At interpreter exit each is closed while every
+# thread still runs: a thread in a send or a receive then leaves Zenoh's code (the next call
+# raises ValueError, the Publisher or Subscriber is closed) before the interpreter finalizes. A
+# thread that is inside Zenoh's code while the interpreter finalizes unwinds through Zenoh's
+# frames as it takes the GIL back, and the process aborts ("FATAL: exception not rethrown").
+_open_ends: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+def _close_open_ends() -> None:
+    for end in list(_open_ends):
+        end.close()
+
+
+atexit.register(_close_open_ends)
+
+
 def _congestion(overflow: str) -> Any:
     zenoh = zenoh_module()
     if overflow == "block":
@@ -111,10 +127,20 @@ class Publisher:
         self.source = int.from_bytes(os.urandom(8), "little")
         self.sent = 0
         self.closed = False
+        # Held by each send: close() undeclares with no send of another thread inside Zenoh's
+        # code, and sends from several threads go out one message at a time.
+        self._lock = threading.Lock()
+        _open_ends.add(self)
 
     def send(self, arr: Any) -> None:
         """Sends ``arr`` (any array-like numpy accepts; its dtype, shape and order travel with it).
-        A message larger than the piece size goes as a head and pieces (fastcopy.net._wire)."""
+        A message larger than the piece size goes as a head and pieces (fastcopy.net._wire).
+        ValueError once the Publisher is closed (by close() from another thread, or at
+        interpreter exit)."""
+        with self._lock:
+            self._send(arr)
+
+    def _send(self, arr: Any) -> None:
         if self.closed:
             raise ValueError("fastcopy.net.Publisher: send on a closed publisher")
         seq = self.sent
@@ -133,9 +159,18 @@ class Publisher:
                 self._pub.put(piece)
 
     def close(self) -> None:
-        if not self.closed:
-            self.closed = True
+        """Stops publishing; a send in another thread finishes first (up to 5 s: a send held back
+        by a congested network longer than that is cut short by the undeclare)."""
+        if self.closed:
+            return
+        self.closed = True
+        _open_ends.discard(self)
+        taken = self._lock.acquire(timeout=5)
+        try:
             self._pub.undeclare()
+        finally:
+            if taken:
+                self._lock.release()
             if self._own:
                 self.session.close()
 
@@ -146,20 +181,6 @@ class Publisher:
         self.close()
 
 
-# Subscribers not yet closed. At interpreter exit each is closed while every thread still runs:
-# a thread blocked in a receive then leaves Zenoh's code with ValueError (the Subscriber is
-# closed) before the interpreter finalizes. A thread that is inside Zenoh's code while the
-# interpreter finalizes unwinds through Zenoh's frames as it takes the GIL back, and the process
-# aborts ("FATAL: exception not rethrown").
-_open_subscribers: "weakref.WeakSet[Subscriber]" = weakref.WeakSet()
-
-
-def _close_open_subscribers() -> None:
-    for sub in list(_open_subscribers):
-        sub.close()
-
-
-atexit.register(_close_open_subscribers)
 
 
 class _Alarm:
@@ -267,7 +288,7 @@ class Subscriber:
         self.closed = False
         channel = zenoh.handlers.FifoChannel(capacity) if overflow == "block" else zenoh.handlers.RingChannel(capacity)
         self._sub = self.session.declare_subscriber(key, channel)
-        _open_subscribers.add(self)
+        _open_ends.add(self)
 
     def _assemble_into(self, target_for: Callable[[Head], Optional[np.ndarray]],
                        release: Callable[[np.ndarray], None]) -> None:
@@ -485,7 +506,7 @@ class Subscriber:
         if self.closed:
             return
         self.closed = True
-        _open_subscribers.discard(self)
+        _open_ends.discard(self)
         self._wake()
         # A receive blocked in Zenoh's channel returns at the wake-up; the channel is then free.
         # undeclare also releases a wake-up's put held back by a full channel.

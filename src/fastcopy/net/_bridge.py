@@ -99,7 +99,12 @@ class Bridge:
                 except (ChannelClosed, PeerDied) as exc:
                     self._say(f"local publisher gone ({type(exc).__name__}); stopping")
                     return
-                self._remote.send(view)
+                try:
+                    self._remote.send(view)
+                except ValueError:
+                    if self._remote.closed:  # closed by close() or at interpreter exit
+                        return
+                    raise
                 del view
                 self.forwarded += 1
             else:
