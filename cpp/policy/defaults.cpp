@@ -72,8 +72,10 @@ const char* const kZen4LibcGap =
     "on the whole (evidence: zen4-libc-448-575)";
 
 const char* const kZen4ParallelWhy =
-    "two threads gain from 512 KiB back to back and lose under 10 % from 1 MiB when the worker sleeps "
-    "(evidence: zen4-parallel-from-1mib)";
+    "two threads from 256 KiB, each size class learning split or alone: with the pool from 1 MiB the held-out check "
+    "put auto at 0.64-0.71 of two threads at 256 KiB-1 MiB, from 256 KiB at 0.99-1.01 (evidence: "
+    "zen4-parallel-from-256kib); isolated copies run alone while the worker sleeps, and a host that keeps the vCPUs "
+    "apart makes the classes learn to run alone (evidence: zen4-parallel-from-1mib, policy-private-split)";
 
 struct AmdTable {
     std::size_t vector_from;  // the AVX2 loop from this size, the C library below
@@ -81,12 +83,13 @@ struct AmdTable {
     // [libc_from, libc_to): the C library again in the page-aligned class (0: none)
     std::size_t libc_from, libc_to;
     const char* libc_why;
-    const char* parallel_why;  // the thread pool from 1 MiB, and why
+    std::size_t parallel_from;  // the thread pool from this size
+    const char* parallel_why;   // and why
 };
 const AmdTable kZen3Table = {128, kZen3Small, kZen3Avx2, kZen3Near, kZen3Backward, kZen3ErmsOn,
-                             0,   0,          nullptr,   kParallelWhy};
-const AmdTable kZen4Table = {192, kZen4Small, kZen4Avx2,    kZen4Near,       kZen4Backward, kZen4ErmsOn,
-                             448, 576,        kZen4LibcGap, kZen4ParallelWhy};
+                             0,   0,          nullptr,   1 * MiB,   kParallelWhy};
+const AmdTable kZen4Table = {192, kZen4Small, kZen4Avx2,    kZen4Near,  kZen4Backward,   kZen4ErmsOn,
+                             448, 576,        kZen4LibcGap, 256 * KiB,  kZen4ParallelWhy};
 
 RegionSpec amd_region(const AmdTable& t, bool shared) {
     const ClassSpec far = {{0, "generic", nullptr, t.small}, {t.vector_from, "avx2", "generic", t.avx2}};
@@ -116,7 +119,7 @@ Spec amd_spec(const char* name, int family, unsigned needs, const AmdTable& tabl
     s.nt = NtKind::HalfL3Cap64M;
     s.nt_kernel = "avx2_nt";
     s.nt_min_page_distance = 512;
-    s.parallel_from = 1 * MiB;
+    s.parallel_from = table.parallel_from;
     s.parallel_why = table.parallel_why;
     s.notes = std::move(notes);
     return s;
