@@ -181,8 +181,6 @@ class Publisher:
         self.close()
 
 
-
-
 class _Alarm:
     """Wakes a receive blocked in Zenoh's channel at a set time, by calling ``wake`` from a thread
     of its own (one per Subscriber, started at its first wait). Once it fires it is unset until
