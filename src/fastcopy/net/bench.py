@@ -303,9 +303,9 @@ class IpcEnds:
         if self.kind == "net":
             self.sub.close()
         if self.kind == "zenoh_plain":
-            # The watchdog ends before the session closes: a thread still inside a Zenoh call
-            # (its undeclare) when the interpreter exits aborts the process as it takes the GIL
-            # back ("FATAL: exception not rethrown").
+            # The watchdog thread ends first: a thread still inside a Zenoh call (its undeclare)
+            # when the interpreter exits aborts the process as it takes the GIL back ("FATAL:
+            # exception not rethrown").
             self._closed.set()
             self._watchdog.join()
         self.pub.undeclare() if self.kind == "zenoh_plain" else self.pub.close()
