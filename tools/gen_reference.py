@@ -138,6 +138,9 @@ def profile_section(p: Dict[str, Any], classes: List[str]) -> List[str]:
     par = p["parallel"]
     out += ["### Other rules", "",
             f"- Thread pool: non-overlapping copies from {size(par['threshold'])} ({linked(par['why'])})."]
+    if par["shared_from"] != par["threshold"]:
+        out += [f"- Copies into and out of shared memory (`to_shared`, `from_shared`) go to the pool from "
+                f"{size(par['shared_from'])} (`parallel.shared_from`)."]
     if par["threshold"] is not None:
         out += ["- Split or alone: private copies on the pool " +
                 ("always split." if par["learn_from"] is None else

@@ -176,10 +176,12 @@ policy::SplitLearner& private_split_modes() {
 }
 
 namespace {
-// Whether a copy of n bytes goes to the pool: from the profile's parallel threshold, with more
-// than one thread, no forced kernel and no overlap (the pool's chunks would race).
-inline bool pooled_copy(const policy::Profile& p, const void* dst, const void* src, std::size_t n) {
-    return n >= p.parallel.threshold && !p.forced && !policy::ranges_overlap(dst, src, n) && pool::threads() > 1;
+// Whether a copy of n bytes goes to the pool: from the profile's threshold for the region, with
+// more than one thread, no forced kernel and no overlap (the pool's chunks would race).
+inline bool pooled_copy(const policy::Profile& p, const void* dst, const void* src, std::size_t n,
+                        Region region = Region::Private) {
+    return n >= policy::pool_threshold(p, region) && !p.forced && !policy::ranges_overlap(dst, src, n) &&
+           pool::threads() > 1;
 }
 
 // The band's kernel (cached stores) a private copy of at least nt.learn_from bytes learns
@@ -254,8 +256,8 @@ void copy_learning_split(CopyFn k, void* dst, const void* src, std::size_t n) {
 }
 }  // namespace
 
-bool goes_to_pool(const policy::Profile& p, const void* dst, const void* src, std::size_t n) {
-    return pooled_copy(p, dst, src, n);
+bool goes_to_pool(const policy::Profile& p, const void* dst, const void* src, std::size_t n, Region region) {
+    return pooled_copy(p, dst, src, n, region);
 }
 
 bool learned_split(void* dst, const void* src, std::size_t n) {
@@ -283,7 +285,7 @@ __attribute__((noinline)) void copy_bytes_large(const policy::Profile& p, CopyFn
         copy_learning_store_mode(p, k, dst, src, n);
         return;
     }
-    if (pooled_copy(p, dst, src, n)) {
+    if (pooled_copy(p, dst, src, n, region)) {
         if (region == Region::Private && learns_split(p, n)) {
             copy_learning_split(k, dst, src, n);
             return;
@@ -299,7 +301,8 @@ __attribute__((noinline)) void copy_bytes_large(const policy::Profile& p, CopyFn
 void copy_bytes(void* dst, const void* src, std::size_t n, Region region) {
     const policy::Profile& p = active();
     const CopyFn k = policy::choose_inline(p, dst, src, n, region).fn;
-    if (__builtin_expect(n >= p.region[static_cast<int>(region)].nt.learn_from || n >= p.parallel.threshold, 0)) {
+    if (__builtin_expect(n >= p.region[static_cast<int>(region)].nt.learn_from || n >= policy::pool_threshold(p, region),
+                         0)) {
         copy_bytes_large(p, k, dst, src, n, region);
         return;
     }
@@ -316,7 +319,7 @@ std::size_t copy_bytes_in_steps(void* dst, const void* src, std::size_t n, Regio
     // Every step starts a multiple of `step` bytes in, so (dst - src) mod 4096 and the
     // alignments the choice looked at are those of the whole copy.
     const CopyFn k = policy::choose_inline(p, dst, src, n, region).fn;
-    const bool parallel = n >= p.parallel.threshold && !p.forced && pool::threads() > 1;
+    const bool parallel = n >= policy::pool_threshold(p, region) && !p.forced && pool::threads() > 1;
     char* d = static_cast<char*>(dst);
     const char* s = static_cast<const char*>(src);
     std::size_t done = 0;
@@ -353,7 +356,7 @@ void copy_bytes_to_shared(void* dst, const void* src, std::size_t n, policy::Sto
     const bool use_streaming = mode->streaming(n);
     const CopyFn k = use_streaming ? streaming : cached;
     const auto t0 = std::chrono::steady_clock::now();
-    if (n >= p.parallel.threshold && pool::threads() > 1) {
+    if (n >= policy::pool_threshold(p, Region::ToShared) && pool::threads() > 1) {
         t_last_kernel = k;
         pool::parallel_copy(dst, src, n, k);
     } else {

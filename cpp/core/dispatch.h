@@ -70,9 +70,11 @@ CopyFn learned_kernel(void* dst, const void* src, std::size_t n);
 // trial: from the profile's parallel threshold, as private_split_modes() has settled for the
 // sizes it learns. Changes nothing.
 bool learned_split(void* dst, const void* src, std::size_t n);
-// Whether a copy of these addresses goes to the thread pool under profile p (its parallel
-// threshold, more than one thread set, no forced kernel, no overlap), before any learning.
-bool goes_to_pool(const policy::Profile& p, const void* dst, const void* src, std::size_t n);
+// Whether a copy of these addresses goes to the thread pool under profile p (its threshold for
+// the region: policy::pool_threshold; more than one thread set, no forced kernel, no overlap),
+// before any learning.
+bool goes_to_pool(const policy::Profile& p, const void* dst, const void* src, std::size_t n,
+                  Region region = Region::Private);
 // Name of a kernel function (for info and tests); "unknown" if not in the table.
 const char* kernel_name(CopyFn fn);
 

@@ -199,7 +199,8 @@ Profile resolve(const Spec& s, const CpuFacts& cpu, int score) {
                           " (4.15 to 6.1) discards SVE state at every syscall, so a trap precedes the first SVE "
                           "instruction after one (evidence: arm-sve-syscall-trap)");
     for (const char* n : s.notes) p.notes.push_back(n);
-    p.parallel = {s.parallel_from, 0, s.parallel_why, s.split_learn_from};
+    p.parallel = {s.parallel_from, 0, s.parallel_why, s.split_learn_from,
+                  s.parallel_shared_from ? s.parallel_shared_from : s.parallel_from};
     finalize(p);
     return p;
 }
@@ -272,6 +273,7 @@ std::vector<BuiltinTable> builtin_tables() {
         t.parallel_from = s.parallel_from;
         t.parallel_why = s.parallel_why ? s.parallel_why : "";
         t.split_learn_from = s.split_learn_from;
+        t.parallel_shared_from = std::max(s.parallel_from, s.parallel_shared_from);
         t.sve_trap_min_from = s.sve_trap_min_from;
         for (const char* n : s.notes) t.notes.push_back(n);
         out.push_back(std::move(t));

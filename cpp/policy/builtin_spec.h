@@ -60,6 +60,8 @@ struct Spec {
     const char* parallel_why;
     // ParallelRule::learn_from (SIZE_MAX: private copies on the pool always split).
     std::size_t split_learn_from = kMinSplitLearnFrom;
+    // ParallelRule::shared_from (0: parallel_from).
+    std::size_t parallel_shared_from = 0;
     std::size_t sve_trap_min_from;     // SVE bands start no lower than this on Linux 4.15..6.1 (0: no rule)
     std::vector<const char*> notes;
 };

@@ -74,8 +74,9 @@ const char* const kZen4LibcGap =
 const char* const kZen4ParallelWhy =
     "two threads from 256 KiB, each size class learning split or alone: with the pool from 1 MiB the held-out check "
     "put auto at 0.64-0.71 of two threads at 256 KiB-1 MiB, from 256 KiB at 0.99-1.01 (evidence: "
-    "zen4-parallel-from-256kib); isolated copies run alone while the worker sleeps, and a host that keeps the vCPUs "
-    "apart makes the classes learn to run alone (evidence: zen4-parallel-from-1mib, policy-private-split)";
+    "zen4-parallel-from-256kib, zen4-parallel-from-1mib, policy-private-split); copies into and out of shared "
+    "memory from 1 MiB, where a peer process needs the other vCPU: split from 256 KiB, a Channel's round trip at "
+    "512 KiB-2 MiB grew 1.3-1.6x (evidence: zen4-shared-parallel-from-1mib)";
 
 struct AmdTable {
     std::size_t vector_from;  // the AVX2 loop from this size, the C library below
@@ -85,11 +86,14 @@ struct AmdTable {
     const char* libc_why;
     std::size_t parallel_from;  // the thread pool from this size
     const char* parallel_why;   // and why
+    // Copies into and out of shared memory on the pool from this size (0: parallel_from); why is
+    // in parallel_why.
+    std::size_t shared_parallel_from;
 };
 const AmdTable kZen3Table = {128, kZen3Small, kZen3Avx2, kZen3Near, kZen3Backward, kZen3ErmsOn,
-                             0,   0,          nullptr,   1 * MiB,   kParallelWhy};
+                             0,   0,          nullptr,   1 * MiB,   kParallelWhy, 0};
 const AmdTable kZen4Table = {192, kZen4Small, kZen4Avx2,    kZen4Near,  kZen4Backward,   kZen4ErmsOn,
-                             448, 576,        kZen4LibcGap, 256 * KiB,  kZen4ParallelWhy};
+                             448, 576,        kZen4LibcGap, 256 * KiB,  kZen4ParallelWhy, 1 * MiB};
 
 RegionSpec amd_region(const AmdTable& t, bool shared) {
     const ClassSpec far = {{0, "generic", nullptr, t.small}, {t.vector_from, "avx2", "generic", t.avx2}};
@@ -121,6 +125,7 @@ Spec amd_spec(const char* name, int family, unsigned needs, const AmdTable& tabl
     s.nt_min_page_distance = 512;
     s.parallel_from = table.parallel_from;
     s.parallel_why = table.parallel_why;
+    s.parallel_shared_from = table.shared_parallel_from;
     s.notes = std::move(notes);
     return s;
 }

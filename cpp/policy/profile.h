@@ -115,6 +115,10 @@ struct ParallelRule {
     // themselves and run split or on the caller alone, whichever ran faster lately
     // (split_modes.h); SIZE_MAX: they always split.
     std::size_t learn_from = kMinSplitLearnFrom;
+    // Copies into and out of shared memory go to the pool from this size or `threshold`,
+    // whichever is larger (pool_threshold()); 0: from `threshold`; SIZE_MAX: never. A peer
+    // process runs on the other CPUs there, and those copies do not learn split or alone.
+    std::size_t shared_from = 0;
 };
 
 // The smallest sizes of a region, where every address class (and no NT rule) gives the same
@@ -174,6 +178,14 @@ inline bool nt_applies(const NtRule& nt, const void* dst, const void* src, std::
     if (n < nt.threshold || ranges_overlap(dst, src, n)) return false;
     std::uintptr_t off = (reinterpret_cast<std::uintptr_t>(dst) - reinterpret_cast<std::uintptr_t>(src)) & 4095;
     return off == 0 || off >= nt.min_page_distance || n >= nt.min_page_distance_below;
+}
+
+// The size from which a copy of `region` goes to the thread pool (SIZE_MAX: never): the
+// parallel threshold, and for copies into and out of shared memory the larger of it and
+// parallel.shared_from.
+inline std::size_t pool_threshold(const Profile& p, Region region) {
+    if (region == Region::Private) return p.parallel.threshold;
+    return p.parallel.threshold > p.parallel.shared_from ? p.parallel.threshold : p.parallel.shared_from;
 }
 
 // ---- kernels as the policy sees them (registry + CPU facts) ---------------------------
@@ -241,6 +253,7 @@ struct BuiltinTable {
     std::size_t parallel_from = SIZE_MAX;
     std::string parallel_why;
     std::size_t split_learn_from = kMinSplitLearnFrom;  // ParallelRule::learn_from
+    std::size_t parallel_shared_from = SIZE_MAX;  // ParallelRule::shared_from
     std::size_t sve_trap_min_from = 0;  // SVE bands start no lower than this where Linux traps SVE (0: no rule)
     std::vector<std::string> notes;
 };

@@ -531,6 +531,12 @@ Profile parse_profile(const std::string& json_text, const std::string& source, c
         p.parallel.learn_from = size_field(*lf, "parallel.learn_from", kMinSplitLearnFrom, kMaxSizeValue, true);
     else
         p.parallel.learn_from = builtin_profile(cpu).parallel.learn_from;
+    // Not stated: the built-in profile's value for this CPU. tune times private copies only.
+    if (const Json* sf = par.get("shared_from"))
+        p.parallel.shared_from =
+            size_field(*sf, "parallel.shared_from", kMinParallelThreshold, kMaxSizeValue, true);
+    else
+        p.parallel.shared_from = builtin_profile(cpu).parallel.shared_from;
     if (const Json* notes = doc.get("notes")) {
         if (notes->type != Json::Null) {
             need_type(*notes, Json::Array, "a list of strings", "notes");
@@ -598,7 +604,7 @@ std::string to_json(const Profile& p) {
     }
     o += "  },\n  \"parallel\": {\"threshold\": " + size_json(p.parallel.threshold) +
          ", \"threads\": " + std::to_string(p.parallel.threads) + ", \"learn_from\": " + size_json(p.parallel.learn_from) +
-         ", \"why\": " + quote(p.parallel.why) + "}";
+         ", \"shared_from\": " + size_json(pool_threshold(p, Region::ToShared)) + ", \"why\": " + quote(p.parallel.why) + "}";
     if (!p.notes.empty()) {
         o += ",\n  \"notes\": [";
         for (std::size_t i = 0; i < p.notes.size(); ++i) o += (i ? ", " : "") + quote(p.notes[i]);

@@ -143,6 +143,7 @@ py::dict profile_dict(const policy::Profile& p) {
     par["threshold"] = size_or_none(p.parallel.threshold);
     par["threads"] = p.parallel.threads;
     par["learn_from"] = size_or_none(p.parallel.learn_from);
+    par["shared_from"] = size_or_none(policy::pool_threshold(p, Region::ToShared));
     par["why"] = p.parallel.why;
     d["parallel"] = par;
     d["notes"] = p.notes;
@@ -309,7 +310,9 @@ void bind_info(py::module_& m) {
                       const void* src = reinterpret_cast<const void*>(std::get<1>(c));
                       const std::size_t n = std::get<2>(c);
                       plans.emplace_back(policy::choose(p, dst, src, n, static_cast<Region>(std::get<3>(c))).kernel,
-                                         goes_to_pool(p, dst, src, n) ? pool::threads() : 1);
+                                         goes_to_pool(p, dst, src, n, static_cast<Region>(std::get<3>(c)))
+                                             ? pool::threads()
+                                             : 1);
                   }
                   return plans;
               });
@@ -317,8 +320,8 @@ void bind_info(py::module_& m) {
           py::arg("profile"), py::arg("copies"),
           "For each (dst_address, src_address, nbytes, region) of ``copies``: (kernel, threads), what a profile "
           "(JSON text or a built-in name) plans for that copy without the overrides and before any learning at run "
-          "time: choose_for's kernel, on the thread pool's threads from its parallel threshold (1 below it, for "
-          "overlapping copies, or with one thread set). Nothing is copied.");
+          "time: choose_for's kernel, on the thread pool's threads from its threshold for the region (parallel.threshold; for to_shared "
+          "and from_shared at least parallel.shared_from; 1 below it, for overlapping copies, or with one thread set). Nothing is copied.");
     m.def("last_kernel", [] {
         CopyFn k = last_kernel();
         return k ? py::object(py::str(kernel_name(k))) : py::object(py::none());

@@ -76,6 +76,7 @@ py::list builtin_profile_table() {
         par["threshold"] = size_or_none(t.parallel_from);
         par["why"] = t.parallel_why;
         par["learn_from"] = size_or_none(t.split_learn_from);
+        par["shared_from"] = size_or_none(t.parallel_shared_from);
         d["parallel"] = par;
         d["sve_trap_min_from"] = t.sve_trap_min_from ? py::object(py::int_(t.sve_trap_min_from)) : py::object(py::none());
         d["notes"] = t.notes;

@@ -28,6 +28,7 @@
 //                                  CLASS (page_aligned near far backward) chooses KERNEL
 //   parallel N|never               the parallel threshold
 //   split-learn-from N|never       where private copies on the pool start learning split or alone
+//   shared-parallel N|never        where copies into and out of shared memory go to the pool
 //   reject PATH TEXT...            parsing PATH fails with a message containing TEXT
 //   accept PATH                    parsing PATH succeeds
 //   arch NAME                      skip the rest of the file unless this build is for NAME
@@ -276,6 +277,12 @@ void run_file(const std::string& dir, const std::string& file) {
                 std::size_t want = w.at(1) == "never" ? SIZE_MAX : size_arg(w[1]);
                 check(s.active.parallel.threshold == want, where,
                       "parallel threshold " + size_words(s.active.parallel.threshold) + ", expected " + w[1]);
+            } else if (op == "shared-parallel") {
+                std::size_t want = w.at(1) == "never" ? SIZE_MAX : size_arg(w[1]);
+                for (Region r : {Region::ToShared, Region::FromShared})
+                    check(pool_threshold(s.active, r) == want, where,
+                          "shared regions' pool threshold " + size_words(pool_threshold(s.active, r)) + ", expected " +
+                              w[1]);
             } else if (op == "split-learn-from") {
                 std::size_t want = w.at(1) == "never" ? SIZE_MAX : size_arg(w[1]);
                 check(s.active.parallel.learn_from == want, where,

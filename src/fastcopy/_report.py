@@ -47,6 +47,11 @@ def _split_words(data: Dict[str, Any]) -> str:
     return f"private copies {sizes} split or run alone, whichever ran faster lately"
 
 
+def _shared_pool_words(shared_from: Optional[int]) -> str:
+    """When copies into and out of shared memory go to the thread pool, in words."""
+    return "never" if shared_from is None else f"from {human_size(shared_from)}"
+
+
 def _learn_words(nt: Dict[str, Any]) -> str:
     """Words for the sizes that learn their store mode ("" when none)."""
     start = nt.get("learn_from")
@@ -102,6 +107,8 @@ def collect_info(brand: bool = True) -> Dict[str, Any]:
             "non_temporal_reason": _core.nt_reason(),
             "parallel_bytes": _core.parallel_threshold(),
             "parallel_reason": _core.parallel_reason(),
+            # copies into and out of shared memory (to_shared, from_shared): parallel.shared_from
+            "parallel_shared_bytes": profile["parallel"]["shared_from"],
         },
         "threads": {
             "count": _core.threads(),
@@ -197,6 +204,9 @@ def format_info(data: Dict[str, Any], verbose: bool = False) -> str:
               (f"  thread pool: never ({t['parallel_reason']})" if t["parallel_bytes"] is None else
                f"  thread pool from {human_size(t['parallel_bytes'])} (copies without overlap): {t['parallel_reason']}"),
               f"  threads: {th['reason']}"]
+    if t["parallel_shared_bytes"] != t["parallel_bytes"]:
+        lines.insert(-1, "  copies into and out of shared memory: on the thread pool " +
+                     _shared_pool_words(t["parallel_shared_bytes"]))
     iso = th.get("isolated_copies")
     if iso:
         lines.append(f"  isolated copies under {human_size(iso['below_bytes'])} (more than "
@@ -367,6 +377,8 @@ def _format_summary(data: Dict[str, Any]) -> str:
         split = _split_words(data)
         if split:
             pool += f" ({split})"
+        if t["parallel_shared_bytes"] != t["parallel_bytes"]:
+            pool += f"; copies into and out of shared memory {_shared_pool_words(t['parallel_shared_bytes'])}"
     lines += ["", f"Thread pool: {pool}; {th['count']} threads"]
     lines.append("Shared memory: " + ", ".join(f"{r['name']} {_rule_value(r)}" for r in data["shm"]))
     set_overrides = [f"{k}={v}" for k, v in data["overrides"].items() if v is not None]

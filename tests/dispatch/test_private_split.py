@@ -31,16 +31,18 @@ def reached_pool() -> int:
 
 @pytest.fixture(autouse=True)
 def pool_from_256k():
-    """A profile of its own: the built-in bands, the pool from 256 KiB, learning split or alone
-    from 256 KiB whatever the built-in profile says, no NT rule (so no copy learns its store mode
-    instead); two threads; a learner that has measured nothing."""
+    """A profile of its own: the built-in bands, the pool from 256 KiB (copies into and out of
+    shared memory too), learning split or alone from 256 KiB whatever the built-in profile
+    says, no NT rule (so no copy learns its store mode instead); two threads; a learner that
+    has measured nothing."""
     with builtin_policy_without("FASTCOPY_KERNEL", "FASTCOPY_PROFILE", "FASTCOPY_THREADS",
                                 "FASTCOPY_PARALLEL_THRESHOLD", "FASTCOPY_SPLIT_LEARN_FROM"):
         doc = json.loads(_core.active_profile_json())
         doc["name"] = "split-test"
         for region in doc["regions"].values():
             region["nt"] = {"threshold": None, "kernel": None, "why": "test"}
-        doc["parallel"] = {"threshold": 256 * KiB, "threads": 0, "learn_from": 256 * KiB, "why": "test"}
+        doc["parallel"] = {"threshold": 256 * KiB, "threads": 0, "learn_from": 256 * KiB,
+                           "shared_from": 256 * KiB, "why": "test"}
         _core.load_profile(json.dumps(doc), "test")
         fastcopy.set_threads(2)
         _core.reset_private_split_modes()
