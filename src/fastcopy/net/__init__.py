@@ -96,8 +96,14 @@ _open_ends: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 
 def _close_open_ends() -> None:
-    for end in list(_open_ends):
-        end.close()
+    errors = []
+    for end in list(_open_ends):  # every one, whatever another's close raises
+        try:
+            end.close()
+        except Exception as exc:
+            errors.append(exc)
+    if errors:
+        raise errors[0]
 
 
 atexit.register(_close_open_ends)
@@ -130,6 +136,7 @@ class Publisher:
         # Held by each send: close() undeclares with no send of another thread inside Zenoh's
         # code, and sends from several threads go out one message at a time.
         self._lock = threading.Lock()
+        self._undeclared = False
         _open_ends.add(self)
 
     def send(self, arr: Any) -> None:
@@ -138,7 +145,21 @@ class Publisher:
         ValueError once the Publisher is closed (by close() from another thread, or at
         interpreter exit)."""
         with self._lock:
-            self._send(arr)
+            try:
+                self._send(arr)
+            except ValueError:
+                raise
+            except Exception as exc:
+                if not self.closed:
+                    raise
+                # close() closed the session under this send (held in Zenoh's put longer than
+                # close waits): the message may be cut short, and subscribers count it lost.
+                raise ValueError("fastcopy.net.Publisher: closed during this send") from exc
+            finally:
+                # A close() that could not wait for this send left the undeclare (and the
+                # closing of the Publisher's own session) to it.
+                if self.closed and not self._undeclared:
+                    self._finish_close()
 
     def _send(self, arr: Any) -> None:
         if self.closed:
@@ -159,18 +180,32 @@ class Publisher:
                 self._pub.put(piece)
 
     def close(self) -> None:
-        """Stops publishing; a send in another thread finishes first (up to 5 s: a send held back
-        by a congested network longer than that is cut short by the undeclare)."""
+        """Stops publishing; a send in another thread finishes first (up to 5 s). A send that
+        Zenoh holds longer (block mode, a subscriber that stopped reading) is left where it
+        waits: when its put returns, that send undeclares the publisher (and closes the
+        Publisher's own session). At interpreter exit such a send stays held and the process
+        ends normally."""
         if self.closed:
             return
         self.closed = True
         _open_ends.discard(self)
-        taken = self._lock.acquire(timeout=5)
-        try:
-            self._pub.undeclare()
-        finally:
-            if taken:
+        # Not taken: a send is inside Zenoh's put, which holds Zenoh's publisher object (an
+        # undeclare would raise "Already borrowed", and closing the session would wait for the
+        # send, then raise).
+        if self._lock.acquire(timeout=5):
+            try:
+                if not self._undeclared:  # a send that ended after closed was set did it already
+                    self._finish_close()
+            finally:
                 self._lock.release()
+
+    def _finish_close(self) -> None:
+        """Undeclares the publisher and closes its own session (with no send in Zenoh's put)."""
+        self._undeclared = True
+        try:
+            if not self.session.is_closed():
+                self._pub.undeclare()
+        finally:
             if self._own:
                 self.session.close()
 
