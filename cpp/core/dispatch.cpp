@@ -301,8 +301,9 @@ __attribute__((noinline)) void copy_bytes_large(const policy::Profile& p, CopyFn
 void copy_bytes(void* dst, const void* src, std::size_t n, Region region) {
     const policy::Profile& p = active();
     const CopyFn k = policy::choose_inline(p, dst, src, n, region).fn;
-    if (__builtin_expect(n >= p.region[static_cast<int>(region)].nt.learn_from || n >= policy::pool_threshold(p, region),
-                         0)) {
+    // The parallel threshold is the lowest of the regions' pool thresholds (pool_threshold()):
+    // copy_bytes_large() decides the region's.
+    if (__builtin_expect(n >= p.region[static_cast<int>(region)].nt.learn_from || n >= p.parallel.threshold, 0)) {
         copy_bytes_large(p, k, dst, src, n, region);
         return;
     }
