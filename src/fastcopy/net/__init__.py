@@ -152,12 +152,13 @@ class Publisher:
             except Exception as exc:
                 if not self.closed:
                     raise
-                # close() closed the session under this send (held in Zenoh's put longer than
-                # close waits): the message may be cut short, and subscribers count it lost.
+                # close() stopped waiting for this send and the program then closed the Zenoh
+                # connection under it, which undeclared the publisher as well; the message may
+                # be cut short, and subscribers count it lost.
+                self._undeclared = True
                 raise ValueError("fastcopy.net.Publisher: closed during this send") from exc
             finally:
-                # A close() that could not wait for this send left the undeclare (and the
-                # closing of the Publisher's own session) to it.
+                # A close() that could not wait for this send left the rest of the close to it.
                 if self.closed and not self._undeclared:
                     self._finish_close()
 
@@ -182,16 +183,16 @@ class Publisher:
     def close(self) -> None:
         """Stops publishing; a send in another thread finishes first (up to 5 s). A send that
         Zenoh holds longer (block mode, a subscriber that stopped reading) is left where it
-        waits: when its put returns, that send undeclares the publisher (and closes the
-        Publisher's own session). At interpreter exit such a send stays held and the process
-        ends normally."""
+        waits: when its put returns, that send undeclares the publisher (and closes the Zenoh
+        connection the Publisher opened, if it opened one). At interpreter exit such a send stays
+        held and the process ends normally."""
         if self.closed:
             return
         self.closed = True
         _open_ends.discard(self)
         # Not taken: a send is inside Zenoh's put, which holds Zenoh's publisher object (an
-        # undeclare would raise "Already borrowed", and closing the session would wait for the
-        # send, then raise).
+        # undeclare would raise "Already borrowed", and closing the Zenoh connection would wait
+        # for the send, then raise).
         if self._lock.acquire(timeout=5):
             try:
                 if not self._undeclared:  # a send that ended after closed was set did it already
@@ -200,11 +201,11 @@ class Publisher:
                 self._lock.release()
 
     def _finish_close(self) -> None:
-        """Undeclares the publisher and closes its own session (with no send in Zenoh's put)."""
+        """Undeclares the publisher and closes the Zenoh connection it opened (with no send in
+        Zenoh's put)."""
         self._undeclared = True
         try:
-            if not self.session.is_closed():
-                self._pub.undeclare()
+            self._pub.undeclare()
         finally:
             if self._own:
                 self.session.close()
