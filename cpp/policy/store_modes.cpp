@@ -23,6 +23,8 @@ bool StoreModeLearner::streaming(std::size_t n, bool start_streaming) {
     if (!s.started) {
         s.started = true;
         s.current_streaming = start_streaming;
+        if (start_streaming && rule_.explore_first_while_streaming > s.explore_every)
+            s.explore_every = rule_.explore_first_while_streaming;
     }
     // No trial while the last one awaits its judgement (judge_after), nor while the current
     // mode's rate comes from the class's first write alone (a trial would be judged against it).

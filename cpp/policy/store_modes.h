@@ -70,6 +70,9 @@ struct StoreModeRule {
     // split rule, the caller alone), when shorter than explore_max (0: explore_max). A rule whose
     // mode 0 cannot see the other mode get faster without trying it keeps this short.
     unsigned explore_max_while_cached = 0;
+    // The writes before the first trial of a class that starts in mode 1 (streaming stores; for
+    // the split rule, split), when longer than explore_min (0: explore_min).
+    unsigned explore_first_while_streaming = 0;
 };
 
 // Loan fills. Cached stores are preferred: streaming ones also cost the reader, who then
@@ -96,6 +99,10 @@ constexpr StoreModeRule kSharedWriteRule = {
 // policy-private-store-modes). At 4 MiB and more one copy takes long enough that single timings are steady and small
 // margins do not alternate on noise.
 // - The first trial comes after 1 copy, so a cold workload streams from its seventh copy.
+// - A class that starts streaming (the NT rule streams its first copy) waits 16 copies for its
+//   first trial of cached stores, as long as after a lost trial: the rule's threshold already
+//   says where cached stores lose, and in a cold loop a trial costs four copies at 0.65-0.8x the
+//   streaming rate (evidence: private-first-cached-trial).
 // - A trial of streaming stores is two copies, the second one timed; a trial of cached stores
 //   four, the fourth timed: after streamed copies, which evict the destination, a hot loop's
 //   cached copies take three copies to run at the loop's rate again (evidence:
@@ -126,6 +133,8 @@ constexpr StoreModeRule kPrivateCopyRule = {
     0.25,  // rate_weight
     1,     // octaves_per_class: 256-512 KiB, ..., 32-64 MiB,
     9,     // classes:           64 MiB and more
+    0,     // explore_max_while_cached: explore_max
+    16,    // explore_first_while_streaming
 };
 
 class StoreModeLearner {

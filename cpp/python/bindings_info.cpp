@@ -336,6 +336,7 @@ void bind_info(py::module_& m) {
         d["explore_min"] = r.explore_min;
         d["explore_max"] = r.explore_max;
         d["explore_growth"] = r.explore_growth;
+        d["explore_first_while_streaming"] = r.explore_first_while_streaming;
         d["streaming_trial_copies"] = r.streaming_trial_copies;
         d["cached_trial_copies"] = r.cached_trial_copies;
         d["trial_within"] = r.trial_within;

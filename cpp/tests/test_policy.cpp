@@ -804,17 +804,26 @@ void private_copy_mode_checks() {
             streamed += st ? 1 : 0;
             if (until < 0 && !h.state(bc).current_streaming) until = i;
         }
-        check(until >= 0 && until <= 8 && !h.state(bc).current_streaming && streamed <= 16, w,
+        // The first trial of cached stores comes after explore_first_while_streaming copies
+        // (16), and wins on its fourth copy.
+        const int first = int(policy::kPrivateCopyRule.explore_first_while_streaming);
+        check(until >= first && until <= first + 8 && !h.state(bc).current_streaming && streamed <= first + 16, w,
               "hot, streamed by the rule: cached stores took over after " + std::to_string(until) + " copies, " +
-                  std::to_string(streamed) + " of 2000 streamed (want within 8 copies, <= 16 streamed)");
-        // Cold from the start: the rule's streaming stores stay, cached ones tried ever less often.
+                  std::to_string(streamed) + " of 2000 streamed (want after " + std::to_string(first) + "-" +
+                  std::to_string(first + 8) + " copies, <= " + std::to_string(first + 16) + " streamed)");
+        // Cold from the start: the rule's streaming stores stay, cached ones tried ever less
+        // often, the first time after explore_first_while_streaming copies.
         StoreModeLearner c(policy::kPrivateCopyRule);
-        int st = 0;
+        int st = 0, first_cached = -1;
         for (int i = 0; i < 1000; ++i) {
             const bool s1 = c.streaming(big, true);
             c.record(big, s1, double(big) / ((s1 ? 21 : 17) * 1e9));
             st += s1 ? 1 : 0;
+            if (!s1 && first_cached < 0) first_cached = i;
         }
+        check(first_cached >= first, w,
+              "cold, streamed by the rule: the first cached copy was copy " + std::to_string(first_cached) +
+                  " (want none before copy " + std::to_string(first) + ")");
         check(c.state(bc).current_streaming && c.state(bc).switches == 0 && st >= 980, w,
               "cold, streamed by the rule: " + std::to_string(st) + " of 1000 copies streamed, " +
                   std::to_string(c.state(bc).switches) + " switches (want streaming throughout, >= 980)");
@@ -912,7 +921,7 @@ void private_copy_mode_checks() {
         check(m.settled_streaming(n, false) && m.state(cls).writes[1] == 1, w,
               "settled_streaming after a streamed start: not the class's mode, or it counted a write");
         int trial_at = -1;
-        for (int i = 0; i < 8 && trial_at < 0; ++i) {
+        for (int i = 0; i < int(policy::kPrivateCopyRule.explore_first_while_streaming) + 8 && trial_at < 0; ++i) {
             const bool st = m.streaming(n, true);
             if (!st) trial_at = i;
             else m.record(n, st, double(n) / 21e9);

@@ -94,8 +94,8 @@ def test_a_trial_of_streaming_stores_runs_third_and_every_copy_is_right():
 @needs_streaming
 def test_copies_the_rule_streams_start_streaming_then_try_cached_stores():
     """Above the NT threshold a size class starts in the rule's streaming stores and tries the
-    band's kernel (cached stores) after explore_min copies besides the first (no trial is
-    judged against the first copy's rate alone); every copy is right."""
+    band's kernel (cached stores) after explore_first_while_streaming copies besides the first
+    (no trial is judged against the first copy's rate alone); every copy is right."""
     n = 2 * MiB + 4096
     dst, src = aligned_pair(n)
     load(learning_profile(256 << 10))  # the NT threshold far above n: the band's kernel at n
@@ -106,14 +106,15 @@ def test_copies_the_rule_streams_start_streaming_then_try_cached_stores():
     rng = np.random.default_rng(4)
     ran = []
     rule = _core.private_store_mode_rule()
-    copies = rule["explore_min"] + rule["cached_trial_copies"] + 1
+    first = rule["explore_first_while_streaming"]
+    assert first > rule["explore_min"], rule
+    copies = first + rule["cached_trial_copies"] + 1
     for i in range(copies):
         src[...] = rng.integers(0, 256, n, dtype=np.uint8)
         _core.reset_last_kernel()
         fastcopy.copy(dst, src)
         ran.append(_core.last_kernel())
         assert np.array_equal(dst, src), f"copy {i}"
-    first = rule["explore_min"]
     assert ran[:first] == [STREAMING] * first, ran
     assert ran[first:first + rule["cached_trial_copies"]] == [cached] * rule["cached_trial_copies"], ran
     modes = _core.private_store_modes()
@@ -250,6 +251,8 @@ def test_info_says_what_was_learned():
     assert [c["sizes"] for c in learned["classes"]] == ["1-2 MiB"]
     text = format_info(data, verbose=True)
     assert "learned store modes" in text and "1-2 MiB:" in text, text
+    first = learned["rule"]["explore_first_while_streaming"]
+    assert f"({first} in a size class that starts streaming)" in text, text
     summary = format_info(data)
     assert "whichever ran faster lately" in summary
 
