@@ -265,6 +265,42 @@ def test_a_pool_threshold_is_kept_only_where_it_also_wins_off_the_grid():
     assert decide.apply_parallel_validation(same, b, [(1 << 20, 0.5)])["threshold"] == 1 << 20
 
 
+def _pool_point(size, picked, ratio, lo, hi, overlap=False, offset=700):
+    variant = picked.split(" x")[0] + ("" if " x" in picked else " x2")
+    return {"size": size, "offset": offset, "picked": picked, "overlap": overlap,
+            "vs_builtin_plan": {"variant": variant, "ratio": ratio, "ci": [lo, hi]}}
+
+
+def test_a_pool_threshold_the_held_out_check_contradicts_gives_way_to_the_built_in_rule():
+    """The built-in pool starts at 1 MiB. A tuned threshold of 4 MiB (one thread at 1-4 MiB) that
+    the check finds losing to the pool at a point inside 1-4 MiB, beyond the interval, gives way;
+    a loss whose interval reaches 1, a point outside the change, an overlapping point or one where
+    the profile did not run the change's plan has no say; a lower threshold is judged the other
+    way round."""
+    b = FakeBuiltin()
+    higher = {"threshold": 4 << 20, "threads": 0, "why": "2 threads 1.07x from 4 MiB", "changed": True}
+    no_say = [_pool_point(2 << 20, "avx2", 0.97, 0.90, 1.02),              # within the interval
+              _pool_point(8 << 20, "avx2", 0.60, 0.55, 0.65),              # outside the change
+              _pool_point(2 << 20, "avx2", 0.60, 0.55, 0.65, overlap=True),  # never splits
+              _pool_point(3 << 20, "avx2 x2", 0.60, 0.55, 0.65),           # not the change's plan
+              {"size": 2 << 20, "offset": 5, "picked": "avx2"}]            # no plan measured
+    assert decide.apply_pool_check(higher, b, no_say) is higher
+    lost = _pool_point(1700 << 10, "avx2", 0.62, 0.57, 0.69, offset=162)
+    back = decide.apply_pool_check(higher, b, no_say + [lost])
+    assert (back["threshold"], back["threads"], back["changed"]) == (1 << 20, 0, False)
+    assert back["check_dropped"] == [(1700 << 10, 162, 0.62)]
+    assert back["why"] == ("the built-in rule kept: one thread from 1 MiB lost the held-out check to the pool at "
+                           "1740800 B @ 162 0.62x [0.57, 0.69]")
+    lower = {"threshold": 256 << 10, "threads": 0, "why": "w", "changed": True}
+    assert decide.apply_pool_check(lower, b, [lost]) is lower  # ran one thread: not the change's plan
+    split_lost = _pool_point(512 << 10, "avx2 x2", 0.8, 0.7, 0.9)
+    back = decide.apply_pool_check(lower, b, [split_lost])
+    assert back["threshold"] == 1 << 20 and back["why"].startswith(
+        "the built-in rule kept: the pool from 256 KiB lost the held-out check to one thread at 524288 B")
+    same = {"threshold": 1 << 20, "threads": 0, "why": "w", "changed": False}
+    assert decide.apply_pool_check(same, b, [lost, split_lost]) is same
+
+
 def test_non_temporal_threshold_follows_cold_measurements():
     st = lambda g: {"gbps": g, "spread": 0.01}  # noqa: E731
     sizes = [32 << 20, 64 << 20, 128 << 20]

@@ -116,6 +116,13 @@ def test_tune_quick_records_the_held_out_check_in_the_profile(tmp_path):
     assert str(out) in got.stdout
 
 
+def fake_check_result(points, geomean, ci):
+    """What ``tune.held_out_check`` returns, for ``points`` judged as given."""
+    return {"points": points, "config": {"seed": 5, "repeats": 2, "min_size": 4096, "max_size": 4096},
+            "summary": {"geomean": geomean, "geomean_ci": ci, "lowest": [], "below_0_90": 1},
+            "elapsed_seconds": 0.1, "load_before": None, "load_after": None}
+
+
 def test_tune_drops_a_band_the_held_out_check_contradicts(monkeypatch):
     size = 4096
     inc = tune.builtin_choices([size]).kernel("private", "page_aligned", size)
@@ -135,9 +142,7 @@ def test_tune_drops_a_band_the_held_out_check_contradicts(monkeypatch):
         checked["band"] = [b["kernel"] for b in profile["regions"]["private"]["page_aligned"] if b["from"] == size]
         pts = [{"size": 5000, "offset": 0, "picked": other,
                 "vs_builtin": {"kernel": inc, "ratio": 0.8, "ci": [0.75, 0.85]}}]
-        return {"points": pts, "config": {"seed": 5, "repeats": 2, "min_size": 4096, "max_size": 4096},
-                "summary": {"geomean": 0.8, "geomean_ci": [0.75, 0.85], "lowest": [], "below_0_90": 1},
-                "elapsed_seconds": 0.1, "load_before": None, "load_after": None}
+        return fake_check_result(pts, 0.8, [0.75, 0.85])
 
     monkeypatch.setattr(decide, "decide_bands", bands_with_a_change)
     monkeypatch.setattr(tune, "held_out_check", check_says_it_loses)
@@ -150,6 +155,69 @@ def test_tune_drops_a_band_the_held_out_check_contradicts(monkeypatch):
     assert [(b["from"], b["kernel"]) for b in bands] == [(b["from"], b["kernel"]) for b in want]
     assert profile["provenance"]["check"]["dropped"] == [f"private page_aligned from {size}: {other} -> {inc}"]
     tune.validate_profile(profile)
+    assert _core.active_profile()["source"] == "built-in"
+
+
+def test_tune_drops_a_pool_threshold_the_held_out_check_contradicts(monkeypatch):
+    """A pool threshold measured while the host held the other vCPU back (one thread "won") that
+    the check then finds losing to the built-in plan goes back to the built-in rule, and the
+    profile's check record says so."""
+    size = 4096
+    b = tune.builtin_choices([size])
+    old = b.pool_threshold()
+    # the change: one thread everywhere where the built-in rule splits; or, where it never
+    # splits (one usable CPU), the pool from 256 KiB
+    new, picked = (None, "avx2") if old is not None else (256 << 10, "avx2 x2")
+    at = (old or 0) + (1 << 20)
+
+    def changed_pool(m, bands, builtin):
+        return {"threshold": new, "threads": 0, "why": "forced by the test", "changed": True}
+
+    def check_says_it_loses(profile, sizes, cfg, builtin):
+        assert profile["parallel"]["threshold"] == new  # the check ran on the profile with the change
+        pts = [{"size": at, "offset": 700, "picked": picked, "overlap": False,
+                "vs_builtin_plan": {"variant": "avx2 x2" if old is not None else "avx2", "ratio": 0.62,
+                                    "ci": [0.57, 0.69]}}]
+        return fake_check_result(pts, 0.62, [0.57, 0.69])
+
+    monkeypatch.setattr(decide, "decide_parallel", changed_pool)
+    monkeypatch.setattr(tune, "held_out_check", check_says_it_loses)
+    monkeypatch.setattr(measure, "validation_ratios", lambda *a, **k: {})
+    monkeypatch.setattr(measure, "pool_validation_ratios", lambda *a, **k: [])
+    profile = tune.tune(quick=True, grid=[size], write=False, progress=False)
+    assert profile["parallel"]["threshold"] == old
+    assert profile["parallel"]["why"].startswith("the built-in rule kept: ")
+    assert "lost the held-out check" in profile["parallel"]["why"]
+    assert profile["provenance"]["check"]["dropped"] == [f"parallel threshold: {new} -> the built-in rule"]
+    tune.validate_profile(profile)
+    assert _core.active_profile()["source"] == "built-in"
+
+
+def test_the_held_out_check_times_each_point_on_the_built_in_plan_where_the_profile_differs():
+    """Where the built-in rule splits a copy across the pool and the profile runs it on one
+    thread, each (non-overlapping) point of the check is also judged against the profile's
+    kernel on the pool: ``vs_builtin_plan``, what ``decide.apply_pool_check`` reads."""
+    import dataclasses
+
+    sizes = [256 << 10, 512 << 10]
+    builtin = dataclasses.replace(tune.builtin_choices(sizes), parallel_threshold=64 << 10, threads=2)
+    profile = json.loads(_core.base_profile_json())
+    profile["parallel"] = {"threshold": None, "threads": 0, "why": "one thread: forced by the test"}
+    fastcopy.set_threads(2)
+    try:
+        result = tune.held_out_check(profile, sizes, {"check_points": 4, "check_repeats": 3}, builtin)
+    finally:
+        fastcopy.set_threads(0)
+    forward = [p for p in result["points"] if not p["overlap"]]
+    assert forward, result["points"]
+    for p in result["points"]:
+        assert " x" not in p["picked"], p["picked"]  # the profile never splits
+        if p["overlap"]:
+            assert "vs_builtin_plan" not in p  # overlapping copies never split
+            continue
+        plan = p["vs_builtin_plan"]
+        assert plan["variant"] == p["picked"] + " x2" and plan["variant"] in p["seconds"]
+        assert plan["ci"][0] <= plan["ratio"] <= plan["ci"][1]
     assert _core.active_profile()["source"] == "built-in"
 
 

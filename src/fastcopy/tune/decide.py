@@ -16,6 +16,8 @@ timing, no files, no state: fixed tables give a fixed profile (tests/profile/tes
 - ``apply_parallel_validation``: a changed pool threshold whose plan does not also win off the
   grid, in the sizes where it changes the plan, by more than ``MIN_GAIN`` gives way to the
   built-in rule;
+- ``apply_pool_check``: a changed pool threshold whose plan loses to the built-in plan, beyond
+  the interval, at a point of the held-out check inside the change gives way to the built-in rule;
 - ``decide_nt``: per region, the non-temporal threshold, from the cold measurements;
 - ``profile_body``: the profile's ``regions`` and ``parallel`` (docs/profile-format.md).
 """
@@ -477,6 +479,36 @@ def apply_parallel_validation(parallel: Dict[str, Any], builtin: Builtin,
     return dict(parallel, threshold=old, threads=0, changed=False, validation=list(ratios),
                 why=(f"the built-in rule kept: {plan} from {human_size(change.lo)} lost the validation "
                      f"off the grid at {words}")[:MAX_WHY])
+
+
+def apply_pool_check(parallel: Dict[str, Any], builtin: Builtin,
+                     points: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The pool decision after the held-out check: a pool threshold that changes the built-in plan
+    (``pool_change``) gives way to the built-in rule where the check contradicts it, at a point
+    inside the change (not overlapping: those never split) where the profile ran the change's plan
+    and the built-in plan, forced (the same kernel, split or on one thread), was faster beyond the
+    interval (``vs_builtin_plan``'s upper bound below 1). ``points``: the check's points, each with
+    ``size``, ``offset``, ``picked`` and, where the two plans differ, ``vs_builtin_plan`` =
+    {"variant", "ratio": the built-in plan's median time / the profile's, "ci": [low, high]}.
+    Returns ``parallel`` itself where nothing contradicts it, else the built-in threshold and
+    threads with "check_dropped": the points. A threshold measured while the host held the
+    other vCPU back passes the grid and the validation alike (evidence: tune-check-pool-threshold)."""
+    change = pool_change(parallel, builtin)
+    if change is None:
+        return parallel
+    against = [p for p in points
+               if not p.get("overlap") and change.lo <= p["size"] and (change.hi is None or p["size"] < change.hi)
+               and (" x" in p["picked"]) == change.pool and p.get("vs_builtin_plan")
+               and p["vs_builtin_plan"]["ci"][1] < 1.0]
+    if not against:
+        return parallel
+    words = ", ".join(f"{p['size']} B @ {p['offset']} {p['vs_builtin_plan']['ratio']:.2f}x "
+                      f"[{p['vs_builtin_plan']['ci'][0]:.2f}, {p['vs_builtin_plan']['ci'][1]:.2f}]" for p in against)
+    plan, other = ("the pool", "one thread") if change.pool else ("one thread", "the pool")
+    return dict(parallel, threshold=builtin.pool_threshold(), threads=0, changed=False,
+                check_dropped=[(p["size"], p["offset"], p["vs_builtin_plan"]["ratio"]) for p in against],
+                why=(f"the built-in rule kept: {plan} from {human_size(change.lo)} lost the held-out check "
+                     f"to {other} at {words}")[:MAX_WHY])
 
 
 def settle(m: Dict[str, Any], builtin: Builtin, bands: Dict[str, Any],

@@ -245,7 +245,10 @@ def held_out_check(profile: Dict[str, Any], sizes: Sequence[int], cfg: Dict[str,
     """Runs ``fastcopy.tune.check`` with ``profile`` active at ``measure.CHECK_SEED``'s points
     (sizes within the grid's range), then puts the built-in profile back. Each point gets
     ``vs_builtin``: the profile's speed relative to the built-in band kernel forced (on the pool
-    when the profile's pick is), with its bootstrap interval, for ``decide.apply_check``."""
+    when the profile's pick is), with its bootstrap interval, for ``decide.apply_check``; and
+    where the built-in rule splits a copy the profile runs on one thread, or the other way round,
+    ``vs_builtin_plan``: relative to the profile's kernel forced on the built-in plan, for
+    ``decide.apply_pool_check``."""
     from . import check
 
     lo = min(max(check.MIN_SIZE, sizes[0]), check.MAX_SIZE)
@@ -265,12 +268,22 @@ def held_out_check(profile: Dict[str, Any], sizes: Sequence[int], cfg: Dict[str,
         if name in p["seconds"]:
             r, lo, hi = check.ratio_ci(p["seconds"][check.AUTO], p["seconds"][name], seed=measure.CHECK_SEED + i)
             p["vs_builtin"] = {"kernel": old, "ratio": r, "ci": [lo, hi]}
+        kernel, split = p["picked"].split(" x")[0], " x" in p["picked"]
+        if not p["overlap"] and builtin.uses_pool(p["size"]) != split:
+            plan = [n for n in p["seconds"] if n.startswith(kernel + " x")] if not split else [kernel]
+            if plan and plan[0] in p["seconds"]:
+                r, lo, hi = check.ratio_ci(p["seconds"][check.AUTO], p["seconds"][plan[0]],
+                                           seed=measure.CHECK_SEED + i)
+                p["vs_builtin_plan"] = {"variant": plan[0], "ratio": r, "ci": [lo, hi]}
     return result
 
 
-def check_record(result: Dict[str, Any], dropped: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+def check_record(result: Dict[str, Any], dropped: Sequence[Dict[str, Any]],
+                 pool_dropped: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """The held-out check as the profile's provenance keeps it: seed, points, geometric mean with its
-    interval, the lowest points, the bands it dropped (its figures are those of the profile before)."""
+    interval, the lowest points, the bands it dropped and the pool threshold it dropped
+    (``pool_dropped``: the pool decision before, from ``decide.apply_pool_check``'s input), its
+    figures those of the profile before."""
     s, pts = result["summary"], result["points"]
     return {"seed": result["config"]["seed"], "points": len(pts), "repeats": result["config"]["repeats"],
             "sizes": [result["config"]["min_size"], result["config"]["max_size"]],
@@ -279,7 +292,8 @@ def check_record(result: Dict[str, Any], dropped: Sequence[Dict[str, Any]]) -> D
                         [round(x, 4) for x in pts[i]["ci"]]] for i in s["lowest"]],
             "below_0_90": s["below_0_90"], "seconds": round(result["elapsed_seconds"], 1),
             "load": [result["load_before"], result["load_after"]],
-            "dropped": [f"{c['region']} {c['class']} from {c['from']}: {c['new']} -> {c['builtin']}" for c in dropped]}
+            "dropped": [f"{c['region']} {c['class']} from {c['from']}: {c['new']} -> {c['builtin']}" for c in dropped]
+            + ([f"parallel threshold: {pool_dropped['threshold']} -> the built-in rule"] if pool_dropped else [])}
 
 
 def check_words(rec: Dict[str, Any]) -> str:
@@ -289,7 +303,7 @@ def check_words(rec: Dict[str, Any]) -> str:
     drop = "; ".join(rec["dropped"]) or "none"
     return (f"held-out check (seed {rec['seed']}, {rec['points']} points {rec['sizes'][0]} B to {rec['sizes'][1]} B, "
             f"{rec['seconds']} s): geometric mean {rec['geomean']:.3f} [{lo:.3f}, {hi:.3f}] of the best other "
-            f"variant; lowest {low}; bands dropped: {drop}")
+            f"variant; lowest {low}; dropped: {drop}")
 
 
 # ----------------------------------------------------------------------------- entry points
@@ -371,10 +385,13 @@ def _tune(quick: bool, output: Optional[str], grid: Optional[Sequence[int]], rep
     validate_profile(profile)
     checked = held_out_check(profile, sizes, cfg, builtin)
     dropped = decide.apply_check(d["bands"], checked["points"])
-    if dropped:
-        d["body"] = decide.profile_body(m, d["bands"], d["nt"], d["parallel"], builtin)
+    pool = decide.apply_pool_check(d["parallel"], builtin, checked["points"])
+    pool_dropped = d["parallel"] if pool is not d["parallel"] else None
+    if dropped or pool_dropped:
+        # the NT thresholds follow the pool's rule (decide_nt)
+        d = decide.finish(m, builtin, d["bands"], d["report"], pool)
         profile = build_profile(m, d["body"], command, note)
-    profile["provenance"]["check"] = check_record(checked, dropped)
+    profile["provenance"]["check"] = check_record(checked, dropped, pool_dropped)
     validate_profile(profile)
     if verbose:
         for words in profile.get("notes", []):
