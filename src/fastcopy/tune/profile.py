@@ -272,9 +272,9 @@ def held_out_check(profile: Dict[str, Any], sizes: Sequence[int], cfg: Dict[str,
         if not p["overlap"] and builtin.uses_pool(p["size"]) != split:
             plan = [n for n in p["seconds"] if n.startswith(kernel + " x")] if not split else [kernel]
             if plan and plan[0] in p["seconds"]:
-                r, lo, hi = check.ratio_ci(p["seconds"][check.AUTO], p["seconds"][plan[0]],
-                                           seed=measure.CHECK_SEED + i)
-                p["vs_builtin_plan"] = {"variant": plan[0], "ratio": r, "ci": [lo, hi]}
+                ratio, low, high = check.ratio_ci(p["seconds"][check.AUTO], p["seconds"][plan[0]],
+                                                  seed=measure.CHECK_SEED + i)
+                p["vs_builtin_plan"] = {"variant": plan[0], "ratio": ratio, "ci": [low, high]}
     return result
 
 
