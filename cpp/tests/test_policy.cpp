@@ -840,6 +840,14 @@ void private_copy_mode_checks() {
         // (evidence: store-modes-first-write).
         const std::size_t big = std::size_t(20) << 20;
         static const double ramp_20mib[] = {22, 28, 33};
+        // The mode's next copy replaces the page-faulted first copy's rate instead of moving it.
+        StoreModeLearner r(policy::kPrivateCopyRule);
+        r.record(big, r.streaming(big, true), double(big) / 1e9);
+        r.record(big, r.streaming(big, true), double(big) / 19e9);
+        const double second = r.state(r.class_of(big)).rate[1];
+        check(second > 18.9e9 && second < 19.1e9, w,
+              "first streamed copy page-faulted: the streaming rate after the next copy is " +
+                  std::to_string(second / 1e9) + " GB/s (want that copy's 19)");
         // Cold from the start (cached 13, streamed 19): streaming stores stay the mode, or come
         // back within a few copies of a trial of cached ones.
         StoreModeLearner c(policy::kPrivateCopyRule);
