@@ -141,9 +141,8 @@ def test_slow_subscriber_in_drop_mode_counts_every_loss(pair, elements, n, capac
     rest exactly: received + lost == published, no torn message. It starts reading only once
     its Zenoh session has delivered every message: a second subscriber of the same session
     (which Zenoh hands each sample right after or before it) has read a last one, sent after
-    them. Zenoh may drop messages even in block mode (it closes a link whose sends stay blocked
-    for its wait_before_close); the witness then counts them lost too, and messages go on until
-    it has read one from n on."""
+    them. Zenoh may lose messages even in block mode (docs/net.md); the witness then counts
+    them lost too, and messages go on until it has read one from n on."""
     import threading
 
     import fastcopy.net as net
