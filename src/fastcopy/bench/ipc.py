@@ -129,7 +129,8 @@ class _Parent:
         self.capacity = capacity
         # Transports whose setup failed here (installed but unusable): skipped with the reason.
         self.failed: Dict[str, str] = {}
-        for key in dict.fromkeys(TRANSPORTS[t].resource for t in transports if TRANSPORTS[t].resource):
+        resources = [r for r in (TRANSPORTS[t].resource for t in transports) if r]
+        for key in dict.fromkeys(resources):
             try:
                 self.ends.extra[key], made[key] = RESOURCES[key].make(ctx, tag, max_size)
             except Exception as e:  # a broken install must not end the whole benchmark

@@ -367,10 +367,19 @@ NET_TRANSPORTS = (("net", "zenoh", "eclipse-zenoh (the fastcopy[net] extra)",
                    "plain Zenoh: put(arr.tobytes()); np.frombuffer(payload.to_bytes()).reshape (tcp/127.0.0.1)"),
                   ("zmq_pubsub", "zmq", "pyzmq",
                    "pyzmq XPUB/SUB over tcp://127.0.0.1, copy=False, no-drop, np.frombuffer of the frame"))
+
+
+def _net_recv(key: str) -> Callable[[Any, Any], Any]:
+    return lambda e, buf: e.extra[key].recv()
+
+
+def _net_send(key: str) -> Callable[[Any, Any], Any]:
+    return lambda e, m: e.extra[key].send(m)
+
+
 for _name, _module, _pip, _words in NET_TRANSPORTS:
     RESOURCES[_name] = _net_resource(_name)
-    _ALL.append(Transport(_name, _words, lambda e, buf, k=_name: e.extra[k].recv(),
-                          lambda e, m, k=_name: e.extra[k].send(m), resource=_name, package=(_module, _pip),
-                          array_ack=True, default=False))
+    _ALL.append(Transport(_name, _words, _net_recv(_name), _net_send(_name), resource=_name,
+                          package=(_module, _pip), array_ack=True, default=False))
 TRANSPORTS: Dict[str, Transport] = {t.name: t for t in _ALL}
 DEFAULT_TRANSPORTS = tuple(t.name for t in _ALL if t.default)

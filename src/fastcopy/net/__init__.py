@@ -421,11 +421,11 @@ class Subscriber:
         while True:
             try:
                 part = take(self._take(deadline, timeout))
-                if type(part) is tuple:  # a whole message: (source, seq, array)
+                if isinstance(part, tuple):  # a whole message: (source, seq, array)
                     if assembling:
                         self._drop_assembly(part[0])  # unfinished: lost
                     return part[0], part[1], part[2], False
-                if type(part) is Head:
+                if isinstance(part, Head):
                     self._start_assembly(part)
                     continue
             except WireError:

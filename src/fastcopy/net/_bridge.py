@@ -33,7 +33,7 @@ class Bridge:
         self._stop = threading.Event()
         self.session = open_session(listen, connect)
         if direction == "out":
-            self._local = shm.Topic.subscribe(topic)
+            self._local: Any = shm.Topic.subscribe(topic)
             self._remote: Any = Publisher(key, self.session, overflow=overflow)
         elif direction == "into":
             if slot_bytes <= 0:

@@ -192,7 +192,7 @@ def _checked(buf: bytes) -> "Tuple[Any, ...] | Piece":
 def read(buf: bytes) -> "Head | Piece":
     """The head or piece ``buf`` holds; WireError for anything but a valid one."""
     got = _checked(buf)
-    if type(got) is Piece:
+    if isinstance(got, Piece):
         return got
     kind, source, seq, dt, shape, order, nbytes, count, off = got
     return Head(source, seq, dt, shape, order, nbytes, count, buf, off, kind == _WHOLE)
@@ -210,7 +210,7 @@ def take(buf: bytes) -> "Tuple[int, int, np.ndarray] | Head | Piece":
     if whole is not None:
         return whole
     got = _checked(buf)
-    if type(got) is Piece:
+    if isinstance(got, Piece):
         return got
     kind, source, seq, dt, shape, order, nbytes, count, off = got
     if kind != _WHOLE:
@@ -222,7 +222,7 @@ def _array(buf: bytes, dt: np.dtype, count: int, off: int, shape: Tuple[int, ...
     """The read-only array over ``buf[off:]``."""
     arr = np.frombuffer(buf, dtype=dt, count=count, offset=off)
     if len(shape) != 1:
-        arr = arr.reshape(shape, order=order)
+        arr = arr.reshape(shape, order="F" if order == "F" else "C")
     if type(buf) is not bytes and arr.flags.writeable:  # a bytearray or other writable buffer
         arr.flags.writeable = False
     return arr
@@ -290,4 +290,4 @@ class Assembly:
             return self.target
         h = self.head
         arr = self.buf.view(h.dtype)
-        return arr.reshape(h.shape, order=h.order) if len(h.shape) != 1 else arr
+        return arr.reshape(h.shape, order="F" if h.order == "F" else "C") if len(h.shape) != 1 else arr

@@ -76,7 +76,11 @@ def fastcopy_net(size: int, count: int) -> float:
         arr = np.ones(size, np.uint8)
         sub._next.clear()
         t0 = time.perf_counter()
-        th = threading.Thread(target=lambda: [pub.send(arr) for _ in range(count)])
+        def send() -> None:
+            for _ in range(count):
+                pub.send(arr)
+
+        th = threading.Thread(target=send)
         th.start()
         for _ in range(count):
             sub.recv_view(timeout=20)
@@ -102,7 +106,12 @@ def zenoh_plain(size: int, count: int, settings: Optional[Dict[str, Any]] = None
         zpub = a.declare_publisher("bench/plain", congestion_control=_congestion("block"))
         zsub = b.declare_subscriber("bench/plain", zenoh.handlers.FifoChannel(8))
         got: List[Any] = []
-        _wait(lambda: zpub.put(b"x"), lambda: got.append(zsub.try_recv()) or sum(g is not None for g in got))
+
+        def received() -> int:
+            got.append(zsub.try_recv())
+            return sum(g is not None for g in got)
+
+        _wait(lambda: zpub.put(b"x"), received)
         time.sleep(0.1)
         while zsub.try_recv() is not None:
             pass
@@ -144,7 +153,7 @@ def pyzmq(size: int, count: int) -> float:
 
         def send() -> None:
             for _ in range(count):
-                pub.send(arr, copy=False)
+                pub.send(arr, copy=False)  # type: ignore[call-overload]  # an ndarray is a Buffer at run time
             done.set()
 
         t0 = time.perf_counter()
@@ -194,6 +203,10 @@ class IpcEnds:
     def __init__(self, kind: str, port: int, role: str, recv_timeout: float = RECV_TIMEOUT_S) -> None:
         self.kind, self.role, self._matched = kind, role, False
         self.recv_timeout = recv_timeout
+        # pyzmq sockets, fastcopy.net's ends or plain Zenoh's, by kind
+        self.pub: Any
+        self.sub: Any
+        self._zpub: Any
         out_key, in_key = ("bench/fwd", "bench/back") if role == "parent" else ("bench/back", "bench/fwd")
         if kind == "zmq_pubsub":
             import zmq

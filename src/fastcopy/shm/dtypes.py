@@ -104,8 +104,8 @@ def _decode_dtype(obj: Any) -> np.dtype:
                 and isinstance(itemsize, int) and 0 <= itemsize < 2**31 and isinstance(aligned, bool)
                 and (titles is None or (isinstance(titles, list) and len(titles) == len(names)))):
             raise ValueError("bad structured dtype")
-        spec = {"names": names, "formats": [_decode_dtype(f) for f in formats], "offsets": offsets,
-                "itemsize": itemsize}
+        spec: Any = {"names": names, "formats": [_decode_dtype(f) for f in formats],
+                                "offsets": offsets, "itemsize": itemsize}
         if titles is not None:
             spec["titles"] = titles
         return np.dtype(spec, align=aligned)
@@ -124,17 +124,20 @@ def _same_dtype(a: np.dtype, b: np.dtype) -> bool:
     if (type(a), a.type, a.str, a.itemsize, a.alignment, a.flags, a.isalignedstruct) != (
             type(b), b.type, b.str, b.itemsize, b.alignment, b.flags, b.isalignedstruct):
         return False
-    if (a.metadata is None) != (b.metadata is None) or (a.metadata is not None and dict(a.metadata) != dict(b.metadata)):
+    ma, mb = a.metadata, b.metadata
+    if (ma is None) != (mb is None) or (ma is not None and mb is not None and dict(ma) != dict(mb)):
         return False
-    if (a.subdtype is None) != (b.subdtype is None) or (a.names is None) != (b.names is None):
+    sa, sb = a.subdtype, b.subdtype
+    if (sa is None) != (sb is None) or (a.names is None) != (b.names is None):
         return False
-    if a.subdtype is not None and (a.subdtype[1] != b.subdtype[1] or not _same_dtype(a.subdtype[0], b.subdtype[0])):
+    if sa is not None and sb is not None and (sa[1] != sb[1] or not _same_dtype(sa[0], sb[0])):
         return False
-    if a.names is not None:
+    fields_a, fields_b = a.fields, b.fields
+    if a.names is not None and fields_a is not None and fields_b is not None:
         if a.names != b.names:
             return False
         for n in a.names:
-            fa, fb = a.fields[n], b.fields[n]
+            fa, fb = fields_a[n], fields_b[n]
             if fa[1:] != fb[1:] or not _same_dtype(fa[0], fb[0]):
                 return False
     return True

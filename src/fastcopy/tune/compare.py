@@ -129,7 +129,7 @@ def summarize_groups(measured: List[Dict[str, Any]], shares: Dict[Tuple[str, str
     by_key: Dict[Tuple[str, str, str, str], List[Dict[str, Any]]] = {}
     for p in measured:
         by_key.setdefault(tuple(p["difference"]), []).append(p)  # type: ignore[arg-type]
-    groups = []
+    groups: List[Dict[str, Any]] = []
     for key, pts in sorted(by_key.items(), key=lambda kv: -shares.get(kv[0], 0.0)):
         counts = {v: sum(p["verdict"] == v for p in pts) for v in (TIE, A_FASTER, B_FASTER)}
         groups.append({"difference": list(key), "share": shares.get(key, 0.0), "points": len(pts),

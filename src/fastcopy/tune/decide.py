@@ -457,6 +457,7 @@ def pool_change(parallel: Dict[str, Any], builtin: Builtin) -> Optional[PoolChan
         return None
     if new is not None and (old is None or new < old):
         return PoolChange(new, old, True)
+    assert old is not None  # new is None or above old
     return PoolChange(old, new, False)
 
 

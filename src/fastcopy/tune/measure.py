@@ -253,7 +253,7 @@ def measure(quick: bool = False, grid: Optional[Sequence[int]] = None, repeats: 
             "cpu_distance": system.cpu_distance_record(pair, probes)}
 
 
-def _measure_sizes(sizes: Sequence[int], arena: Arena, l3: int, cfg: Dict[str, float], reps: int, hot_time: float,
+def _measure_sizes(sizes: Sequence[int], arena: Arena, l3: int, cfg: Dict[str, Any], reps: int, hot_time: float,
                    repeats: Optional[int], plain: List[str], streaming: List[str],
                    kernels: Dict[str, Callable[[Any, Any], Any]],
                    pooled: Dict[Tuple[str, int], Callable[[Any, Any], Any]], cells: Dict[str, Any],

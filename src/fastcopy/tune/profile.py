@@ -266,8 +266,8 @@ def held_out_check(profile: Dict[str, Any], sizes: Sequence[int], cfg: Dict[str,
         suffix = p["picked"][len(p["picked"].split(" x")[0]):]
         name = old + suffix if old + suffix in p["seconds"] else old
         if name in p["seconds"]:
-            r, lo, hi = check.ratio_ci(p["seconds"][check.AUTO], p["seconds"][name], seed=measure.CHECK_SEED + i)
-            p["vs_builtin"] = {"kernel": old, "ratio": r, "ci": [lo, hi]}
+            r, r_lo, r_hi = check.ratio_ci(p["seconds"][check.AUTO], p["seconds"][name], seed=measure.CHECK_SEED + i)
+            p["vs_builtin"] = {"kernel": old, "ratio": r, "ci": [r_lo, r_hi]}
         kernel, split = p["picked"].split(" x")[0], " x" in p["picked"]
         if not p["overlap"] and builtin.uses_pool(p["size"]) != split:
             plan = [n for n in p["seconds"] if n.startswith(kernel + " x")] if not split else [kernel]
