@@ -23,8 +23,7 @@ bool StoreModeLearner::streaming(std::size_t n, bool start_streaming) {
     if (!s.started) {
         s.started = true;
         s.current_streaming = start_streaming;
-        if (start_streaming && rule_.explore_first_while_streaming > s.explore_every)
-            s.explore_every = rule_.explore_first_while_streaming;
+        s.explore_every = first_explore(start_streaming);
     }
     // No trial while the last one awaits its judgement (judge_after), nor while the current
     // mode's rate comes from the class's first write alone (a trial would be judged against it).
@@ -120,10 +119,14 @@ void StoreModeLearner::fold_rate(ClassState& s, int mode, double rate) const {
     s.first_write_rate[mode] = false;
 }
 
+unsigned StoreModeLearner::first_explore(bool streaming) const {
+    return streaming ? std::max(rule_.explore_min, rule_.explore_first_while_streaming) : rule_.explore_min;
+}
+
 void StoreModeLearner::switch_to(ClassState& s, bool streaming) const {
     s.current_streaming = streaming;
     s.slow_streak = 0;
-    s.explore_every = rule_.explore_min;
+    s.explore_every = first_explore(streaming);
     s.since_trial = 0;
     ++s.switches;
 }

@@ -71,7 +71,7 @@ struct StoreModeRule {
     // mode 0 cannot see the other mode get faster without trying it keeps this short.
     unsigned explore_max_while_cached = 0;
     // The writes before the first trial of a class that starts in mode 1 (streaming stores; for
-    // the split rule, split), when longer than explore_min (0: explore_min).
+    // the split rule, split) or switches to it, when longer than explore_min (0: explore_min).
     unsigned explore_first_while_streaming = 0;
 };
 
@@ -98,11 +98,15 @@ constexpr StoreModeRule kSharedWriteRule = {
 // Private copies; the figures behind each part are in the evidence (evidence:
 // policy-private-store-modes). At 4 MiB and more one copy takes long enough that single timings are steady and small
 // margins do not alternate on noise.
-// - The first trial comes after 1 copy, so a cold workload streams from its seventh copy.
+// - The first trial comes after the second copy (the first one's rate alone starts none), so a
+//   cold workload streams from its ninth copy.
 // - A class that starts streaming (the NT rule streams its first copy) waits 16 copies for its
 //   first trial of cached stores, as long as after a lost trial: the rule's threshold already
 //   says where cached stores lose, and in a cold loop a trial costs four copies at 0.65-0.8x the
-//   streaming rate (evidence: private-first-cached-trial).
+//   streaming rate (evidence: private-first-cached-trial). So does a class that has just
+//   switched to streaming stores: the switch itself says the loop runs cold, and a trial right
+//   after it cost four cold copies at the start of every cold loop of 4-16 MiB (evidence:
+//   private-cached-trial-after-switch).
 // - A trial of streaming stores is two copies, the second one timed; a trial of cached stores
 //   four, the fourth timed: after streamed copies, which evict the destination, a hot loop's
 //   cached copies take three copies to run at the loop's rate again (evidence:
@@ -206,7 +210,10 @@ private:
     void fold_rate(ClassState& s, int mode, double rate) const;
     // The longest trial interval while the class runs `streaming` (explore_max_while_cached).
     unsigned explore_cap(bool streaming) const;
-    // Makes `streaming` the mode, trials starting again from explore_min.
+    // The trial interval of a class that starts in or switches to `streaming`: explore_min, or
+    // explore_first_while_streaming for streaming stores.
+    unsigned first_explore(bool streaming) const;
+    // Makes `streaming` the mode, trials starting again from first_explore(streaming).
     void switch_to(ClassState& s, bool streaming) const;
     // A trial ends: the tried mode takes over when it won, else the next trial waits longer.
     void end_trial(ClassState& s, bool tried_streaming, bool won) const;

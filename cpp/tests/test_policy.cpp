@@ -660,8 +660,16 @@ void private_copy_mode_checks() {
             check(!copy(m, 16.5, 20) && !m.state(cls).current_streaming, w,
                   "cold: the trial was judged against cached copy " + std::to_string(k) + " after it");
         check(!copy(m, 16.5, 20) && m.state(cls).current_streaming, w, "cold: the faster trial was not adopted");
+        // Streaming stores have just won: the first trial of cached stores waits
+        // explore_first_while_streaming copies, as in a class that starts streaming.
+        const unsigned wait = policy::kPrivateCopyRule.explore_first_while_streaming;
+        for (unsigned k = 1; k < wait; ++k)
+            check(copy(m, 16.5, 20), w, "cold: copy " + std::to_string(k) + " after the switch to streaming stores "
+                                        "was a cached trial (want none before copy " + std::to_string(wait) + ")");
+        check(!copy(m, 16.5, 20), w, "cold: no trial of cached stores at copy " + std::to_string(wait) +
+                                         " after the switch to streaming stores");
         const int st = count_streaming(m, 1000, 16.5, 20);
-        // Trials of cached stores (4 copies) after 2, 16, 128 and 1024 copies: 16 in 1000.
+        // Trials of cached stores (4 copies) after 16, 128 and 1024 copies: 12 in 1000.
         check(st >= 980, w, "cold: " + std::to_string(st) + " of 1000 copies streamed (want >= 980)");
         // The program turns to copying the same buffers (hot): a trial of cached stores finds it.
         int until = -1;
@@ -754,8 +762,8 @@ void private_copy_mode_checks() {
               "fresh memory: " + std::to_string(m.state(cls).switches) + " switches, cached stores current after " +
                   std::to_string(until) + " copies (want no switch)");
         // Judged at once against the slow early copies, the trial would win; a cached trial
-        // then brings the loop back (trials of cached stores run however far ahead streaming
-        // looks).
+        // then brings the loop back, explore_first_while_streaming copies after the switch
+        // (trials of cached stores run however far ahead streaming looks).
         policy::StoreModeRule at_once = policy::kPrivateCopyRule;
         at_once.judge_after = 0;
         StoreModeLearner e(at_once);
@@ -768,9 +776,11 @@ void private_copy_mode_checks() {
             since = st ? 0 : since + 1;
             if (i > 4 && !e.state(cls).current_streaming) until = i;
         }
-        check(e.state(cls).switches >= 1 && until >= 0 && until <= 12, w,
+        const int back_within = int(at_once.explore_first_while_streaming) + 8;
+        check(e.state(cls).switches >= 1 && until >= 0 && until <= back_within, w,
               "judged at once: " + std::to_string(e.state(cls).switches) + " switches, cached back after " +
-                  std::to_string(until) + " copies (want a switch, and cached back within 12)");
+                  std::to_string(until) + " copies (want a switch, and cached back within " +
+                  std::to_string(back_within) + ")");
     }
     {
         // A cold workload where streaming wins by 1.15x, the least the evidence shows: adopted.

@@ -231,7 +231,7 @@ def format_info(data: Dict[str, Any], verbose: bool = False) -> str:
         r = learned["rule"]
         lines.append(f"  learned store modes: the other mode is tried ({r['streaming_trial_copies']} copies of "
                      f"streaming stores or {r['cached_trial_copies']} of cached ones, the last one timed) after {r['explore_min']} copies "
-                     f"({r['explore_first_while_streaming']} in a size class that starts streaming), then {r['explore_growth']}x less often after each loss (up to every "
+                     f"({r['explore_first_while_streaming']} in a size class that starts or switches to streaming), then {r['explore_growth']}x less often after each loss (up to every "
                      f"{r['explore_max']}), and takes "
                      f"over when {r['to_streaming_margin']:g}x faster (streaming) or {r['to_cached_margin']:g}x "
                      f"(cached); the current one leaves after {r['slow_to_leave']} slow copies in a row; streaming "

@@ -252,7 +252,7 @@ def test_info_says_what_was_learned():
     text = format_info(data, verbose=True)
     assert "learned store modes" in text and "1-2 MiB:" in text, text
     first = learned["rule"]["explore_first_while_streaming"]
-    assert f"({first} in a size class that starts streaming)" in text, text
+    assert f"({first} in a size class that starts or switches to streaming)" in text, text
     summary = format_info(data)
     assert "whichever ran faster lately" in summary
 
