@@ -104,8 +104,8 @@ def _decode_dtype(obj: Any) -> np.dtype:
                 and isinstance(itemsize, int) and 0 <= itemsize < 2**31 and isinstance(aligned, bool)
                 and (titles is None or (isinstance(titles, list) and len(titles) == len(names)))):
             raise ValueError("bad structured dtype")
-        spec: Any = {"names": names, "formats": [_decode_dtype(f) for f in formats],
-                                "offsets": offsets, "itemsize": itemsize}
+        spec: Any = {"names": names, "formats": [_decode_dtype(f) for f in formats], "offsets": offsets,
+                     "itemsize": itemsize}
         if titles is not None:
             spec["titles"] = titles
         return np.dtype(spec, align=aligned)
