@@ -30,10 +30,12 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
-def _session(zenoh, listen=(), connect=()):
+def _session(zenoh, listen=(), connect=(), shm=True):
     conf = zenoh.Config()
     conf.insert_json5("mode", '"peer"')
     conf.insert_json5("scouting/multicast/enabled", "false")
+    if not shm:
+        conf.insert_json5("transport/shared_memory/enabled", "false")
     if listen:
         conf.insert_json5("listen/endpoints", json.dumps(list(listen)))
     if connect:
@@ -52,11 +54,11 @@ def _take(sub, seconds: float):
     return None
 
 
-def one(zenoh, settle: float) -> str:
+def one(zenoh, settle: float, shm: bool = True) -> str:
     """'' when every message arrived in order, else what went wrong."""
     ep = f"tcp/127.0.0.1:{_port()}"
-    a = _session(zenoh, listen=[ep])
-    b = _session(zenoh, connect=[ep])
+    a = _session(zenoh, listen=[ep], shm=shm)
+    b = _session(zenoh, connect=[ep], shm=shm)
     pub = a.declare_publisher("loss/x", congestion_control=zenoh.CongestionControl.BLOCK)
     sub = b.declare_subscriber("loss/x", zenoh.handlers.FifoChannel(8))
     try:
@@ -98,18 +100,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--iterations", type=int, default=1000)
     ap.add_argument("--settle", type=float, default=0.0, help="seconds between the first probe and the marker")
+    ap.add_argument("--zenoh-shm", choices=("on", "off"), default="on",
+                    help="Zenoh's shared-memory transport between peers of one host (on: Zenoh's default)")
     args = ap.parse_args()
     import zenoh
 
     failed = 0
     for i in range(args.iterations):
-        why = one(zenoh, args.settle)
+        why = one(zenoh, args.settle, args.zenoh_shm == "on")
         if why:
             failed += 1
             print(f"iteration {i}: {why}", flush=True)
     from importlib.metadata import version
 
-    print(f"eclipse-zenoh {version('eclipse-zenoh')}, settle {args.settle:g} s: {failed} of {args.iterations} "
+    print(f"eclipse-zenoh {version('eclipse-zenoh')}, settle {args.settle:g} s, shared memory {args.zenoh_shm}: {failed} of {args.iterations} "
           "iterations lost a block-mode message", flush=True)
 
 

@@ -4,6 +4,7 @@ benchmark (rows exist, values positive and finite; no timed assertions)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 
 import pytest
@@ -78,3 +79,65 @@ def test_a_receive_from_a_silent_peer_ends_in_timeout_error(tmp_path, kind):
     assert proc.stdout.startswith("timeout after"), explain(proc)
     if kind != "net":  # the Subscriber's own TimeoutError has its own words
         assert "no message from the peer within 0.5 s" in proc.stdout, explain(proc)
+
+
+@pytest.mark.parametrize("path_name", ["network", "host"])
+def test_the_network_path_keeps_payloads_out_of_zenohs_shared_memory(tmp_path, path_name):
+    """On the network path (the default) Zenoh's peers on this host pass 64 KiB arrays through
+    TCP, as between hosts: the process maps no Zenoh shared-memory segment; on the host path
+    (Zenoh's defaults) it maps one. In a child process, so no other test's segment counts."""
+    from _child import explain, run_script
+
+    proc = run_script(tmp_path, """
+        import sys
+        import numpy as np
+        from fastcopy.net import Publisher, Subscriber, bench
+        bench.path = sys.argv[1]
+        a, b = bench._zenoh_pair(bench._port())
+        pub, sub = Publisher("fastcopy/test/path", a), Subscriber("fastcopy/test/path", b)
+        try:
+            bench._wait(lambda: pub.send(np.zeros(1, np.uint8)), lambda: bench._drained(sub))
+            for k in range(3):
+                pub.send(np.full(65536, k, np.uint8))
+                assert (sub.recv(timeout=20) == k).all()
+            with open("/proc/self/maps") as f:
+                print("shared memory" if ".zenoh" in f.read() else "no shared memory")
+        finally:
+            sub.close()
+            pub.close()
+            a.close()
+            b.close()
+    """, path_name, timeout=60)
+    assert proc.returncode == 0, explain(proc)
+    want = "no shared memory" if path_name == "network" else "shared memory"
+    assert proc.stdout.strip().splitlines()[-1] == want, explain(proc)
+
+
+def test_plain_zenoh_rows_open_with_zenohs_own_defaults():
+    """The zenoh_plain rows measure what a program that opens Zenoh with its defaults gets:
+    their sessions leave the settings that fastcopy.net's sessions change at Zenoh's values;
+    fastcopy.net's rows keep them."""
+    import zenoh
+
+    from fastcopy.net import SESSION_SETTINGS, bench, session_config
+
+    defaults = zenoh.Config()
+    plain = session_config(settings=bench.zenoh_settings(zenoh_defaults=True))
+    ours = session_config(settings=bench.zenoh_settings())
+    assert SESSION_SETTINGS
+    for key, value in SESSION_SETTINGS.items():
+        assert plain.get_json(key) == defaults.get_json(key), key
+        assert json.loads(ours.get_json(key)) == value, key
+    assert json.loads(ours.get_json("transport/shared_memory/enabled")) is False
+
+
+def test_net_path_needs_ipc(tmp_path):
+    from _child import explain, run_script
+
+    proc = run_script(tmp_path, """
+        import sys
+        from fastcopy.__main__ import main
+        sys.exit(main(["bench", "--net-path", "host", "--sizes", "4K", "--repeats", "1"]))
+    """)
+    assert proc.returncode == 2, explain(proc)
+    assert "--net-path" in proc.stderr and "--ipc" in proc.stderr, explain(proc)

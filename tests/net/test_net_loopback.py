@@ -409,3 +409,20 @@ sub.close()
     assert proc.returncode == 0, explain(proc)
     words = proc.stdout.split()
     assert words[0] == "interrupted" and 0.4 <= float(words[1]) < 5, explain(proc)
+
+
+def test_sessions_start_from_session_settings_and_settings_go_on_top():
+    """open_session's configuration carries fastcopy.net.SESSION_SETTINGS (values Zenoh's
+    defaults do not have), and a caller's settings override them."""
+    import json
+
+    import zenoh
+
+    import fastcopy.net as net
+
+    defaults = zenoh.Config()
+    conf = net.session_config()
+    for key, value in net.SESSION_SETTINGS.items():
+        assert json.loads(conf.get_json(key)) == value != json.loads(defaults.get_json(key)), key
+    key = next(iter(net.SESSION_SETTINGS))
+    assert json.loads(net.session_config(settings={key: 4}).get_json(key)) == 4

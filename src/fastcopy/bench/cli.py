@@ -131,6 +131,11 @@ def add_bench_parser(sub: Any) -> argparse.ArgumentParser:
                         "fastcopy.net, zenoh_plain: Zenoh put of tobytes, zmq_pubsub: pyzmq PUB/SUB copy=False), "
                         "then the bridge fan-out rows (one Bridge.into feeding 1 and 3 local Topic subscribers); "
                         "needs the net extra (eclipse-zenoh) and pyzmq")
+    p.add_argument("--net-path", choices=("network", "host"), default="network",
+                   help="--ipc --net: how Zenoh carries the payloads between the benchmark's peers: network "
+                        "(default): its shared-memory transport off, every payload through TCP as between hosts; "
+                        "host: Zenoh's defaults, payloads of 3 KiB and more through its shared memory, as between "
+                        "peers of one host")
     p.add_argument("--cache", choices=list(engine.CACHE_MODES), default="hot",
                    help="hot: the same buffers every iteration (default); cold: each copy reads a different source "
                         "from a rotation of buffers holding at least twice the L3, so the source is not cached")
@@ -215,6 +220,8 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: List[st
         p.error("argument --view-fill: applies only to --ipc")
     if args.net and not args.ipc:
         p.error("argument --net: applies only to --ipc")
+    if args.net_path != "network" and not args.ipc:
+        p.error("argument --net-path: applies only to --ipc (its net transports)")
     if args.loader:
         from .loader import run_cli as run_loader
 
@@ -360,15 +367,28 @@ def _ipc(p: argparse.ArgumentParser, args: argparse.Namespace, argv: List[str]) 
                         f"(the net extra) or pip install {pip.split()[0]}")
         names = kwargs.get("transports", list(DEFAULT_TRANSPORTS))
         kwargs["transports"] = names + [n for n, *_ in NET_TRANSPORTS if n not in names]
+    from .ipc_transports import NET_TRANSPORTS as _NET
+
+    zenoh_rows = [n for n, module, *_ in _NET if module == "zenoh" and n in kwargs.get("transports", [])]
+    net_named = bool(zenoh_rows)
+    if net_named:
+        from ..net import bench as net_bench
+
+        net_bench.path = args.net_path
     try:
         results = run_ipc_bench(**kwargs)
     except ValueError as e:
         p.error(f"argument --{'variants' if 'transport' in str(e) else 'ipc'}: {e}")
     print(format_ipc_table(results))
+    if net_named:
+        print(f"{', '.join(zenoh_rows)}: {net_bench.path_note()}")
     fanout = _net_fanout(kwargs) if args.net else None
     if args.json:
         doc = system.metadata([sys.executable, "-m", "fastcopy"] + argv)
-        doc.update({"kind": "ipc", "config": {k: v for k, v in kwargs.items()}, "ipc": results,
+        config = {k: v for k, v in kwargs.items()}
+        if net_named:
+            config["net_path"] = args.net_path
+        doc.update({"kind": "ipc", "config": config, "ipc": results,
                     "results": results.get("rows", []) if isinstance(results, dict) else list(results)})
         if fanout is not None:
             doc["net_fanout"] = fanout

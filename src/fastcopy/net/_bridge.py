@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Any, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 
@@ -16,11 +16,13 @@ class Bridge:
     the local publisher closes; counters: ``forwarded``, ``lost``, ``rejected``, ``too_big``,
     ``in_place`` (messages in pieces that ``into`` assembled straight in a slot of the local
     Topic, a loan: one copy fewer than assembling them apart and sending; ``in_place=False``
-    turns that off) (evidence: net-bridge-in-place)."""
+    turns that off) (evidence: net-bridge-in-place). ``settings``: further Zenoh configuration
+    of the bridge's session, as open_session takes it."""
 
     def __init__(self, direction: str, topic: str, key: str, *, listen: Sequence[str] = (),
                  connect: Sequence[str] = (), overflow: str = "block", slot_bytes: int = 0,
-                 slots: Optional[int] = None, log: Any = None, in_place: bool = True) -> None:
+                 slots: Optional[int] = None, log: Any = None, in_place: bool = True,
+                 settings: Optional[Dict[str, Any]] = None) -> None:
         from . import Publisher, Subscriber, open_session
         from .. import shm
 
@@ -31,7 +33,7 @@ class Bridge:
         self.forwarded = self.lost = self.rejected = self.too_big = self.in_place = 0
         self._loan: Any = None  # into: the local Topic's loan that a message in pieces fills
         self._stop = threading.Event()
-        self.session = open_session(listen, connect)
+        self.session = open_session(listen, connect, settings=settings)
         if direction == "out":
             self._local: Any = shm.Topic.subscribe(topic)
             self._remote: Any = Publisher(key, self.session, overflow=overflow)

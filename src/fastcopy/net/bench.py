@@ -3,7 +3,8 @@
 Entry point: :func:`run` (``python -m fastcopy.net.bench``) prints, per size, the median
 throughput of each transport and the ratios. Each transport is a function
 ``(size_bytes, count) -> seconds`` for moving ``count`` arrays of ``size_bytes`` from a publisher
-to a subscriber in this process over tcp/127.0.0.1, received as ndarrays; :data:`TRANSPORTS`
+to a subscriber in this process over tcp/127.0.0.1, received as ndarrays (Zenoh's on the path
+that :data:`path` names, :data:`PATHS`: by default the network path); :data:`TRANSPORTS`
 maps names to them (the ones whose package is missing are left out, with the reason, by
 :func:`available`).
 
@@ -13,6 +14,7 @@ Topic subscribers, the throughput of each (``python -m fastcopy bench --ipc --ne
 """
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import socket
@@ -34,10 +36,45 @@ def _endpoint(port: int) -> str:
     return f"tcp/127.0.0.1:{port}"
 
 
-def _zenoh_pair(port: int, settings: Optional[Dict[str, Any]] = None) -> Tuple:
+# How Zenoh carries payloads between the benchmark's peers, which share this host. "network":
+# Zenoh's shared-memory transport off, so that every payload goes through TCP as it does
+# between hosts. "host": Zenoh's defaults, under which peers of one host pass payloads of
+# 3 KiB and more through a shared-memory pool (16 MiB) and TCP carries only their descriptors:
+# 2-3x the network path's throughput on loopback (evidence: net-zenoh-paths).
+PATHS: Dict[str, Dict[str, Any]] = {
+    "network": {"transport/shared_memory/enabled": False},
+    "host": {},
+}
+# The path every session of this module takes (``bench --ipc --net --net-path``).
+path = "network"
+
+
+def zenoh_settings(zenoh_defaults: bool = False, path_name: Optional[str] = None) -> Dict[str, Any]:
+    """The settings (open_session's) of a benchmark session on ``path_name`` (default: ``path``);
+    ``zenoh_defaults``: Zenoh's own defaults at the paths that fastcopy.net.SESSION_SETTINGS
+    sets (plain Zenoh's rows: what a program that opens Zenoh with its defaults gets)."""
+    from . import SESSION_SETTINGS, zenoh_module
+
+    out = dict(PATHS[path if path_name is None else path_name])
+    if zenoh_defaults:
+        defaults = zenoh_module().Config()
+        out.update({key: json.loads(defaults.get_json(key)) for key in SESSION_SETTINGS})
+    return out
+
+
+def path_note(path_name: Optional[str] = None) -> str:
+    """What the Zenoh rows measure on ``path_name`` (default: ``path``), in words."""
+    name = path if path_name is None else path_name
+    if name == "network":
+        return "Zenoh's network path: its shared-memory transport off, every payload through TCP as between hosts"
+    return "Zenoh's one-host path: payloads of 3 KiB and more through its shared memory, as between peers of one host"
+
+
+def _zenoh_pair(port: int, settings: Optional[Dict[str, Any]] = None, zenoh_defaults: bool = False) -> Tuple:
     from . import open_session
 
     ep = _endpoint(port)
+    settings = {**zenoh_settings(zenoh_defaults), **(settings or {})}
     a = open_session(listen=[ep], settings=settings)
     b = open_session(connect=[ep], settings=settings)
     return a, b
@@ -72,11 +109,12 @@ def _drained(sub: Any) -> int:
         n += 1
 
 
-def fastcopy_net(size: int, count: int) -> float:
-    """fastcopy.net.Publisher -> Subscriber.recv_view (an ndarray over the received bytes)."""
+def fastcopy_net(size: int, count: int, settings: Optional[Dict[str, Any]] = None) -> float:
+    """fastcopy.net.Publisher -> Subscriber.recv_view (an ndarray over the received bytes);
+    ``settings``: further Zenoh configuration for both sessions (open_session)."""
     from . import Publisher, Subscriber
 
-    a, b = _zenoh_pair(_port())
+    a, b = _zenoh_pair(_port(), settings)
     try:
         pub = Publisher("bench/net", a)
         sub = Subscriber("bench/net", b, capacity=8)
@@ -103,12 +141,13 @@ def fastcopy_net(size: int, count: int) -> float:
 def zenoh_plain(size: int, count: int, settings: Optional[Dict[str, Any]] = None) -> float:
     """Plain Zenoh: put(arr.tobytes()); the subscriber takes each sample from a Zenoh FIFO channel
     of 8 (what Zenoh's default handler is) and makes np.frombuffer(payload.to_bytes()).reshape(shape);
-    ``settings``: Zenoh configuration for both sessions (open_session)."""
+    Zenoh's default configuration on the benchmark's path; ``settings``: further Zenoh
+    configuration for both sessions (open_session)."""
     import zenoh
 
     from . import _congestion
 
-    a, b = _zenoh_pair(_port(), settings)
+    a, b = _zenoh_pair(_port(), settings, zenoh_defaults=True)
     try:
         # Blocking congestion control, as fastcopy.net's default and IpcEnds': with Zenoh's
         # default a message is dropped while the queue is full, and the count is never reached.
@@ -138,25 +177,27 @@ def zenoh_plain(size: int, count: int, settings: Optional[Dict[str, Any]] = None
 
 
 def pyzmq(size: int, count: int) -> float:
-    """pyzmq PUB/SUB over tcp, send(copy=False) of the array, np.frombuffer of the frame."""
+    """pyzmq PUB/SUB over tcp, send(copy=False) of the array, np.frombuffer of the frame. The
+    publisher is an XPUB that waits at its high-water mark (XPUB_NODROP), as IpcEnds' is: a
+    plain PUB drops there, and the receiver would wait for ever for the count."""
     import zmq
 
     ctx = zmq.Context()
-    pub = ctx.socket(zmq.PUB)
+    pub = ctx.socket(zmq.XPUB)
     sub = ctx.socket(zmq.SUB)
     try:
-        port = pub.bind_to_random_port("tcp://127.0.0.1")
+        pub.setsockopt(zmq.XPUB_NODROP, 1)
         pub.setsockopt(zmq.SNDHWM, 8)
         sub.setsockopt(zmq.RCVHWM, 8)
+        sub.setsockopt(zmq.RCVTIMEO, 20_000)  # a lost message ends in zmq.Again, not a hang
+        port = pub.bind_to_random_port("tcp://127.0.0.1")
         sub.connect(f"tcp://127.0.0.1:{port}")
         sub.setsockopt(zmq.SUBSCRIBE, b"")
         deadline = time.monotonic() + 20
-        while not sub.poll(20):
+        while not pub.poll(20):  # the subscription message: the subscriber is there
             if time.monotonic() > deadline:
                 raise RuntimeError("pyzmq pair never connected")
-            pub.send(b"x")
-        while sub.poll(100):
-            sub.recv()
+        pub.recv()
         arr = np.ones(size, np.uint8)
         done = threading.Event()
 
@@ -166,7 +207,7 @@ def pyzmq(size: int, count: int) -> float:
             done.set()
 
         t0 = time.perf_counter()
-        th = threading.Thread(target=send)
+        th = threading.Thread(target=send, daemon=True)  # a sender left waiting ends with the process
         th.start()
         for _ in range(count):
             frame = sub.recv(copy=False)
@@ -191,7 +232,7 @@ _NEEDS = {"fastcopy.net": "zenoh", "zenoh put+frombuffer": "zenoh", "pyzmq copy=
 
 IPC_KINDS = {
     "net": "fastcopy.net Publisher.send over tcp/127.0.0.1; Subscriber.recv_view (an ndarray over the received bytes)",
-    "zenoh_plain": "plain Zenoh over tcp/127.0.0.1: put(arr.tobytes()); a FIFO channel of 8 (Zenoh's default handler), np.frombuffer(payload.to_bytes()).reshape",
+    "zenoh_plain": "plain Zenoh (its default configuration) over tcp/127.0.0.1: put(arr.tobytes()); a FIFO channel of 8 (Zenoh's default handler), np.frombuffer(payload.to_bytes()).reshape",
     "zmq_pubsub": "pyzmq (X)PUB/SUB over tcp://127.0.0.1, send(copy=False), np.frombuffer of the frame (no-drop)",
 }
 
@@ -209,7 +250,8 @@ class IpcEnds:
     for plain Zenoh through a watchdog thread that undeclares the subscriber, which closes the
     channel the receive waits on; neither adds more than a clock read per message."""
 
-    def __init__(self, kind: str, port: int, role: str, recv_timeout: float = RECV_TIMEOUT_S) -> None:
+    def __init__(self, kind: str, port: int, role: str, recv_timeout: float = RECV_TIMEOUT_S,
+                 path_name: Optional[str] = None) -> None:
         self.kind, self.role, self._matched = kind, role, False
         self.recv_timeout = recv_timeout
         # pyzmq sockets, fastcopy.net's ends or plain Zenoh's, by kind
@@ -236,7 +278,9 @@ class IpcEnds:
         from . import Publisher, Subscriber, open_session
 
         ep = _endpoint(port)
-        self.session = open_session(listen=[ep]) if role == "parent" else open_session(connect=[ep])
+        settings = zenoh_settings(kind == "zenoh_plain", path_name)
+        self.session = (open_session(listen=[ep], settings=settings) if role == "parent"
+                        else open_session(connect=[ep], settings=settings))
         if kind == "net":
             self.pub = Publisher(out_key, self.session)
             self.sub = Subscriber(in_key, self.session, capacity=8)
@@ -338,12 +382,12 @@ def ipc_make(kind: str) -> Callable[[Any, str, int], Tuple[Any, Any]]:
     """The parent's make for the ipc benchmark's resource of ``kind``: (its ends, what the child gets)."""
     def make(ctx: Any, tag: str, max_size: int) -> Tuple[Any, Any]:
         port = _port() if kind != "zmq_pubsub" else _port_pair()
-        return IpcEnds(kind, port, "parent"), (kind, port)
+        return IpcEnds(kind, port, "parent", path_name=path), (kind, port, path)
     return make
 
 
-def ipc_attach(got: Tuple[str, int]) -> IpcEnds:
-    return IpcEnds(got[0], got[1], "child")
+def ipc_attach(got: Tuple[str, int, str]) -> IpcEnds:
+    return IpcEnds(got[0], got[1], "child", path_name=got[2])
 
 
 def ipc_close(ends: IpcEnds, parent: bool) -> None:
@@ -403,10 +447,11 @@ _END = np.full(1, 255, np.uint8)
 
 
 def _fanout_bridge(conn: Any, key: str, topic: str, port: int, slot_bytes: int, keep_memory: bool = True,
-                   in_place: bool = True) -> None:  # pragma: no cover - child
+                   in_place: bool = True, settings: Optional[Dict[str, Any]] = None) -> None:  # pragma: no cover - child
     """Child: the receiving bridge, forwarding from ``key`` into the new local Topic ``topic``
     until the parent says stop; then reports (forwarded, lost). ``keep_memory``: calls
-    keep_freed_memory() first, as ``python -m fastcopy bridge`` does; ``in_place``: Bridge's."""
+    keep_freed_memory() first, as ``python -m fastcopy bridge`` does; ``in_place`` and
+    ``settings``: Bridge's."""
     from ..bench.engine import exit_with_parent
     from . import Bridge, keep_freed_memory
 
@@ -415,7 +460,7 @@ def _fanout_bridge(conn: Any, key: str, topic: str, port: int, slot_bytes: int, 
         keep_freed_memory()
     try:
         bridge = Bridge.into(key, topic, connect=[_endpoint(port)], slot_bytes=slot_bytes, slots=FANOUT_SLOTS,
-                             in_place=in_place)
+                             in_place=in_place, settings=settings)
     except Exception as exc:
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return
@@ -562,10 +607,11 @@ def run_fanout(sizes: Sequence[int] = FANOUT_SIZES, repeats: int = 3, subscriber
     bridge's process calls keep_freed_memory() (as ``python -m fastcopy bridge`` does);
     ``in_place``: the Bridge's (messages in pieces assembled in a loan of its Topic). Returns
     {"sizes", "subscribers", "repeats", "counts", "rows": [fanout_summary per size], "bridge":
-    {"forwarded", "lost"}, "published", "cpus" (the CPUs this process may run on)}."""
+    {"forwarded", "lost"}, "published", "cpus" (the CPUs this process may run on), "path" (the
+    Zenoh path, PATHS)}."""
     from ..bench.engine import repeat_order
     from ..bench.system import usable_cpu_count
-    from . import Publisher
+    from . import Publisher, open_session
 
     sizes = [int(s) for s in sizes]
     subscribers = sorted(set(int(n) for n in subscribers))
@@ -576,7 +622,9 @@ def run_fanout(sizes: Sequence[int] = FANOUT_SIZES, repeats: int = 3, subscriber
     ctx = mp.get_context("spawn")
     port = _port()
     tag = f"fastcopy-fanout-{os.getpid()}-{os.urandom(3).hex()}"
-    pub = Publisher(f"bench/fanout/{tag}", listen=[_endpoint(port)])
+    settings = zenoh_settings()
+    session = open_session(listen=[_endpoint(port)], settings=settings)
+    pub = Publisher(f"bench/fanout/{tag}", session)
     procs: List[Any] = []
     conns: List[Any] = []
 
@@ -594,7 +642,7 @@ def run_fanout(sizes: Sequence[int] = FANOUT_SIZES, repeats: int = 3, subscriber
     bridge_end: Tuple[int, int] = (0, 0)
     stopped = False
     try:
-        bridge = start(_fanout_bridge, pub.key, tag, port, max(sizes), keep_memory, in_place)
+        bridge = start(_fanout_bridge, pub.key, tag, port, max(sizes), keep_memory, in_place, settings)
         _replies([bridge], timeout)
         subs = [start(_fanout_subscriber, tag) for _ in range(subscribers[-1])]
         for c in subs:  # every subscriber waits for any message; probes go until all have one
@@ -632,14 +680,16 @@ def run_fanout(sizes: Sequence[int] = FANOUT_SIZES, repeats: int = 3, subscriber
         for c in conns:
             c.close()
         pub.close()
+        session.close()
     return {"sizes": sizes, "subscribers": subscribers, "repeats": repeats, "counts": counts, "rows": rows,
             "bridge": {"forwarded": bridge_end[0], "lost": bridge_end[1]}, "published": pub.sent,
-            "cpus": usable_cpu_count()}
+            "cpus": usable_cpu_count(), "path": path}
 
 
 def format_fanout(res: Dict[str, Any]) -> str:
     """The fan-out rows: per size, each subscriber's GB/s with 1 and N subscribers, and the ratio."""
-    head = ("bridge fan-out: fastcopy.net.Publisher -> tcp/127.0.0.1 -> Bridge.into -> local Topic -> "
+    head = (f"bridge fan-out ({path_note(res.get('path', path))}): fastcopy.net.Publisher -> tcp/127.0.0.1 -> "
+            "Bridge.into -> local Topic -> "
             "subscribers (child processes) reading recv_view; GB/s per subscriber, median of "
             f"{res['repeats']} rounds; ratio: the slowest of N over a single subscriber (and its lowest "
             "and highest within one repeat, the two rounds side by side)")
