@@ -141,3 +141,18 @@ def test_net_path_needs_ipc(tmp_path):
     """)
     assert proc.returncode == 2, explain(proc)
     assert "--net-path" in proc.stderr and "--ipc" in proc.stderr, explain(proc)
+
+
+def test_the_in_process_pyzmq_pair_moves_every_message(tmp_path):
+    """fastcopy.net.bench.pyzmq (``python -m fastcopy.net.bench``) sends far more messages than
+    its high-water marks hold: its publisher waits there instead of dropping, so the receiver
+    gets the whole count. In a child process: a dropped message would leave it waiting."""
+    from _child import explain, run_script
+
+    proc = run_script(tmp_path, """
+        from fastcopy.net import bench
+        seconds = bench.pyzmq(65536, 3000)
+        print(f"moved in {seconds:.2f} s")
+    """, timeout=120)
+    assert proc.returncode == 0, explain(proc)
+    assert proc.stdout.startswith("moved in"), explain(proc)

@@ -40,7 +40,7 @@ def _endpoint(port: int) -> str:
 # Zenoh's shared-memory transport off, so that every payload goes through TCP as it does
 # between hosts. "host": Zenoh's defaults, under which peers of one host pass payloads of
 # 3 KiB and more through a shared-memory pool (16 MiB) and TCP carries only their descriptors:
-# 2-3x the network path's throughput on loopback (evidence: net-zenoh-paths).
+# 1.6-5x the network path's throughput on loopback (evidence: net-zenoh-paths).
 PATHS: Dict[str, Dict[str, Any]] = {
     "network": {"transport/shared_memory/enabled": False},
     "host": {},
