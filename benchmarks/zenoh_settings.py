@@ -1,5 +1,5 @@
 """Loopback throughput of plain Zenoh (fastcopy.net.bench.zenoh_plain: put of tobytes,
-to_bytes at the receiver, two sessions in one process; with ``--transport net`` fastcopy.net's
+to_bytes at the receiver, two Zenoh peers in one process; with ``--transport net`` fastcopy.net's
 Publisher and Subscriber, fastcopy.net.bench.fastcopy_net) under the Zenoh settings that could
 matter for large arrays: the data queue's length, the receive buffer, QoS, and (reported as
 failures when they cannot carry the message) small batches and the low-latency transport.
@@ -20,6 +20,7 @@ import multiprocessing as mp
 import statistics
 import sys
 
+from fastcopy.bench.units import parse_size
 from fastcopy.net import bench
 
 SETTINGS = {
@@ -34,11 +35,6 @@ SETTINGS = {
     "tcp_buffers_4M": {"transport/link/tcp/so_sndbuf": 4 << 20, "transport/link/tcp/so_rcvbuf": 4 << 20},
     "tx_threads_2": {"transport/link/tx/threads": 2},
 }
-
-
-def _size(text: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20}
-    return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
 
 
 # A variant whose messages never arrive (Zenoh drops what a setting cannot carry) would leave the
@@ -80,10 +76,10 @@ def main() -> None:
     ap.add_argument("--sizes", default="1M,16M", help="message sizes, e.g. 64K,1M,16M")
     ap.add_argument("--transport", choices=("plain", "net"), default="plain",
                     help="plain: plain Zenoh's pair (Zenoh's defaults under each variant); net: fastcopy.net's "
-                         "Publisher and Subscriber (fastcopy.net.SESSION_SETTINGS under each variant)")
+                         "Publisher and Subscriber (fastcopy.net.ZENOH_SETTINGS under each variant)")
     ap.add_argument("--variants", default=",".join(SETTINGS), help="which variants, e.g. default,data_queue_16")
     args = ap.parse_args()
-    for size in map(_size, args.sizes.split(",")):
+    for size in map(parse_size, args.sizes.split(",")):
         count = max(12, (60 << 20) // size)
         names = args.variants.split(",")
         res: dict = {k: [] for k in names}

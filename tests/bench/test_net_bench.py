@@ -119,13 +119,13 @@ def test_plain_zenoh_rows_open_with_zenohs_own_defaults():
     fastcopy.net's rows keep them."""
     import zenoh
 
-    from fastcopy.net import SESSION_SETTINGS, bench, session_config
+    from fastcopy.net import ZENOH_SETTINGS, bench, zenoh_config
 
     defaults = zenoh.Config()
-    plain = session_config(settings=bench.zenoh_settings(zenoh_defaults=True))
-    ours = session_config(settings=bench.zenoh_settings())
-    assert SESSION_SETTINGS
-    for key, value in SESSION_SETTINGS.items():
+    plain = zenoh_config(settings=bench.peer_settings(zenoh_defaults=True))
+    ours = zenoh_config(settings=bench.peer_settings())
+    assert ZENOH_SETTINGS
+    for key, value in ZENOH_SETTINGS.items():
         assert plain.get_json(key) == defaults.get_json(key), key
         assert json.loads(ours.get_json(key)) == value, key
     assert json.loads(ours.get_json("transport/shared_memory/enabled")) is False

@@ -412,7 +412,7 @@ sub.close()
 
 
 def test_sessions_start_from_session_settings_and_settings_go_on_top():
-    """open_session's configuration carries fastcopy.net.SESSION_SETTINGS (values Zenoh's
+    """open_session's configuration carries fastcopy.net.ZENOH_SETTINGS (values Zenoh's
     defaults do not have), and a caller's settings override them."""
     import json
 
@@ -421,8 +421,8 @@ def test_sessions_start_from_session_settings_and_settings_go_on_top():
     import fastcopy.net as net
 
     defaults = zenoh.Config()
-    conf = net.session_config()
-    for key, value in net.SESSION_SETTINGS.items():
+    conf = net.zenoh_config()
+    for key, value in net.ZENOH_SETTINGS.items():
         assert json.loads(conf.get_json(key)) == value != json.loads(defaults.get_json(key)), key
-    key = next(iter(net.SESSION_SETTINGS))
-    assert json.loads(net.session_config(settings={key: 4}).get_json(key)) == 4
+    key = next(iter(net.ZENOH_SETTINGS))
+    assert json.loads(net.zenoh_config(settings={key: 4}).get_json(key)) == 4

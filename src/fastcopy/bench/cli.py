@@ -354,10 +354,10 @@ def _ipc(p: argparse.ArgumentParser, args: argparse.Namespace, argv: List[str]) 
         if args.net:
             p.error("argument --net: does not apply to --variants topic")
         return _topic(p, args, argv, kwargs)
+    from .ipc_transports import DEFAULT_TRANSPORTS, NET_TRANSPORTS
+
     if args.net:
         import importlib
-
-        from .ipc_transports import DEFAULT_TRANSPORTS, NET_TRANSPORTS
 
         for _name, module, pip, _words in NET_TRANSPORTS:
             try:
@@ -367,11 +367,8 @@ def _ipc(p: argparse.ArgumentParser, args: argparse.Namespace, argv: List[str]) 
                         f"(the net extra) or pip install {pip.split()[0]}")
         names = kwargs.get("transports", list(DEFAULT_TRANSPORTS))
         kwargs["transports"] = names + [n for n, *_ in NET_TRANSPORTS if n not in names]
-    from .ipc_transports import NET_TRANSPORTS as _NET
-
-    zenoh_rows = [n for n, module, *_ in _NET if module == "zenoh" and n in kwargs.get("transports", [])]
-    net_named = bool(zenoh_rows)
-    if net_named:
+    zenoh_rows = [n for n, module, *_ in NET_TRANSPORTS if module == "zenoh" and n in kwargs.get("transports", [])]
+    if zenoh_rows:
         from ..net import bench as net_bench
 
         net_bench.path = args.net_path
@@ -380,13 +377,13 @@ def _ipc(p: argparse.ArgumentParser, args: argparse.Namespace, argv: List[str]) 
     except ValueError as e:
         p.error(f"argument --{'variants' if 'transport' in str(e) else 'ipc'}: {e}")
     print(format_ipc_table(results))
-    if net_named:
+    if zenoh_rows:
         print(f"{', '.join(zenoh_rows)}: {net_bench.path_note()}")
     fanout = _net_fanout(kwargs) if args.net else None
     if args.json:
         doc = system.metadata([sys.executable, "-m", "fastcopy"] + argv)
         config = {k: v for k, v in kwargs.items()}
-        if net_named:
+        if zenoh_rows:
             config["net_path"] = args.net_path
         doc.update({"kind": "ipc", "config": config, "ipc": results,
                     "results": results.get("rows", []) if isinstance(results, dict) else list(results)})

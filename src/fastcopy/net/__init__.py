@@ -25,8 +25,8 @@ import numpy as np
 from .. import _core
 from ._wire import _DTYPE_OF, _TEXT_OF, SPLIT_FROM, Assembly, Head, WireError, first_payload, pieces, take
 
-__all__ = ["Publisher", "Subscriber", "Bridge", "WireError", "MessagesLost", "open_session", "session_config",
-           "SESSION_SETTINGS", "zenoh_module", "keep_freed_memory"]
+__all__ = ["Publisher", "Subscriber", "Bridge", "WireError", "MessagesLost", "open_session", "zenoh_config",
+           "ZENOH_SETTINGS", "zenoh_module", "keep_freed_memory"]
 
 
 def zenoh_module() -> Any:
@@ -62,17 +62,16 @@ def MessagesLost(count: int, message: Optional[str] = None) -> Exception:  # noq
     return _ML(count, message)
 
 
-# The Zenoh configuration every session opened here starts from (a caller's ``settings`` go
-# on top). A data queue of 16 batches (Zenoh's default: 2) moves arrays through TCP, the path
-# between hosts, 1.4-1.6x faster from 64 KiB to 16 MiB, and changes nothing measurable where
-# Zenoh moves them through shared memory between peers of one host (evidence:
-# net-zenoh-data-queue); 16 is the most Zenoh takes.
-SESSION_SETTINGS: Dict[str, Any] = {"transport/link/tx/queue/size/data": 16}
+# The Zenoh configuration that open_session starts from (a caller's ``settings`` go on top):
+# a data queue of 16 batches, the most Zenoh takes (its default: 2), which moves arrays through
+# TCP, the path between hosts, faster at every size measured, at a small cost where Zenoh
+# passes them through shared memory between peers of one host (evidence: net-zenoh-data-queue).
+ZENOH_SETTINGS: Dict[str, Any] = {"transport/link/tx/queue/size/data": 16}
 
 
-def session_config(listen: Sequence[str] = (), connect: Sequence[str] = (), mode: str = "peer",
+def zenoh_config(listen: Sequence[str] = (), connect: Sequence[str] = (), mode: str = "peer",
                    settings: Optional[Dict[str, Any]] = None) -> Any:
-    """The zenoh.Config that open_session opens (same arguments)."""
+    """The zenoh.Config that open_session opens Zenoh with (same arguments)."""
     zenoh = zenoh_module()
     conf = zenoh.Config()
     conf.insert_json5("mode", json.dumps(mode))
@@ -81,18 +80,18 @@ def session_config(listen: Sequence[str] = (), connect: Sequence[str] = (), mode
         conf.insert_json5("listen/endpoints", json.dumps(list(listen)))
     if connect:
         conf.insert_json5("connect/endpoints", json.dumps(list(connect)))
-    for path, value in {**SESSION_SETTINGS, **(settings or {})}.items():
+    for path, value in {**ZENOH_SETTINGS, **(settings or {})}.items():
         conf.insert_json5(path, json.dumps(value))
     return conf
 
 
 def open_session(listen: Sequence[str] = (), connect: Sequence[str] = (), mode: str = "peer",
                  settings: Optional[Dict[str, Any]] = None) -> Any:
-    """A Zenoh session: peer mode, multicast scouting off, listening on / connecting to the given
-    endpoints (e.g. ``tcp/127.0.0.1:7447``), SESSION_SETTINGS. ``mode``: "peer", "client"
+    """Opens Zenoh (zenoh.open): peer mode, multicast scouting off, listening on / connecting to
+    the given endpoints (e.g. ``tcp/127.0.0.1:7447``), ZENOH_SETTINGS. ``mode``: "peer", "client"
     (talks only to routers) or "router". ``settings``: further Zenoh configuration, path ->
     value (e.g. ``{"transport/shared_memory/enabled": False}``), applied last."""
-    return zenoh_module().open(session_config(listen, connect, mode, settings))
+    return zenoh_module().open(zenoh_config(listen, connect, mode, settings))
 
 
 # A wake-up: an empty sample with this attachment, which a Subscriber puts to its own Zenoh

@@ -17,7 +17,7 @@ class Bridge:
     ``in_place`` (messages in pieces that ``into`` assembled straight in a slot of the local
     Topic, a loan: one copy fewer than assembling them apart and sending; ``in_place=False``
     turns that off) (evidence: net-bridge-in-place). ``settings``: further Zenoh configuration
-    of the bridge's session, as open_session takes it."""
+    for the bridge's connection, as open_session takes it."""
 
     def __init__(self, direction: str, topic: str, key: str, *, listen: Sequence[str] = (),
                  connect: Sequence[str] = (), overflow: str = "block", slot_bytes: int = 0,

@@ -40,25 +40,25 @@ def _endpoint(port: int) -> str:
 # Zenoh's shared-memory transport off, so that every payload goes through TCP as it does
 # between hosts. "host": Zenoh's defaults, under which peers of one host pass payloads of
 # 3 KiB and more through a shared-memory pool (16 MiB) and TCP carries only their descriptors:
-# 1.6-5x the network path's throughput on loopback (evidence: net-zenoh-paths).
+# several times the network path's throughput on loopback (evidence: net-zenoh-paths).
 PATHS: Dict[str, Dict[str, Any]] = {
     "network": {"transport/shared_memory/enabled": False},
     "host": {},
 }
-# The path every session of this module takes (``bench --ipc --net --net-path``).
+# The path that every Zenoh peer this module opens takes (``bench --ipc --net --net-path``).
 path = "network"
 
 
-def zenoh_settings(zenoh_defaults: bool = False, path_name: Optional[str] = None) -> Dict[str, Any]:
-    """The settings (open_session's) of a benchmark session on ``path_name`` (default: ``path``);
-    ``zenoh_defaults``: Zenoh's own defaults at the paths that fastcopy.net.SESSION_SETTINGS
+def peer_settings(zenoh_defaults: bool = False, path_name: Optional[str] = None) -> Dict[str, Any]:
+    """The settings (open_session's) of a benchmark peer on ``path_name`` (default: ``path``);
+    ``zenoh_defaults``: Zenoh's own defaults at the paths that fastcopy.net.ZENOH_SETTINGS
     sets (plain Zenoh's rows: what a program that opens Zenoh with its defaults gets)."""
-    from . import SESSION_SETTINGS, zenoh_module
+    from . import ZENOH_SETTINGS, zenoh_module
 
     out = dict(PATHS[path if path_name is None else path_name])
     if zenoh_defaults:
         defaults = zenoh_module().Config()
-        out.update({key: json.loads(defaults.get_json(key)) for key in SESSION_SETTINGS})
+        out.update({key: json.loads(defaults.get_json(key)) for key in ZENOH_SETTINGS})
     return out
 
 
@@ -74,7 +74,7 @@ def _zenoh_pair(port: int, settings: Optional[Dict[str, Any]] = None, zenoh_defa
     from . import open_session
 
     ep = _endpoint(port)
-    settings = {**zenoh_settings(zenoh_defaults), **(settings or {})}
+    settings = {**peer_settings(zenoh_defaults), **(settings or {})}
     a = open_session(listen=[ep], settings=settings)
     b = open_session(connect=[ep], settings=settings)
     return a, b
@@ -111,7 +111,7 @@ def _drained(sub: Any) -> int:
 
 def fastcopy_net(size: int, count: int, settings: Optional[Dict[str, Any]] = None) -> float:
     """fastcopy.net.Publisher -> Subscriber.recv_view (an ndarray over the received bytes);
-    ``settings``: further Zenoh configuration for both sessions (open_session)."""
+    ``settings``: further Zenoh configuration for both peers (open_session)."""
     from . import Publisher, Subscriber
 
     a, b = _zenoh_pair(_port(), settings)
@@ -142,7 +142,7 @@ def zenoh_plain(size: int, count: int, settings: Optional[Dict[str, Any]] = None
     """Plain Zenoh: put(arr.tobytes()); the subscriber takes each sample from a Zenoh FIFO channel
     of 8 (what Zenoh's default handler is) and makes np.frombuffer(payload.to_bytes()).reshape(shape);
     Zenoh's default configuration on the benchmark's path; ``settings``: further Zenoh
-    configuration for both sessions (open_session)."""
+    configuration for both peers (open_session)."""
     import zenoh
 
     from . import _congestion
@@ -278,7 +278,7 @@ class IpcEnds:
         from . import Publisher, Subscriber, open_session
 
         ep = _endpoint(port)
-        settings = zenoh_settings(kind == "zenoh_plain", path_name)
+        settings = peer_settings(kind == "zenoh_plain", path_name)
         self.session = (open_session(listen=[ep], settings=settings) if role == "parent"
                         else open_session(connect=[ep], settings=settings))
         if kind == "net":
@@ -622,9 +622,9 @@ def run_fanout(sizes: Sequence[int] = FANOUT_SIZES, repeats: int = 3, subscriber
     ctx = mp.get_context("spawn")
     port = _port()
     tag = f"fastcopy-fanout-{os.getpid()}-{os.urandom(3).hex()}"
-    settings = zenoh_settings()
-    session = open_session(listen=[_endpoint(port)], settings=settings)
-    pub = Publisher(f"bench/fanout/{tag}", session)
+    settings = peer_settings()
+    peer = open_session(listen=[_endpoint(port)], settings=settings)
+    pub = Publisher(f"bench/fanout/{tag}", peer)
     procs: List[Any] = []
     conns: List[Any] = []
 
@@ -680,7 +680,7 @@ def run_fanout(sizes: Sequence[int] = FANOUT_SIZES, repeats: int = 3, subscriber
         for c in conns:
             c.close()
         pub.close()
-        session.close()
+        peer.close()
     return {"sizes": sizes, "subscribers": subscribers, "repeats": repeats, "counts": counts, "rows": rows,
             "bridge": {"forwarded": bridge_end[0], "lost": bridge_end[1]}, "published": pub.sent,
             "cpus": usable_cpu_count(), "path": path}
