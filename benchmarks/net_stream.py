@@ -7,7 +7,10 @@ ROUNDS times per size:
   net-whole    the same with every message sent whole (no pieces, whatever its size);
   plain        Zenoh's defaults: put(arr.tobytes()) -> a FIFO channel of 8,
                np.frombuffer(payload.to_bytes());
-  plain+keep   the same with keep_freed_memory() called first in both processes.
+  plain+keep   the same with keep_freed_memory() called first in both processes;
+  net+pool64, plain+pool64
+               the same as net / plain with a pool of 64 MiB (Zenoh's default: 16 MiB) for
+               Zenoh's shared-memory transport (the one-host path's payloads).
 Zenoh's path between the two peers: "network" (its shared-memory transport off, every payload
 through TCP as between hosts) or "host" (Zenoh's defaults: payloads of 3 KiB and more through
 its shared memory), as fastcopy.net.bench.PATHS names them.
@@ -31,7 +34,8 @@ import time
 
 import numpy as np
 
-VARIANTS = ("net", "net+keep", "net-whole", "plain", "plain+keep")
+VARIANTS = ("net", "net+keep", "net-whole", "plain", "plain+keep", "net+pool64", "plain+pool64")
+POOL64 = {"transport/shared_memory/transport_optimization/pool_size": 64 << 20}
 KEY = "bench/stream"
 WARM_S = 1.0
 SECONDS = 2.0
@@ -50,6 +54,8 @@ def _session(variant: str, path: str, listen=(), connect=()):
             raise RuntimeError("net-whole: fastcopy.net.SPLIT_FROM, the size up to which a message goes whole, is gone")
         fastcopy.net.SPLIT_FROM = 1 << 62
     settings = peer_settings(zenoh_defaults=variant.startswith("plain"), path_name=path)
+    if variant.endswith("+pool64"):
+        settings.update(POOL64)
     return open_session(listen=list(listen), connect=list(connect), settings=settings)
 
 

@@ -19,11 +19,11 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "net_stream.py"
 
 def test_the_stream_script_measures_each_variant_named(tmp_path):
     got = subprocess.run([sys.executable, str(SCRIPT), "--sizes", "256K", "--rounds", "1", "--paths", "network",
-                          "--variants", "net,net-whole,plain+keep"],
+                          "--variants", "net,net-whole,plain+pool64"],
                          capture_output=True, text=True, timeout=120, env=child_env(), cwd=str(tmp_path))
     assert got.returncode == 0, explain(got)
     rows = re.findall(r"^\s+256 KiB\s+(\S+)\s+([0-9.]+) GB/s", got.stdout, re.M)
-    assert [name for name, _ in rows] == ["net", "net-whole", "plain+keep"], explain(got)
+    assert [name for name, _ in rows] == ["net", "net-whole", "plain+pool64"], explain(got)
     assert all(float(gbps) > 0 for _, gbps in rows), explain(got)
     assert "lost" not in got.stdout, explain(got)
 
