@@ -17,8 +17,8 @@ its shared memory), as fastcopy.net.bench.PATHS names them.
 The receiver times SECONDS of steady receiving after WARM_S; per variant the medians over the
 rounds of its GB/s (and the ratio to the first variant named), of its CPU microseconds per
 message (every thread of the process) and of the page faults it takes per message (getrusage's
-minor faults). Messages that fastcopy.net's
-Subscriber reports lost while timed are counted and printed (none expected in block mode).
+minor faults). Messages that fastcopy.net's Subscriber reports lost while timed are counted
+and printed (none expected in block mode).
 
     python benchmarks/net_stream.py [--sizes 64K,1M,16M] [--rounds 3] [--paths network,host]
                                     [--variants net,net+keep,plain,plain+keep]
@@ -140,7 +140,7 @@ def one_run(variant: str, path: str, size: int):
 
 
 def main() -> None:
-    from fastcopy.bench.units import parse_sizes
+    from fastcopy.bench.units import human_size, parse_sizes
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="64K,1M,16M")
@@ -166,7 +166,7 @@ def main() -> None:
             for v in variants:
                 rows = got[(s, v)]
                 med = [statistics.median(x[i] for x in rows) for i in range(3)]
-                print(f"  {s >> 10:>6} KiB  {v:11s} {med[0]:5.2f} GB/s ({med[0] / base:.2f}x {variants[0]})  "
+                print(f"  {human_size(s):>10}  {v:11s} {med[0]:5.2f} GB/s ({med[0] / base:.2f}x {variants[0]})  "
                       f"receiver {med[1]:7.1f} us, {med[2]:6.2f} page faults per message; rounds "
                       + ", ".join(f"{x[0]:.2f}" for x in rows)
                       + (f"; {sum(x[3] for x in rows)} messages lost while timed" if any(x[3] for x in rows) else ""))
