@@ -130,6 +130,35 @@ def test_decisions_do_not_depend_on_what_the_table_holds_elsewhere():
     assert (m, b.kernels, b.bands, RATIOS) == before
 
 
+def test_a_band_faster_at_some_validation_placements_only_is_a_tie():
+    """The validation's ratio per placement, pooled over its sizes, must pass the sign test
+    (decide.placement_verdict) besides the mean gain: a kernel 1.05x on the mean but faster at 5
+    of 8 placements goes back to the built-in one; faster at 8 of 8 it stays. Cold sizes (no
+    ratio per placement) are judged by the mean alone."""
+    m = measurements()
+    m["cells"]["to_shared"]["page_aligned"][str(KB)] = {"generic": st(10.0), "avx2": st(15.0), "erms": st(8.0)}
+    key = ("to_shared", "page_aligned", 0)
+    split = {key: [decide.Validation(1249, 1.05, (1.2, 1.2, 0.98, 1.1)),
+                   decide.Validation(1873, 1.05, (0.99, 1.1, 0.97, 1.01))]}
+    d = decide.decide(m, builtin(), split)
+    (c,) = d["report"]
+    assert (c["region"], c["class"], c["kept"], c["validation_placements"]) == ("to_shared", "page_aligned", False,
+                                                                                (5, 8))
+    band = d["body"]["regions"]["to_shared"]["page_aligned"]
+    assert [b["kernel"] for b in band] == ["generic", "avx2"]  # the built-in bands again
+    assert decide.decide(m, builtin(), split)["bands"]["to_shared"]["page_aligned"][0]["why"] == (
+        "built-in choice kept: avx2 1249 B 1.05x, 1873 B 1.05x (faster at 5 of 8 placements): a tie by the sign test")
+    every = {key: [decide.Validation(1249, 1.05, (1.04,) * 4), decide.Validation(1873, 1.05, (1.06,) * 4)]}
+    d = decide.decide(m, builtin(), every)
+    assert d["report"][0]["kept"] and d["report"][0]["validation_placements"] == (8, 8)
+    assert d["body"]["regions"]["to_shared"]["page_aligned"][1] == {
+        "from": 1024, "kernel": "avx2",
+        "why": "1.50x generic at 1 KiB hot (spread 1 %); validated 1249 B 1.05x, 1873 B 1.05x "
+               "(faster at 8 of 8 placements)"}
+    cold = {key: [decide.Validation(1249, 1.05)]}
+    assert decide.decide(m, builtin(), cold)["report"][0]["kept"]
+
+
 def test_below_the_l3_and_the_pool_grid_the_builtin_rules_stand():
     sizes = [256, 4 * KB, 64 * KB]
     d = decide.decide(measurements(sizes), builtin(sizes), {})

@@ -4,6 +4,7 @@ and a band the check contradicts is dropped from the profile tune writes. The ke
 check's verdicts are forced where a result would otherwise depend on the CPU."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -20,6 +21,18 @@ from fastcopy.tune import profile as tune
 from _cli import cli
 
 
+@contextlib.contextmanager
+def shared_size_memory(size):
+    """tune's memory for copies of ``size`` bytes (one slot, shared memory too), closed after."""
+    arena = Arena(slot_bytes(size))
+    mem = SizeMemory(size, 1, shared=True, arena=arena)
+    try:
+        yield mem
+    finally:
+        mem.close()
+        arena.close()
+
+
 @pytest.fixture(autouse=True)
 def builtin_profile(tmp_path, monkeypatch):
     """Each test starts from the built-in profile (an empty cache, FASTCOPY_PROFILE unset)."""
@@ -33,9 +46,7 @@ def builtin_profile(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("cls", ["page_aligned", "near", "far"])
 def test_placements_draw_offsets_from_the_whole_class_on_fresh_buffers(cls):
-    arena = Arena(slot_bytes(4096))
-    mem = SizeMemory(4096, 1, shared=True, arena=arena)
-    try:
+    with shared_size_memory(4096) as mem:
         rng = random.Random(1)
         lo, hi = measure.CLASS_RANGES[cls]
         seen = set()
@@ -43,24 +54,43 @@ def test_placements_draw_offsets_from_the_whole_class_on_fresh_buffers(cls):
             off, pairs = measure._placement(mem, "private", cls, rng)
             (d, s), = pairs
             assert (d.ctypes.data - s.ctypes.data) % 4096 == off and lo <= off <= hi
-            assert d.base is not arena.private and s.base is not arena.private  # numpy's own allocations
+            assert not np.shares_memory(d, mem.private) and not np.shares_memory(s, mem.private)  # fresh
             seen.add(off)
         assert len(seen) > 10 if cls != "page_aligned" else seen == {0}
         # shared regions stay in the mapping, at a drawn offset
         off, ((d, s),) = measure._placement(mem, "to_shared", cls, rng)
         assert (d.ctypes.data - s.ctypes.data) % 4096 == off and lo <= off <= hi
-    finally:
-        mem.close()
-        arena.close()
+
+
+@pytest.mark.parametrize("region, cls", [("to_shared", "page_aligned"), ("from_shared", "far"),
+                                         ("to_shared", "backward"), ("private", "backward")])
+def test_placements_in_the_mapping_draw_where_the_source_starts_in_its_page(region, cls):
+    """Placements that stay in tune's memory (shared regions, overlapping copies) start the source
+    at a page offset drawn in steps of check.ARRAY_ALIGNMENT, as check.place does for fresh
+    allocations: at one start every placement of a cell would be the same addresses, and the sign
+    test over placements would count one placement many times."""
+    from fastcopy.tune.check import ARRAY_ALIGNMENT
+
+    size = 1200
+    with shared_size_memory(size) as mem:
+        rng = random.Random(6)
+        starts = set()
+        for _ in range(30):
+            off, ((d, s),) = measure._placement(mem, region, cls, rng)
+            assert d.size == s.size == size  # the slot holds both whole at every start
+            if cls == "backward":
+                assert d.ctypes.data - s.ctypes.data == off and np.shares_memory(d, s)
+            else:
+                assert (d.ctypes.data - s.ctypes.data) % 4096 == off
+            starts.add(s.ctypes.data % 4096)
+        assert len(starts) > 20 and all(x % ARRAY_ALIGNMENT == 0 for x in starts)
 
 
 def test_backward_placements_draw_their_shift_as_the_check_does():
     """Backward cells overlap dst above src by a shift drawn per placement (check.backward_shift),
     not at one fixed distance; shared regions overlap inside the mapping."""
     size = 8192
-    arena = Arena(slot_bytes(size))
-    mem = SizeMemory(size, 1, shared=True, arena=arena)
-    try:
+    with shared_size_memory(size) as mem:
         rng = random.Random(4)
         shifts = set()
         for region in ("private", "to_shared", "from_shared") * 12:
@@ -69,16 +99,11 @@ def test_backward_placements_draw_their_shift_as_the_check_does():
             assert d.size == s.size == size
             shifts.add(off)
         assert len(shifts) > 20 and min(shifts) <= 255 and max(shifts) > 4096
-    finally:
-        mem.close()
-        arena.close()
 
 
 def test_a_cell_measures_more_placements_only_while_the_leader_is_open():
     fast, slow = fastcopy.kernel("generic"), fastcopy.kernel("generic")
-    arena = Arena(slot_bytes(1024))
-    mem = SizeMemory(1024, 1, shared=True, arena=arena)
-    try:
+    with shared_size_memory(1024) as mem:
         # the incumbent is the only variant: the leader from the first placements, no more measured
         one = measure.measure_cell({"generic": fast}, mem, "private", "far", 2, 1e-5, random.Random(2), (3, 8),
                                    "generic")
@@ -89,9 +114,6 @@ def test_a_cell_measures_more_placements_only_while_the_leader_is_open():
         for v in two.values():
             a, b = v["placements"]
             assert v["gbps"] == pytest.approx((a * b) ** 0.5)
-    finally:
-        mem.close()
-        arena.close()
 
 
 def test_tune_quick_records_the_held_out_check_in_the_profile(tmp_path):
@@ -239,7 +261,7 @@ def test_validation_times_a_split_copy_on_the_pool_as_it_runs(monkeypatch):
 
     def measure_cell(variants, memory, region, cls, *args, **kwargs):
         timed.append((cls, sorted((name, f.threads) for name, f in variants.items())))
-        return {name: {"gbps": 1.0} for name in variants}
+        return {name: {"gbps": 1.0, "placements": [1.0] * 4} for name in variants}
 
     monkeypatch.setattr(fastcopy, "kernel", kernel)
     monkeypatch.setattr(measure, "measure_cell", measure_cell)
@@ -259,6 +281,37 @@ def test_validation_times_a_split_copy_on_the_pool_as_it_runs(monkeypatch):
     assert threads_used(512 << 10) == {"far": {2}, "backward": {1}}  # the far copies split; overlapping never
     assert threads_used(4 << 20) == {"far": {1}, "backward": {1}}    # below the threshold
     assert threads_used(None) == {"far": {1}, "backward": {1}}       # no built-in rule given
+
+
+def test_validation_measures_hot_sizes_at_placements_for_the_sign_test(monkeypatch):
+    """A hot size off the grid is timed at the placements given (first, most) with the built-in
+    kernel as the incumbent of the sequential rule, and its ratio per placement comes back for
+    decide.apply_validation's sign test; a cold size at the cold placements, judged by its mean."""
+    m = {"sizes": [4096, 64 << 10, 128 << 10], "l3": 100 << 10}
+    bands = {region: {cls: [] for cls in measure.CLASSES} for region in measure.REGIONS}
+    bands["to_shared"]["far"] = [{"size": s, "kernel": "old" if s == 64 << 10 else "new", "builtin": "old"}
+                                 for s in m["sizes"]]  # two changed runs: 4 KiB hot, 128 KiB cold
+    calls = []
+
+    def measure_cell(variants, memory, region, cls, repeats, min_time, rng, placements, incumbent=None):
+        calls.append((memory.size, placements, incumbent))
+        n = placements[1]
+        return {"new": {"gbps": 2.0, "placements": [2.0, 3.0, 1.0, 2.0, 2.0, 2.0][:n]},
+                "old": {"gbps": 1.0, "placements": [1.0, 1.0, 2.0, 1.0, 1.0, 1.0][:n]}}
+
+    monkeypatch.setattr(measure, "measure_cell", measure_cell)
+    monkeypatch.setattr(measure.engine, "cold_rotation_count", lambda size, l3: 1)
+    monkeypatch.setattr(fastcopy, "kernel", lambda name, threads=1: name)
+    got = measure.validation_ratios(m, bands, 2, 0.001, placements=(4, 6), cold_placements=(2, 2))
+    assert len(got) == 2
+    ratios = [v for run in got.values() for v in run]
+    hot = [v for v in ratios if v.size < m["l3"]]
+    cold = [v for v in ratios if v.size >= m["l3"]]
+    assert hot and cold and len(calls) == len(ratios)
+    assert all(v.placements == (2.0, 3.0, 0.5, 2.0, 2.0, 2.0) and v.ratio == 2.0 for v in hot)
+    assert all(v.placements == () and v.ratio == 2.0 for v in cold)
+    assert {(p, inc) for s, p, inc in calls if s < m["l3"]} == {((4, 6), "old")}
+    assert {(p, inc) for s, p, inc in calls if s >= m["l3"]} == {((2, 2), "old")}
 
 
 def test_pool_validation_times_the_changed_plans_off_the_grid(monkeypatch):

@@ -155,6 +155,28 @@ def test_compare_measures_both_plans_where_the_profiles_differ(tmp_path):
     assert r.returncode == 0 and "plan every candidate copy the same way" in r.stdout, r.stderr
 
 
+@pytest.mark.parametrize("region, overlap", [("to_shared", False), ("from_shared", False), ("to_shared", True)])
+def test_shared_memory_points_start_the_source_where_an_array_may_start(region, overlap):
+    """A point in shared memory starts its source at a page offset drawn from the fill seed in
+    steps of check.ARRAY_ALIGNMENT, as check.place does for private copies: the two plans are
+    compared where users' arrays lie, not only at the start of a page."""
+    from fastcopy.tune.check import ARRAY_ALIGNMENT
+
+    size, offset = 1200, 300 if overlap else 0
+    starts = set()
+    for seed in range(30):
+        dst, src, release = compare._buffers(region, Point(size, offset, overlap), seed)
+        try:
+            assert dst.size == src.size == size
+            assert (dst.ctypes.data - src.ctypes.data) == offset if overlap else \
+                (dst.ctypes.data - src.ctypes.data) % 4096 == offset
+            starts.add(src.ctypes.data % 4096)
+        finally:
+            del dst, src
+            release()
+    assert len(starts) > 20 and all(x % ARRAY_ALIGNMENT == 0 for x in starts)
+
+
 def test_compare_refuses_what_it_cannot_use(tmp_path):
     good = tmp_path / "a.json"
     good.write_text(json.dumps(generic_profile()))

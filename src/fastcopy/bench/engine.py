@@ -184,17 +184,20 @@ BACKWARD_SHIFT = 4096 + 64
 
 
 def slot_bytes(size: int) -> int:
-    """Bytes of one SizeMemory slot for copies of ``size`` bytes."""
-    return 2 * (-(-size // PAGE) * PAGE + PAGE)
+    """Bytes of one SizeMemory slot for copies of ``size`` bytes: the source and the destination
+    each at most a page past where a page-rounded ``size`` plus a page starts, and a page more
+    for a source that starts inside its first page."""
+    return 2 * (-(-size // PAGE) * PAGE + PAGE) + PAGE
 
 
 class SizeMemory:
     """Buffers for copies of ``size`` bytes in each region (``"private"``: private memory;
     ``"to_shared"``/``"from_shared"``: the destination or the source in a POSIX shared-memory
     mapping): ``count`` slots (cold rotations
-    use several), from ``arena`` when it is large enough, else its own. A slot holds a source at
-    its start and a destination one page-rounded size plus a page later, so every offset keeps
-    its (dst - src) mod 4096; backward copies run inside one slot (dst = src + shift)."""
+    use several), from ``arena`` when it is large enough, else its own. A slot holds a source
+    ``start`` bytes into its first page and a destination one page-rounded size plus a page
+    later, so every offset keeps its (dst - src) mod 4096; backward copies run inside one slot
+    (dst = src + shift)."""
 
     def __init__(self, size: int, count: int, shared: bool, arena: Optional[Arena] = None):
         self.size, self.count = size, count
@@ -207,13 +210,16 @@ class SizeMemory:
         self.private = arena.private[:need]
         self.shared: Optional[np.ndarray] = arena.shared[:need] if shared and arena.shared is not None else None
 
-    def pairs(self, region: str, offset: int, backward: bool = False) -> List[Tuple[np.ndarray, np.ndarray]]:
-        """(dst, src) per slot: dst at ``offset`` from src mod 4096, or, ``backward``, overlapping
-        with dst above src by ``offset`` bytes (0 < offset < size; else by BACKWARD_SHIFT, at
-        most half the size)."""
+    def pairs(self, region: str, offset: int, backward: bool = False, start: int = 0
+              ) -> List[Tuple[np.ndarray, np.ndarray]]:
+        """(dst, src) per slot, src ``start`` bytes (0 to PAGE - 1) into the slot: dst at
+        ``offset`` from src mod 4096, or, ``backward``, overlapping with dst above src by
+        ``offset`` bytes (0 < offset < size; else by BACKWARD_SHIFT, at most half the size)."""
+        if not 0 <= start < PAGE:
+            raise ValueError(f"SizeMemory.pairs: start must be 0 to {PAGE - 1}, got {start}")
         n, out = self.size, []
         for i in range(self.count):
-            base = i * self.slot
+            base = i * self.slot + start
             if backward:
                 mem = self.private if region == "private" else self.shared
                 assert mem is not None

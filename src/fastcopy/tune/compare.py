@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .check import (CONFIDENCE, MAX_SIZE, MIN_SIZE, PAGE, PASSES, Point, _load, _machine, _size_words,
+from .check import (ARRAY_ALIGNMENT, CONFIDENCE, MAX_SIZE, MIN_SIZE, PAGE, PASSES, Point, _load, _machine, _size_words,
                     draw_points, geomean, loop_copies, pass_repeats, place, print_result, progress_on_terminal, ratio_ci,
                     validate_settings, _timed)
 from .decide import MIN_GAIN, REGIONS, point_class
@@ -147,15 +147,18 @@ def summarize_groups(measured: List[Dict[str, Any]], shares: Dict[Tuple[str, str
 # ---- measuring ---------------------------------------------------------------------------------
 def _buffers(region: str, point: Point, fill_seed: int) -> Tuple[np.ndarray, np.ndarray, Callable[[], None]]:
     """(dst, src, release): private copies on fresh numpy allocations (check.place), copies into
-    or out of shared memory with that side in a new POSIX shared-memory mapping."""
+    or out of shared memory with that side in a new POSIX shared-memory mapping, the source
+    starting at a page offset drawn as check.place draws it."""
     if region == "private":
         dst, src = place(point.size, point.offset, fill_seed, point.overlap)
         return dst, src, lambda: None
     from ..bench.engine import SizeMemory
 
+    rng = np.random.default_rng(fill_seed)
     mem = SizeMemory(point.size, 1, shared=True)
-    dst, src = mem.pairs(region, point.offset, backward=point.overlap)[0]
-    src[...] = np.random.default_rng(fill_seed).integers(0, 256, size=point.size, dtype=np.uint8)
+    start = ARRAY_ALIGNMENT * int(rng.integers(0, PAGE // ARRAY_ALIGNMENT))
+    dst, src = mem.pairs(region, point.offset, backward=point.overlap, start=start)[0]
+    src[...] = rng.integers(0, 256, size=point.size, dtype=np.uint8)
     return dst, src, mem.close
 
 

@@ -9,7 +9,8 @@ timing, no files, no state: fixed tables give a fixed profile (tests/profile/tes
 - ``placement_verdict``: the sequential sign test over buffer placements that resolves a cell
   (a win) or declares it a tie (a kernel that wins at some placements only changes nothing);
 - ``apply_validation``: a changed band whose new kernel does not also win off the grid by more
-  than ``MIN_GAIN`` goes back to the built-in kernel;
+  than ``MIN_GAIN``, and at enough placements there for the sign test, goes back to the
+  built-in kernel;
 - ``apply_check``: a changed band whose kernel loses to the built-in one, beyond the interval, at
   a point of the held-out check (``fastcopy.tune.check``) inside it goes back to the built-in kernel;
 - ``decide_parallel``: the thread pool's threshold and thread count;
@@ -358,33 +359,54 @@ def changed_runs(points: List[Dict[str, Any]]) -> List[ChangedRun]:
     return runs
 
 
-# (region, class, index of the run's first point) -> [(size off the grid, new / built-in speed)]
-Ratios = Dict[Tuple[str, str, int], List[Tuple[int, float]]]
+class Validation(NamedTuple):
+    """A changed run timed at one size off the grid: ``ratio`` = the new kernel's speed over the
+    built-in one's there (over all its placements), ``placements`` the ratio at each placement
+    (empty where it was timed at too few placements for the sign test: cold sizes)."""
+
+    size: int
+    ratio: float
+    placements: Tuple[float, ...] = ()
+
+
+# (region, class, index of the run's first point) -> its Validations, or (size, ratio) pairs
+Ratios = Dict[Tuple[str, str, int], List[Any]]
 
 
 def apply_validation(bands: Dict[str, Any], ratios: Ratios) -> List[Dict[str, Any]]:
     """Keeps each changed run of ``bands`` (``changed_runs``) only when its new kernel also beat
     the built-in one off the grid, by more than MIN_GAIN on the geometric mean of ``ratios``
-    (noise alone rarely wins twice), else puts the built-in kernel back; a run measured at no
-    size off the grid is kept. Updates ``bands`` in place; returns the report, one entry per run."""
+    (noise alone rarely wins twice) and, where timed at several placements, at enough of them
+    all together for the sign test (``placement_verdict``) to call it a win: a kernel faster at
+    some placements only is a tie, whatever its mean. Else puts the built-in kernel back; a run
+    measured at no size off the grid is kept. Updates ``bands`` in place; returns the report,
+    one entry per run."""
     report = []
     for region in REGIONS:
         for cls in CLASSES:
             points = bands[region][cls]
             for i, j, lo, hi, new, old in changed_runs(points):
-                got = ratios.get((region, cls, i), [])
-                gain = statistics.geometric_mean([r for _, r in got]) if got else None
-                keep = gain is None or gain > 1 + MIN_GAIN
-                words = ", ".join(f"{s} B {r:.2f}x" for s, r in got)
+                got = [Validation(*v) for v in ratios.get((region, cls, i), [])]
+                gain = statistics.geometric_mean([v.ratio for v in got]) if got else None
+                placed = [r for v in got for r in v.placements]
+                faster = sum(r > 1 for r in placed)
+                tie = bool(placed) and placement_verdict(placed, len(placed)) != "win"
+                keep = gain is None or (gain > 1 + MIN_GAIN and not tie)
+                words = ", ".join(f"{v.size} B {v.ratio:.2f}x" for v in got)
+                if placed:
+                    words += f" (faster at {faster} of {len(placed)} placements)"
                 for p in points[i:j + 1]:
                     if not keep:
                         p["kernel"] = p["builtin"]
-                        p["why"] = f"built-in choice kept: {new} lost the validation at {words}"
+                        p["why"] = (f"built-in choice kept: {new} {words}: a tie by the sign test"
+                                    if gain is not None and gain > 1 + MIN_GAIN else
+                                    f"built-in choice kept: {new} lost the validation at {words}")[:MAX_WHY]
                     elif got:
                         p["why"] = (p["why"] + "; validated " + words)[:MAX_WHY]
                 grid_gain = statistics.geometric_mean([p["gain"] for p in points[i:j + 1]])
                 report.append({"region": region, "class": cls, "from": lo, "to": hi, "builtin": old, "new": new,
-                               "grid_gain": grid_gain, "validation": got, "validation_gain": gain, "kept": keep})
+                               "grid_gain": grid_gain, "validation": got, "validation_gain": gain,
+                               "validation_placements": (faster, len(placed)), "kept": keep})
     return report
 
 

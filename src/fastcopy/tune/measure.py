@@ -36,10 +36,10 @@ import numpy as np
 
 from .. import _core
 from ..bench import engine, system
-from ..bench.engine import Arena, SizeMemory, slot_bytes
+from ..bench.engine import PAGE, Arena, SizeMemory, slot_bytes
 from ..bench.units import human_size
-from .decide import (CLASSES, PARALLEL_MIN_GRID, REGIONS, Builtin, Ratios, Stat, changed_runs, placement_verdict,
-                     pool_change)
+from .decide import (CLASSES, PARALLEL_MIN_GRID, REGIONS, Builtin, Ratios, Stat, Validation, changed_runs,
+                     placement_verdict, pool_change)
 
 # (dst - src) mod 4096 per class: a representative offset (where the built-in choice is read)
 # and the range a placement draws its offset from (docs/profile-format.md: near 1..63, far 64..).
@@ -144,13 +144,16 @@ def _placement(memory: SizeMemory, region: str, cls: str, rng: random.Random
                ) -> Tuple[int, List[Tuple[np.ndarray, np.ndarray]]]:
     """(offset, pairs) of one placement: hot private forward copies on fresh numpy allocations
     (check.place: the source at a page offset drawn as malloc may place an array), the rest in ``memory``
-    (shared memory, cold rotations, overlapping copies) at an offset drawn from the class."""
-    from .check import place
+    (shared memory, cold rotations, overlapping copies) at an offset drawn from the class, the
+    source at a page offset drawn the same way: at one start every placement of such a cell
+    would time the same addresses."""
+    from .check import ARRAY_ALIGNMENT, place
 
     off = placement_offset(cls, rng, memory.size)
     if region == "private" and cls != "backward" and memory.count == 1 and memory.size < FRESH_MAX:
         return off, [place(memory.size, off, rng.randrange(1 << 30))]
-    return off, memory.pairs(region, off, backward=cls == "backward")
+    start = ARRAY_ALIGNMENT * rng.randrange(PAGE // ARRAY_ALIGNMENT)
+    return off, memory.pairs(region, off, backward=cls == "backward", start=start)
 
 
 def measure_cell(variants: Dict[str, Callable[[Any, Any], Any]], memory: SizeMemory, region: str, cls: str,
@@ -307,13 +310,18 @@ def cell_count(sizes: Sequence[int]) -> int:
 
 def validation_ratios(m: Dict[str, Any], bands: Dict[str, Any], repeats: int, min_time: float,
                       progress: Optional[engine.Progress] = None, cold_repeats: int = 3,
-                      cold_min_time: float = 0.004, builtin: Optional[Builtin] = None) -> Ratios:
+                      cold_min_time: float = 0.004, builtin: Optional[Builtin] = None,
+                      placements: Tuple[int, int] = (4, 8), cold_placements: Tuple[int, int] = (2, 2)) -> Ratios:
     """Times the new kernel of every changed run of ``bands`` (``decide.changed_runs``) against the
-    built-in one at sizes off the grid: two per run below the L3, hot; one at and above it, cold.
+    built-in one at sizes off the grid: two per run below the L3, hot, each at ``placements``
+    (first, most: as many as a grid cell gets, so that the sign test over them can call a win;
+    more than the first while it is open); one at and above it, cold, at ``cold_placements``
+    (too few for the sign test: a cold copy takes milliseconds).
     Where ``builtin`` splits a copy across the pool (``uses_pool``; never an
     overlapping one), both kernels are timed on its threads, as those copies run: a kernel that
     wins on one thread can lose split (evidence: tune-validate-split-copies-split).
-    Returns the speed ratios (new / built-in) per run, for ``decide.apply_validation``."""
+    Returns the speed ratios (new / built-in) per run, with each hot size's ratio per
+    placement, for ``decide.apply_validation``."""
     import fastcopy
 
     rng = random.Random(7)
@@ -340,11 +348,14 @@ def validation_ratios(m: Dict[str, Any], bands: Dict[str, Any], repeats: int, mi
                     try:
                         res = measure_cell({new: as_run(new, s, cls), old: as_run(old, s, cls)}, mem, region, cls,
                                            cold_repeats if cold else repeats,
-                                           cold_min_time if cold else min_time, rng, (2, 2))
+                                           cold_min_time if cold else min_time, rng,
+                                           cold_placements if cold else placements, old)
                     finally:
                         mem.close()
                     if new in res and old in res:
-                        ratios.append((s, res[new]["gbps"] / res[old]["gbps"]))
+                        each = () if cold else tuple(a / b for a, b in zip(res[new]["placements"],
+                                                                          res[old]["placements"]))
+                        ratios.append(Validation(s, res[new]["gbps"] / res[old]["gbps"], each))
                     if progress is not None:
                         progress.step(f"validate {region} {cls} {human_size(s)}")
                 out[(region, cls, i)] = ratios

@@ -210,9 +210,11 @@ def format_changes(report: List[Dict[str, Any]], nt: Dict[str, Any], parallel: D
                      f"{c['builtin']} -> {c['new']}: {c['grid_gain']:.2f}x on the grid{v}")
     for c in report:
         if not c["kept"]:
+            faster, placed = c["validation_placements"]
+            at = f", faster at {faster} of {placed} placements" if placed else ""
             lines.append(f"  {c['region']:<11} {c['class']:<13} {_range_words(c['from'], c['to']):<22} "
                          f"{c['builtin']} kept: {c['new']} measured {c['grid_gain']:.2f}x on the grid but "
-                         f"{c['validation_gain']:.2f}x off it")
+                         f"{c['validation_gain']:.2f}x off it{at}")
     for c in dropped:
         where = ", ".join(f"{s} B @ {o} {r:.2f}x" for s, o, r in c["points"])
         lines.append(f"  {c['region']:<11} {c['class']:<13} {_range_words(c['from'], c['to']):<22} "
@@ -373,7 +375,8 @@ def _tune(quick: bool, output: Optional[str], grid: Optional[Sequence[int]], rep
         m = measure.measure(quick=quick, grid=sizes, repeats=repeats, min_time=min_time, progress=bar, builtin=builtin)
         bands = decide.decide_bands(m, builtin)
         ratios = measure.validation_ratios(m, bands, repeats or int(cfg["repeats"]), min_time or cfg["min_time"],
-                                           bar, int(cfg["cold_repeats"]), cfg["cold_min_time"], builtin)
+                                           bar, int(cfg["cold_repeats"]), cfg["cold_min_time"], builtin,
+                                           tuple(cfg["placements"]), tuple(cfg["cold_placements"]))
         report, parallel = decide.settle(m, builtin, bands, ratios)
         pool_ratios = measure.pool_validation_ratios(m, bands, parallel, builtin, repeats or int(cfg["repeats"]),
                                                      min_time or cfg["min_time"], bar)
