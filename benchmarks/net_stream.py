@@ -5,6 +5,10 @@ ROUNDS times per size:
   net          fastcopy.net.Publisher -> Subscriber.recv_view, fastcopy.net's Zenoh settings;
   net+keep     the same with fastcopy.net.keep_freed_memory() called first in both processes;
   net-whole    the same with every message sent whole (no pieces, whatever its size);
+  net-pieces   the same with the publisher's rule for peers across the network (messages above
+               fastcopy.net.SPLIT_FROM in pieces) on either path;
+  net-bytes    the same with every payload built as a new bytes object instead of in the
+               publisher's own bytearray;
   plain        Zenoh's defaults: put(arr.tobytes()) -> a FIFO channel of 8,
                np.frombuffer(payload.to_bytes());
   plain+keep   the same with keep_freed_memory() called first in both processes;
@@ -15,10 +19,10 @@ Zenoh's path between the two peers: "network" (its shared-memory transport off, 
 through TCP as between hosts) or "host" (Zenoh's defaults: payloads of 3 KiB and more through
 its shared memory), as fastcopy.net.bench.PATHS names them.
 The receiver times SECONDS of steady receiving after WARM_S; per variant the medians over the
-rounds of its GB/s (and the ratio to the first variant named), of its CPU microseconds per
-message (every thread of the process) and of the page faults it takes per message (getrusage's
-minor faults). Messages that fastcopy.net's Subscriber reports lost while timed are counted
-and printed (none expected in block mode).
+rounds of its GB/s (and the ratio to the first variant named), and of the CPU microseconds
+(every thread of the process) and page faults (getrusage's minor faults) per message of the
+receiver and of the publisher over the same seconds. Messages that fastcopy.net's Subscriber
+reports lost while timed are counted and printed (none expected in block mode).
 
     python benchmarks/net_stream.py [--sizes 64K,1M,16M] [--rounds 3] [--paths network,host]
                                     [--variants net,net+keep,plain,plain+keep]
@@ -34,7 +38,8 @@ import time
 
 import numpy as np
 
-VARIANTS = ("net", "net+keep", "net-whole", "plain", "plain+keep", "net+pool64", "plain+pool64")
+VARIANTS = ("net", "net+keep", "net-whole", "net-pieces", "net-bytes", "plain", "plain+keep", "net+pool64",
+            "plain+pool64")
 POOL64 = {"transport/shared_memory/transport_optimization/pool_size": 64 << 20}
 KEY = "bench/stream"
 WARM_S = 1.0
@@ -53,27 +58,53 @@ def _session(variant: str, path: str, listen=(), connect=()):
         if not isinstance(getattr(fastcopy.net, "SPLIT_FROM", None), int):
             raise RuntimeError("net-whole: fastcopy.net.SPLIT_FROM, the size up to which a message goes whole, is gone")
         fastcopy.net.SPLIT_FROM = 1 << 62
+    if variant == "net-pieces":  # the rule for peers across the network, whatever the path
+        import fastcopy.net
+
+        if not callable(getattr(fastcopy.net, "through_shared_memory_only", None)):
+            raise RuntimeError("net-pieces: fastcopy.net.through_shared_memory_only, the publisher's rule, is gone")
+        fastcopy.net.through_shared_memory_only = lambda session: False
     settings = peer_settings(zenoh_defaults=variant.startswith("plain"), path_name=path)
     if variant.endswith("+pool64"):
         settings.update(POOL64)
     return open_session(listen=list(listen), connect=list(connect), settings=settings)
 
 
-def _publisher(endpoint: str, variant: str, path: str, size: int) -> None:  # pragma: no cover - child
+def _usage() -> tuple:
+    """(CPU seconds of every thread of this process, its minor page faults)."""
+    return time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def _publisher(endpoint: str, variant: str, path: str, size: int, timing, q) -> None:  # pragma: no cover - child
     from fastcopy.net import Publisher, _congestion
 
     s = _session(variant, path, listen=[endpoint])
     arr = np.ones(size, np.uint8)
     if variant.startswith("net"):
         pub = Publisher(KEY, s)
-        while True:
-            pub.send(arr)
-    zpub = s.declare_publisher(KEY, congestion_control=_congestion("block"))
+        if variant == "net-bytes":
+            if not isinstance(getattr(pub, "_payload", None), bytearray):
+                raise RuntimeError("net-bytes: Publisher._payload, the bytearray it builds payloads in, is gone")
+            pub._payload = None
+        send = pub.send
+    else:
+        zpub = s.declare_publisher(KEY, congestion_control=_congestion("block"))
+        send = lambda a: zpub.put(a.tobytes())  # noqa: E731
+    # Counted while the receiver times (its `timing` event set), then reported once.
+    n, start, timed = 0, None, False
     while True:
-        zpub.put(arr.tobytes())
+        send(arr)
+        if timing.is_set():
+            if not timed:
+                timed, n, start = True, 0, _usage()
+            n += 1
+        elif timed:
+            cpu, faults = _usage()
+            q.put(("publisher", (cpu - start[0]) / n * 1e6, (faults - start[1]) / n))
+            timed = False
 
 
-def _receiver(endpoint: str, variant: str, path: str, size: int, q) -> None:  # pragma: no cover - child
+def _receiver(endpoint: str, variant: str, path: str, size: int, timing, q) -> None:  # pragma: no cover - child
     import zenoh
 
     from fastcopy.net import Subscriber
@@ -99,40 +130,48 @@ def _receiver(endpoint: str, variant: str, path: str, size: int, q) -> None:  # 
     while time.monotonic() < t_end:
         recv()
     lost = 0  # Zenoh may lose block-mode messages right after a connection: only those timed count
-    n, cpu0, faults0, t0 = 0, time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.monotonic()
+    timing.set()
+    n, (cpu0, faults0), t0 = 0, _usage(), time.monotonic()
     while time.monotonic() - t0 < SECONDS:
         view = recv()
         if view.nbytes != size:
             raise RuntimeError(f"received {view.nbytes} bytes, expected {size}")
         n += 1
     dt = time.monotonic() - t0
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
-    q.put((n * size / dt / 1e9, (time.process_time() - cpu0) / n * 1e6, faults / n, lost))
+    timing.clear()
+    cpu, faults = _usage()
+    q.put(("receiver", n * size / dt / 1e9, (cpu - cpu0) / n * 1e6, (faults - faults0) / n, lost))
     q.close()
     q.join_thread()
     os._exit(0)  # the publisher is stopped from outside; nothing of this process needs closing
 
 
 def one_run(variant: str, path: str, size: int):
-    """(GB/s, receiver CPU us per message, receiver page faults per message, messages lost while timed)."""
+    """(GB/s, receiver CPU us per message, receiver page faults per message, messages lost while
+    timed, publisher CPU us per message, publisher page faults per message)."""
     from fastcopy.net.bench import _endpoint, _port
 
     ctx = mp.get_context("spawn")
     endpoint = _endpoint(_port())
-    q = ctx.Queue()
-    pub = ctx.Process(target=_publisher, args=(endpoint, variant, path, size), daemon=True)
+    q, timing = ctx.Queue(), ctx.Event()
+    pub = ctx.Process(target=_publisher, args=(endpoint, variant, path, size, timing, q), daemon=True)
     pub.start()
-    rcv = ctx.Process(target=_receiver, args=(endpoint, variant, path, size, q), daemon=True)
+    rcv = ctx.Process(target=_receiver, args=(endpoint, variant, path, size, timing, q), daemon=True)
     rcv.start()
+    got = {}
     try:
         deadline = time.monotonic() + 60
-        while True:
+        while len(got) < 2:
             try:
-                return q.get(timeout=1)
+                who, *figures = q.get(timeout=1)
+                got[who] = figures
             except Exception:
-                if rcv.exitcode is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"{variant} at {size} B on the {path} path: the receiver ended "
-                                       f"(exit code {rcv.exitcode}) or gave no figure within 60 s") from None
+                if rcv.exitcode is not None and "receiver" not in got or pub.exitcode is not None \
+                        or time.monotonic() > deadline:
+                    raise RuntimeError(f"{variant} at {size} B on the {path} path: the receiver or the publisher "
+                                       f"ended (exit codes {rcv.exitcode}, {pub.exitcode}) or gave no figure "
+                                       "within 60 s") from None
+        return tuple(got["receiver"]) + tuple(got["publisher"])
     finally:
         for p in (rcv, pub):
             p.terminate()
@@ -165,9 +204,10 @@ def main() -> None:
             base = statistics.median(x[0] for x in got[(s, variants[0])])
             for v in variants:
                 rows = got[(s, v)]
-                med = [statistics.median(x[i] for x in rows) for i in range(3)]
+                med = [statistics.median(x[i] for x in rows) for i in range(6)]
                 print(f"  {human_size(s):>10}  {v:11s} {med[0]:5.2f} GB/s ({med[0] / base:.2f}x {variants[0]})  "
-                      f"receiver {med[1]:7.1f} us, {med[2]:6.2f} page faults per message; rounds "
+                      f"per message: receiver {med[1]:7.1f} us, {med[2]:6.2f} page faults, publisher "
+                      f"{med[4]:7.1f} us, {med[5]:6.2f} page faults; rounds "
                       + ", ".join(f"{x[0]:.2f}" for x in rows)
                       + (f"; {sum(x[3] for x in rows)} messages lost while timed" if any(x[3] for x in rows) else ""))
 

@@ -33,22 +33,39 @@ struct Export {
     Export& operator=(const Export&) = delete;
 };
 
-// A new bytes object: `head` (head_len bytes, written by `write` into it), then src[0:n]
-// copied by fastcopy's kernels, the GIL released from kCopyReleaseGilBytes (the new object is
-// not shared yet, and the caller's export keeps src in place).
+// `head` (head_len bytes, written by `write`), then src[0:n] copied by fastcopy's kernels, the
+// GIL released from kCopyReleaseGilBytes (the caller's export keeps src in place): in a new bytes
+// object (not shared yet), or, when `into` is a bytearray, in it, resized to the payload. A
+// publisher reuses one bytearray for every payload, since Zenoh's put copies a bytearray before
+// it returns: a new object per message of 256 KiB and more has glibc hand its pages back and
+// fault them in again at every message (evidence: net-send-buffer-reused). The bytearray stays
+// exported while its bytes are written, so no other thread can resize it meanwhile.
 template <class Write>
-py::object payload(std::size_t head_len, Write write, const void* src, std::size_t n) {
+py::object payload(const py::handle& into, std::size_t head_len, Write write, const void* src, std::size_t n) {
+    const auto fill = [&](std::uint8_t* dst) {
+        write(dst);
+        if (n >= kCopyReleaseGilBytes) {
+            py::gil_scoped_release unlocked;
+            copy_bytes(dst + head_len, src, n);
+        } else if (n) {
+            copy_bytes(dst + head_len, src, n);
+        }
+    };
+    if (!into.is_none()) {
+        if (!PyByteArray_Check(into.ptr()))
+            throw py::type_error(std::string("fastcopy.net: into must be a bytearray or None, got ") +
+                                 Py_TYPE(into.ptr())->tp_name);
+        if (PyByteArray_Resize(into.ptr(), static_cast<Py_ssize_t>(head_len + n)) != 0)
+            throw py::error_already_set();
+        Export held(into.ptr(), PyBUF_WRITABLE);
+        fill(static_cast<std::uint8_t*>(held.view.buf));
+        return py::reinterpret_borrow<py::object>(into);
+    }
     PyObject* out = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(head_len + n));
     if (!out) throw py::error_already_set();
-    auto* dst = reinterpret_cast<std::uint8_t*>(PyBytes_AS_STRING(out));
-    write(dst);
-    if (n >= kCopyReleaseGilBytes) {
-        py::gil_scoped_release unlocked;
-        copy_bytes(dst + head_len, src, n);
-    } else if (n) {
-        copy_bytes(dst + head_len, src, n);
-    }
-    return py::reinterpret_steal<py::object>(out);
+    py::object owned = py::reinterpret_steal<py::object>(out);
+    fill(reinterpret_cast<std::uint8_t*>(PyBytes_AS_STRING(out)));
+    return owned;
 }
 
 // The array's order on the wire: 'C' or 'F' (C when it is both); BufferError when it is
@@ -60,7 +77,7 @@ char memory_order(Py_buffer& v) {
 }
 
 py::object net_encode(const py::handle& block, const py::bytes& dtype_text, std::uint64_t source, std::uint64_t seq,
-                      long long piece_bytes) {
+                      long long piece_bytes, const py::handle& into) {
     Export e(block.ptr(), PyBUF_STRIDES);
     Py_buffer& v = e.view;
     const char order = memory_order(v);
@@ -80,7 +97,7 @@ py::object net_encode(const py::handle& block, const py::bytes& dtype_text, std:
     const std::size_t n = whole ? nbytes : static_cast<std::size_t>(piece_bytes);
     const unsigned ndim = static_cast<unsigned>(v.ndim);
     return payload(
-        net::head_bytes(ndim, dt_len),
+        into, net::head_bytes(ndim, dt_len),
         [&](std::uint8_t* out) {
             net::write_head(out, whole ? net::kWhole : net::kFirst, order, ndim, shape, dt, dt_len, source, seq, nbytes);
         },
@@ -93,7 +110,7 @@ py::object net_encode(const py::handle& block, const py::bytes& dtype_text, std:
 // same bytes net_encode builds. False, with nothing sent, for anything else, which the Python side
 // sends its full way.
 bool net_send_whole(const py::handle& put, const py::handle& arr, const py::dict& texts, std::uint64_t source,
-                    std::uint64_t seq, long long whole_max) {
+                    std::uint64_t seq, long long whole_max, const py::handle& into) {
     if (Py_TYPE(arr.ptr()) != &PyArray_Type) return false;
     auto* a = reinterpret_cast<PyArrayObject*>(arr.ptr());
     const long long nbytes = static_cast<long long>(PyArray_NBYTES(a));
@@ -115,7 +132,7 @@ bool net_send_whole(const py::handle& put, const py::handle& arr, const py::dict
     for (int i = 0; i < ndim; ++i) shape[i] = static_cast<std::uint64_t>(PyArray_DIM(a, i));
     const std::size_t n = static_cast<std::size_t>(nbytes);
     py::object message = payload(
-        net::head_bytes(static_cast<unsigned>(ndim), dt_len),
+        into, net::head_bytes(static_cast<unsigned>(ndim), dt_len),
         [&](std::uint8_t* out) {
             net::write_head(out, net::kWhole, order, static_cast<unsigned>(ndim), shape, dt, dt_len, source, seq, n);
         },
@@ -127,7 +144,7 @@ bool net_send_whole(const py::handle& put, const py::handle& arr, const py::dict
 }
 
 py::object net_piece(const py::handle& block, std::uint64_t source, std::uint64_t seq, long long offset,
-                     long long piece_bytes) {
+                     long long piece_bytes, const py::handle& into) {
     Export e(block.ptr(), PyBUF_ANY_CONTIGUOUS);
     const long long nbytes = static_cast<long long>(e.view.len);
     if (offset < 1 || offset >= nbytes || piece_bytes < 1)
@@ -136,7 +153,7 @@ py::object net_piece(const py::handle& block, std::uint64_t source, std::uint64_
                               " bytes (pieces start after the head's bytes and before the end)");
     const std::size_t n = static_cast<std::size_t>(std::min(piece_bytes, nbytes - offset));
     return payload(
-        net::kPieceHeadBytes,
+        into, net::kPieceHeadBytes,
         [&](std::uint8_t* out) { net::write_piece_head(out, source, seq, static_cast<std::uint64_t>(offset)); },
         static_cast<const std::uint8_t*>(e.view.buf) + offset, n);
 }
@@ -240,20 +257,22 @@ void bind_net(py::module_& m) {
     using namespace fastcopy;
     if (_import_array() < 0) throw py::error_already_set();
     m.def("net_encode", &net_encode, py::arg("block"), py::arg("dtype_text"), py::arg("source"), py::arg("seq"),
-          py::arg("piece_bytes"),
+          py::arg("piece_bytes"), py::arg("into") = py::none(),
           "fastcopy.net: the first payload of message `seq` of publisher `source`: the whole message when "
           "the array `block` (C- or Fortran-contiguous; BufferError otherwise) holds at most `piece_bytes` "
           "bytes, else its head with the first `piece_bytes` of them. `dtype_text`: numpy's dtype.str, "
-          "checked by the caller.");
+          "checked by the caller. A new bytes object, or `into` (a bytearray) resized and filled.");
     m.def("net_send_whole", &net_send_whole, py::arg("put"), py::arg("arr"), py::arg("texts"), py::arg("source"),
-          py::arg("seq"), py::arg("whole_max"),
+          py::arg("seq"), py::arg("whole_max"), py::arg("into") = py::none(),
           "fastcopy.net: Publisher.send's common case: an exact ndarray, C- or Fortran-contiguous, of at most "
           "`whole_max` bytes and of a dtype `texts` maps to its checked wire text, goes to `put` as one "
-          "whole-message payload (net_encode's bytes); False, with nothing sent, for anything else.");
+          "whole-message payload (net_encode's bytes, in `into` when it is a bytearray); False, with "
+          "nothing sent, for anything else.");
     m.def("net_piece", &net_piece, py::arg("block"), py::arg("source"), py::arg("seq"), py::arg("offset"),
-          py::arg("piece_bytes"),
+          py::arg("piece_bytes"), py::arg("into") = py::none(),
           "fastcopy.net: the piece of message `seq` holding `block`'s bytes from `offset` (up to "
-          "`piece_bytes` of them), in memory order.");
+          "`piece_bytes` of them), in memory order: a new bytes object, or `into` (a bytearray) resized "
+          "and filled.");
     m.def("net_read", &net_read, py::arg("payload"),
           "fastcopy.net: a payload checked: ('M' or 'H', source, seq, dtype text, shape, order, nbytes, "
           "element count, data offset) for a whole message or a head, ('P', source, seq, offset, data "

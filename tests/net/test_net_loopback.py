@@ -212,12 +212,16 @@ class _CountingPuts:
         return getattr(self.inner, name)
 
 
-def test_large_messages_travel_in_pieces_and_arrive_exact(pair):
+def test_large_messages_travel_in_pieces_and_arrive_exact(pair, monkeypatch):
     """Messages above the split size go as a head and pieces, one Zenoh message each,
     and come back exact through recv (the subscriber's own writable array), recv_view
-    (read-only) and recv(out=); smaller ones go whole."""
+    (read-only) and recv(out=); smaller ones go whole. The rule for peers across the network
+    is forced (on loopback Zenoh reaches the subscriber through shared memory, where messages
+    up to WHOLE_THROUGH_SHARED_MEMORY_UP_TO go whole)."""
+    import fastcopy.net as net
     from fastcopy.net import _wire
 
+    monkeypatch.setattr(net, "through_shared_memory_only", lambda session: False)
     pub, make = pair
     sub = make(capacity=4)
     pub._pub = counting = _CountingPuts(pub._pub)
@@ -245,6 +249,38 @@ def test_large_messages_travel_in_pieces_and_arrive_exact(pair):
     out = np.zeros_like(one_more)
     assert sub.recv(out=out, timeout=20) is out and out.tobytes() == one_more.tobytes()
     assert sub.lost == 0 and sub.rejected == 0
+
+
+def test_a_payload_the_publisher_rebuilds_never_reaches_a_subscriber_changed(pair):
+    """The publisher builds every payload in one bytearray of its own, which it overwrites for
+    the next one as soon as put returns: Zenoh must have copied it by then. Messages of each
+    kind (whole, whole through shared memory, in pieces), each filled with its own number,
+    sent back to back from another thread while the subscriber reads, arrive each with its
+    own bytes."""
+    import threading
+
+    pub, make = pair
+    sub = make(capacity=8)
+    sizes = [64 << 10, 1 << 20, 6 << 20]
+    count = 60
+    failed = []
+
+    def send():
+        try:
+            for k in range(count):
+                pub.send(np.full(sizes[k % 3], k % 251, np.uint8))
+        except Exception as exc:  # reported below
+            failed.append(exc)
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    try:
+        for k in range(count):
+            got = sub.recv_view(timeout=30)
+            assert got.nbytes == sizes[k % 3] and int(got.min()) == int(got.max()) == k % 251, k
+    finally:
+        sender.join(60)
+    assert not failed and sub.lost == 0
 
 
 def _raw_publisher(pub):

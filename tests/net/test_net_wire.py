@@ -80,6 +80,35 @@ def test_a_send_in_one_call_leaves_everything_else_to_the_full_way():
         _core.net_send_whole(refuse, arr, texts, 1, 0, 1 << 20)
 
 
+def test_payloads_built_into_a_bytearray_are_the_bytes_of_new_ones():
+    """With ``into`` (the bytearray a Publisher reuses), net_encode, net_piece and net_send_whole
+    resize it to the payload, larger or smaller than before, and fill it with exactly the bytes
+    they give as a new bytes object; anything but a bytearray or None is a TypeError naming
+    ``into``, and a bytearray another reader still holds a view of is left as it was."""
+    rng = np.random.default_rng(9)
+    arr = rng.integers(0, 256, 3 << 20, dtype=np.uint8)
+    text = _wire.dtype_text(arr.dtype)
+    into = bytearray(b"junk" * 1000)
+    for piece_bytes in (arr.nbytes, 1 << 20, 100):
+        got = _core.net_encode(arr, text, 7, 41, piece_bytes, into)
+        assert got is into and into == _core.net_encode(arr, text, 7, 41, piece_bytes)
+    for offset, piece_bytes in ((1 << 20, 1 << 20), (arr.nbytes - 5, 1 << 20), (64, 16)):
+        assert _core.net_piece(arr, 7, 41, offset, piece_bytes, into) is into
+        assert into == _core.net_piece(arr, 7, 41, offset, piece_bytes)
+    put = []
+    assert _core.net_send_whole(put.append, arr, {arr.dtype: text}, 7, 41, arr.nbytes, into) is True
+    assert put == [into] and into == _core.net_encode(arr, text, 7, 41, arr.nbytes)
+    for wrong in (b"bytes", memoryview(bytearray(8)), [0]):
+        with pytest.raises(TypeError, match="into must be a bytearray"):
+            _core.net_encode(arr, text, 7, 41, arr.nbytes, wrong)
+    held = bytearray(b"kept")
+    view = memoryview(held)
+    with pytest.raises(BufferError):
+        _core.net_piece(arr, 7, 41, 64, 16, held)
+    assert held == b"kept"
+    view.release()
+
+
 @pytest.mark.parametrize("order", ["C", "F"])
 def test_messages_of_every_size_class_carry_their_bytes(order):
     """The message body is copied by fastcopy's kernels, with the GIL released from 64 KiB."""

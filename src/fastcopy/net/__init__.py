@@ -23,7 +23,8 @@ from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 import numpy as np
 
 from .. import _core
-from ._wire import _DTYPE_OF, _TEXT_OF, SPLIT_FROM, Assembly, Head, WireError, first_payload, pieces, take
+from ._wire import (_DTYPE_OF, _TEXT_OF, SPLIT_FROM, WHOLE_THROUGH_SHARED_MEMORY_UP_TO, Assembly, Head, WireError,
+                    first_payload, piece_bytes_for, pieces, take)
 
 __all__ = ["Publisher", "Subscriber", "Bridge", "WireError", "MessagesLost", "open_session", "zenoh_config",
            "ZENOH_SETTINGS", "zenoh_module", "keep_freed_memory"]
@@ -122,6 +123,25 @@ def _close_open_ends() -> None:
 atexit.register(_close_open_ends)
 
 
+# How often (seconds) a Publisher looks again at its session's Zenoh transports for its rule
+# of whole messages (WHOLE_THROUGH_SHARED_MEMORY_UP_TO): a peer that joins or leaves changes
+# the rule within this time. Either way every message arrives whole and intact; the rule
+# decides only how fast.
+TRANSPORTS_RECHECK_S = 0.5
+
+
+def through_shared_memory_only(session: Any) -> bool:
+    """Whether Zenoh moves ``session``'s messages to each of its peers through shared memory:
+    it has at least one transport, and every one is a shared-memory unicast one (peers on one
+    host with Zenoh's shared memory on at both ends). A session in client mode sees only its
+    router: its messages may still cross the network beyond it."""
+    try:
+        transports = list(session.info.transports())
+    except AttributeError:  # a Zenoh without SessionInfo.transports
+        return False
+    return bool(transports) and all(t.is_shm and not t.is_multicast for t in transports)
+
+
 def _congestion(overflow: str) -> Any:
     zenoh = zenoh_module()
     if overflow == "block":
@@ -144,6 +164,14 @@ class Publisher:
         self._pub = self.session.declare_publisher(key, congestion_control=_congestion(overflow))
         # Tells this publisher's messages from another's on the same key.
         self.source = int.from_bytes(os.urandom(8), "little")
+        # Every payload of this publisher is built here (Zenoh's put copies it before it returns):
+        # a new bytes object per large message costs page faults at every message
+        # (evidence: net-send-buffer-reused).
+        self._payload = bytearray()
+        # The largest message sent whole (SPLIT_FROM, or more where every peer is reached
+        # through shared memory), and when the transports were last looked at.
+        self._whole_max = SPLIT_FROM
+        self._transports_at = -math.inf
         self.sent = 0
         self.closed = False
         # Held by each send: close() undeclares with no send of another thread inside Zenoh's
@@ -181,17 +209,33 @@ class Publisher:
         seq = self.sent
         # A whole message of a dtype sent before, from a contiguous ndarray, in one C++ call
         # (evidence: net-send-in-one-call); anything else below.
-        if _core.net_send_whole(self._pub.put, arr, _TEXT_OF, self.source, seq, SPLIT_FROM):
+        whole_max = self._whole_limit()
+        if _core.net_send_whole(self._pub.put, arr, _TEXT_OF, self.source, seq, whole_max, self._payload):
             self.sent = seq + 1
             return
-        first, block, piece_bytes = first_payload(arr if type(arr) is np.ndarray else np.asarray(arr), seq, self.source)
+        block = arr if type(arr) is np.ndarray else np.asarray(arr)
+        nbytes = block.nbytes
+        first, block, piece_bytes = first_payload(block, seq, self.source,
+                                                  nbytes if nbytes <= whole_max else piece_bytes_for(nbytes),
+                                                  self._payload)
         self._pub.put(first)
         # The number is spent once the head is out: a message cut short after it is a gap
         # that subscribers count as lost.
         self.sent = seq + 1
         if block.nbytes > piece_bytes:
-            for piece in pieces(block, seq, self.source, piece_bytes):
+            for piece in pieces(block, seq, self.source, piece_bytes, self._payload):
                 self._pub.put(piece)
+
+    def _whole_limit(self) -> int:
+        """The largest message to send whole: SPLIT_FROM, or WHOLE_THROUGH_SHARED_MEMORY_UP_TO
+        where Zenoh reaches every peer of the session through shared memory (looked at again
+        every TRANSPORTS_RECHECK_S)."""
+        now = time.monotonic()
+        if now - self._transports_at >= TRANSPORTS_RECHECK_S:
+            self._transports_at = now
+            self._whole_max = (max(SPLIT_FROM, WHOLE_THROUGH_SHARED_MEMORY_UP_TO)
+                               if through_shared_memory_only(self.session) else SPLIT_FROM)
+        return self._whole_max
 
     def close(self) -> None:
         """Stops publishing; a send in another thread finishes first (up to 5 s). A send that

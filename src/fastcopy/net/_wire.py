@@ -13,7 +13,7 @@ bytes, then its bytes.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union, cast
 
 import numpy as np
 
@@ -32,6 +32,12 @@ _WHOLE, _PIECE = WHOLE.decode(), PIECE.decode()
 # pieces), at least MIN_PIECE_BYTES and at most PIECE_BYTES (evidence:
 # net-large-messages-in-pieces, net-pieces-from-128k).
 SPLIT_FROM = 128 << 10
+# Where Zenoh moves a publisher's messages to every peer through its shared memory (every
+# transport of its session is a shared-memory one: peers on one host), messages up to this size
+# go whole: there whole messages of 256 KiB to 4 MiB moved 1.3-1.6x their pieces, and from
+# 8 MiB, more than a quarter of Zenoh's default 16 MiB pool for them, 0.3-0.45x
+# (evidence: net-whole-through-shared-memory).
+WHOLE_THROUGH_SHARED_MEMORY_UP_TO = 4 << 20
 PIECES = 4
 MIN_PIECE_BYTES = 128 << 10
 PIECE_BYTES = 1 << 20
@@ -93,39 +99,42 @@ def wire_dtype(text: bytes) -> np.dtype:
     return dt
 
 
-def first_payload(arr: np.ndarray, seq: int, source: int,
-                  piece_bytes: Optional[int] = None) -> Tuple[bytes, np.ndarray, int]:
+def first_payload(arr: np.ndarray, seq: int, source: int, piece_bytes: Optional[int] = None,
+                  into: Optional[bytearray] = None) -> Tuple[Union[bytes, bytearray], np.ndarray, int]:
     """(the first payload of message ``seq`` of publisher ``source``: the whole message when it
     holds at most ``piece_bytes`` bytes (by default piece_bytes_for its size), else its head
     with the first ``piece_bytes``; the array as a C- or Fortran-contiguous block; the piece
-    size). One copy of the array's bytes, into a bytes object, which Zenoh takes at half the
-    cost of a bytearray (evidence: net-send-payload-type)."""
+    size). One copy of the array's bytes: into a new bytes object, or into ``into`` (a
+    bytearray the caller reuses for every payload, as a Publisher does: see
+    ``_core.net_encode``), resized to the payload."""
     dt = arr.dtype
     text = _TEXT_OF.get(dt) or dtype_text(dt)
     if piece_bytes is None:
         nbytes = arr.nbytes
         piece_bytes = nbytes if nbytes <= SPLIT_FROM else piece_bytes_for(nbytes)
     try:
-        return _core.net_encode(arr, text, source, seq, piece_bytes), arr, piece_bytes
+        return _core.net_encode(arr, text, source, seq, piece_bytes, into), arr, piece_bytes
     except BufferError:  # neither C- nor Fortran-contiguous: sent as a C-contiguous copy
         if arr.ndim > MAX_NDIM:
             raise ValueError(f"fastcopy.net: {arr.ndim} dimensions, at most {MAX_NDIM}") from None
         block = np.ascontiguousarray(arr)
-        return _core.net_encode(block, text, source, seq, piece_bytes), block, piece_bytes
+        return _core.net_encode(block, text, source, seq, piece_bytes, into), block, piece_bytes
 
 
-def pieces(block: np.ndarray, seq: int, source: int, piece_bytes: int) -> Iterator[bytes]:
+def pieces(block: np.ndarray, seq: int, source: int, piece_bytes: int,
+           into: Optional[bytearray] = None) -> Iterator[Union[bytes, bytearray]]:
     """The pieces of message ``seq`` after its head (none for a whole message), built one at a
-    time as the caller takes them."""
+    time as the caller takes them: each a new bytes object, or ``into`` refilled (the caller
+    puts each piece out before it takes the next)."""
     if block.nbytes <= piece_bytes:
         return
     for offset in range(piece_bytes, block.nbytes, piece_bytes):
-        yield _core.net_piece(block, source, seq, offset, piece_bytes)
+        yield _core.net_piece(block, source, seq, offset, piece_bytes, into)
 
 
 def encode(arr: np.ndarray, seq: int, source: int = 0) -> bytes:
     """The whole message in one payload (any size)."""
-    return first_payload(arr, seq, source, max(1, arr.nbytes))[0]
+    return cast(bytes, first_payload(arr, seq, source, max(1, arr.nbytes))[0])  # no ``into``: bytes
 
 
 def encode_parts(arr: np.ndarray, seq: int, source: int, piece_bytes: Optional[int] = None) -> Iterator[bytes]:
@@ -133,8 +142,8 @@ def encode_parts(arr: np.ndarray, seq: int, source: int, piece_bytes: Optional[i
     bytes (by default piece_bytes_for its size), else a head with the first ``piece_bytes`` and
     pieces of the rest, built one at a time as the caller takes them."""
     first, block, piece_bytes = first_payload(arr, seq, source, piece_bytes)
-    yield first
-    yield from pieces(block, seq, source, piece_bytes)
+    yield cast(bytes, first)  # no ``into``: bytes
+    yield from cast(Iterator[bytes], pieces(block, seq, source, piece_bytes))
 
 
 class Head:
