@@ -34,7 +34,7 @@ _WHOLE, _PIECE = WHOLE.decode(), PIECE.decode()
 SPLIT_FROM = 128 << 10
 # Where Zenoh moves a publisher's messages to every peer through its shared memory (every
 # transport of its session is a shared-memory one: peers on one host), messages up to this size
-# go whole: there whole messages of 256 KiB to 4 MiB moved 1.3-1.6x their pieces, and from
+# go whole: there whole messages of 256 KiB to 4 MiB moved 1.1-2.0x their pieces, and from
 # 8 MiB, more than a quarter of Zenoh's default 16 MiB pool for them, 0.3-0.45x
 # (evidence: net-whole-through-shared-memory).
 WHOLE_THROUGH_SHARED_MEMORY_UP_TO = 4 << 20
