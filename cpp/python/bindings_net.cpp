@@ -37,7 +37,7 @@ struct Export {
 // GIL released from kCopyReleaseGilBytes (the caller's export keeps src in place): in a new bytes
 // object (not shared yet), or, when `into` is a bytearray, in it, resized to the payload. A
 // publisher reuses one bytearray for every payload, since Zenoh's put copies a bytearray before
-// it returns: a new object per message of 256 KiB and more has glibc hand its pages back and
+// it returns: a new object per message from 256-512 KiB up has glibc hand its pages back and
 // fault them in again at every message (evidence: net-send-buffer-reused). The bytearray stays
 // exported while its bytes are written, so no other thread can resize it meanwhile.
 template <class Write>
