@@ -205,6 +205,12 @@ def geomean_ci(ratios: Sequence[float], level: float = CONFIDENCE, resamples: in
 
 
 # ---- measuring one point ----------------------------------------------------------------
+def array_start(rng: np.random.Generator) -> int:
+    """Where in its page a numpy array's data may start, drawn from ``rng``: a multiple of
+    ARRAY_ALIGNMENT below PAGE, as malloc places numpy's arrays."""
+    return ARRAY_ALIGNMENT * int(rng.integers(0, PAGE // ARRAY_ALIGNMENT))
+
+
 def place(size: int, offset: int, fill_seed: int, overlap: bool = False) -> Tuple[np.ndarray, np.ndarray]:
     """(dst, src): fresh numpy allocations of ``size`` bytes with (dst - src) mod 4096 = offset,
     src filled with random bytes; with ``overlap``, two views of one fresh allocation of
@@ -214,7 +220,7 @@ def place(size: int, offset: int, fill_seed: int, overlap: bool = False) -> Tupl
     of a point (and every small point) would be timed at one placement (evidence:
     check-placements-drawn)."""
     rng = np.random.default_rng(fill_seed)
-    src_start = ARRAY_ALIGNMENT * int(rng.integers(0, PAGE // ARRAY_ALIGNMENT))
+    src_start = array_start(rng)
     if overlap:
         if not 0 < offset < size:
             raise ValueError(f"an overlapping point needs 0 < offset < size, got offset {offset} at {size} B")

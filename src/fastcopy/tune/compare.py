@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .check import (ARRAY_ALIGNMENT, CONFIDENCE, MAX_SIZE, MIN_SIZE, PAGE, PASSES, Point, _load, _machine, _size_words,
+from .check import (CONFIDENCE, MAX_SIZE, MIN_SIZE, PAGE, PASSES, Point, _load, _machine, _size_words, array_start,
                     draw_points, geomean, loop_copies, pass_repeats, place, print_result, progress_on_terminal, ratio_ci,
                     validate_settings, _timed)
 from .decide import MIN_GAIN, REGIONS, point_class
@@ -156,8 +156,7 @@ def _buffers(region: str, point: Point, fill_seed: int) -> Tuple[np.ndarray, np.
 
     rng = np.random.default_rng(fill_seed)
     mem = SizeMemory(point.size, 1, shared=True)
-    start = ARRAY_ALIGNMENT * int(rng.integers(0, PAGE // ARRAY_ALIGNMENT))
-    dst, src = mem.pairs(region, point.offset, backward=point.overlap, start=start)[0]
+    dst, src = mem.pairs(region, point.offset, backward=point.overlap, start=array_start(rng))[0]
     src[...] = rng.integers(0, 256, size=point.size, dtype=np.uint8)
     return dst, src, mem.close
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from .. import _core
 from ..bench import engine, system
-from ..bench.engine import PAGE, Arena, SizeMemory, slot_bytes
+from ..bench.engine import Arena, SizeMemory, slot_bytes
 from ..bench.units import human_size
 from .decide import (CLASSES, PARALLEL_MIN_GRID, REGIONS, Builtin, Ratios, Stat, Validation, changed_runs,
                      placement_verdict, pool_change)
@@ -147,12 +147,12 @@ def _placement(memory: SizeMemory, region: str, cls: str, rng: random.Random
     (shared memory, cold rotations, overlapping copies) at an offset drawn from the class, the
     source at a page offset drawn the same way: at one start every placement of such a cell
     would time the same addresses."""
-    from .check import ARRAY_ALIGNMENT, place
+    from .check import array_start, place
 
     off = placement_offset(cls, rng, memory.size)
     if region == "private" and cls != "backward" and memory.count == 1 and memory.size < FRESH_MAX:
         return off, [place(memory.size, off, rng.randrange(1 << 30))]
-    start = ARRAY_ALIGNMENT * rng.randrange(PAGE // ARRAY_ALIGNMENT)
+    start = array_start(np.random.default_rng(rng.randrange(1 << 30)))
     return off, memory.pairs(region, off, backward=cls == "backward", start=start)
 
 
