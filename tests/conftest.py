@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import fastcopy
+from _assertions import pytest_assertrepr_compare  # noqa: F401 (a pytest hook, found here by its name)
 
 # Every dtype the semantic matrix uses: all numeric kinds, bool, complex, structured,
 # datetime/timedelta, void, bytes/str, and non-native byte order.
