@@ -88,20 +88,21 @@ def explain(left, right) -> Optional[List[str]]:
 _CI_VARIABLES = ("CI", "BUILD_NUMBER")
 
 
-@pytest.hookimpl(wrapper=True)
+@pytest.hookimpl(hookwrapper=True)  # the old-style wrapper: Debian 12's pytest 7.2 (CI's arm runs) has no other
 def pytest_assertrepr_compare(config, op, left, right):
     """Every implementation of this hook runs, pytest's own included, and pytest prints the first
     explanation it gets. For a long operand this wrapper runs pytest's at verbosity 0 and without
     the CI variables (a few lines, computed in linear time) and gives its own instead."""
     lines = explain(left, right) if op == "==" else None
     if lines is None:
-        return (yield)
+        yield
+        return
     saved_env = {name: os.environ.pop(name) for name in _CI_VARIABLES if name in os.environ}
     saved_verbose = config.option.verbose
     config.option.verbose = min(saved_verbose, 0)
     try:
-        yield
+        outcome = yield
     finally:
         os.environ.update(saved_env)
         config.option.verbose = saved_verbose
-    return [[f"{left!r:.60} == {right!r:.60}", *lines]]
+    outcome.force_result([[f"{left!r:.60} == {right!r:.60}", *lines]])
