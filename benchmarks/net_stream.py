@@ -9,6 +9,13 @@ ROUNDS times per size:
                fastcopy.net.SPLIT_FROM in pieces) on either path;
   net-bytes    the same with every payload built as a new bytes object instead of in the
                publisher's own bytearray;
+  net-zenoh-copies
+               the same with every payload put as it is where every peer is reached through
+               shared memory (Zenoh copies it into its own pool) instead of out of the
+               publisher's pool of Zenoh shared memory;
+  net-own-pool32, net-own-pool64
+               the same as net with a publisher's pool of 32 / 64 MiB
+               (fastcopy.net._shared_payloads.POOL_BYTES; 16 MiB);
   plain        Zenoh's defaults: put(arr.tobytes()) -> a FIFO channel of 8,
                np.frombuffer(payload.to_bytes());
   plain+keep   the same with keep_freed_memory() called first in both processes;
@@ -38,7 +45,8 @@ import time
 
 import numpy as np
 
-VARIANTS = ("net", "net+keep", "net-whole", "net-pieces", "net-bytes", "plain", "plain+keep", "net+pool64",
+VARIANTS = ("net", "net+keep", "net-whole", "net-pieces", "net-bytes", "net-zenoh-copies", "net-own-pool32",
+            "net-own-pool64", "plain", "plain+keep", "net+pool64",
             "plain+pool64")
 POOL64 = {"transport/shared_memory/transport_optimization/pool_size": 64 << 20}
 KEY = "bench/stream"
@@ -64,6 +72,20 @@ def _session(variant: str, path: str, listen=(), connect=()):
         if not callable(getattr(fastcopy.net, "through_shared_memory_only", None)):
             raise RuntimeError("net-pieces: fastcopy.net.through_shared_memory_only, the publisher's rule, is gone")
         fastcopy.net.through_shared_memory_only = lambda session: False
+    if variant == "net-zenoh-copies":  # no payload is large enough for the publisher's pool
+        from fastcopy.net import _shared_payloads
+
+        if not isinstance(getattr(_shared_payloads, "SMALLEST", None), int):
+            raise RuntimeError("net-zenoh-copies: fastcopy.net._shared_payloads.SMALLEST, the smallest payload put "
+                               "out of the publisher's pool, is gone")
+        _shared_payloads.SMALLEST = 1 << 62
+    if variant.startswith("net-own-pool"):
+        from fastcopy.net import _shared_payloads
+
+        if not isinstance(getattr(_shared_payloads, "POOL_BYTES", None), int):
+            raise RuntimeError(f"{variant}: fastcopy.net._shared_payloads.POOL_BYTES, the size of the publisher's "
+                               "pool, is gone")
+        _shared_payloads.POOL_BYTES = int(variant[len("net-own-pool"):]) << 20
     settings = peer_settings(zenoh_defaults=variant.startswith("plain"), path_name=path)
     if variant.endswith("+pool64"):
         settings.update(POOL64)

@@ -151,3 +151,112 @@ def test_zenoh_peers_on_one_host_are_reached_through_shared_memory_unless_one_tu
     finally:
         for s in reversed(opened):
             s.close()
+
+
+class Recorder:
+    """A put that keeps every payload object (a payload from the pool holds its buffer while kept)
+    and the bytes it held when put."""
+
+    def __init__(self):
+        self.puts = []
+
+    def __call__(self, payload):
+        self.puts.append((payload, bytes(payload)))
+
+
+def test_where_every_peer_is_reached_through_shared_memory_payloads_go_out_of_the_publishers_pool():
+    """Whole messages, heads and pieces of SMALLEST bytes or more go out of the publisher's pool
+    of Zenoh shared memory (a zenoh.ZBytes over a buffer of it) holding exactly the wire format's
+    bytes; smaller payloads, and every payload where a peer is across the network, go as the
+    publisher's bytearray."""
+    import zenoh
+
+    from fastcopy.net import _shared_payloads, _wire
+
+    pub, session = publisher([FakeTransport(True)])
+    rng = np.random.default_rng(3)
+    arrays = [rng.integers(0, 256, 100, dtype=np.uint8),                 # below SMALLEST
+              rng.integers(0, 256, MiB, dtype=np.uint8),                 # whole, in one C++ call
+              rng.standard_normal((300, 400))[:, ::2],                   # whole, the full way
+              rng.integers(0, 256, 5 * MiB + 5000, dtype=np.uint8)]      # a head and pieces
+    expected = []
+    for seq, arr in enumerate(arrays):
+        pub.send(arr)
+        nbytes = np.asarray(arr).nbytes
+        whole = nbytes <= _wire.WHOLE_THROUGH_SHARED_MEMORY_UP_TO
+        expected += list(_wire.encode_parts(np.asarray(arr), seq, pub.source,
+                                            nbytes if whole else _wire.piece_bytes_for(nbytes)))
+    assert [got for _, got in session.puts] == expected
+    pooled = [len(got) >= _shared_payloads.SMALLEST for got in expected]
+    assert pooled[0] is False and all(pooled[1:]) and len(expected) > len(arrays)
+    assert [type(obj) is zenoh.ZBytes for obj, _ in session.puts] == pooled
+    assert session.puts[0][0] is pub._payload
+    assert pub._shared.through_pool == sum(pooled) and pub._shared.pool_full == 0
+    session.links.append(FakeTransport(False))      # a peer across the network joins
+    pub._transports_at -= 1e9
+    pub.send(arrays[1][:_wire.SPLIT_FROM])
+    assert session.puts[-1][0] is pub._payload and pub._shared.through_pool == sum(pooled)
+    assert pub._shared._provider is not None
+    pub.close()
+    assert pub._shared._provider is None  # the pool goes with the publisher
+
+
+def test_the_smallest_payload_through_the_pool_is_zenohs_own_threshold():
+    from fastcopy.net._shared_payloads import SMALLEST, SharedPayloads
+
+    put = Recorder()
+    shared = SharedPayloads(put)
+    for n in (SMALLEST - 1, SMALLEST, 0):
+        payload = bytearray(np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8).tobytes())
+        shared.put(payload)
+        assert put.puts[-1][1] == payload
+        assert (put.puts[-1][0] is payload) is (n < SMALLEST), n
+    assert shared.through_pool == 1
+
+
+def test_a_full_pool_leaves_payloads_to_zenoh_until_subscribers_let_its_buffers_go(monkeypatch):
+    """Where every buffer of the pool is still held (here by the recorder; in use by
+    subscribers that have not taken their payloads yet) a payload goes as it is, at once: the
+    pool never makes a publisher wait. Buffers let go of are used again."""
+    from fastcopy.net import _shared_payloads
+
+    monkeypatch.setattr(_shared_payloads, "POOL_BYTES", 256 << 10)
+    put = Recorder()
+    shared = _shared_payloads.SharedPayloads(put)
+    payload = bytearray(100 << 10)
+    shared.put(payload)
+    shared.put(payload)
+    assert shared.through_pool == 2 and shared.pool_full == 0
+    shared.put(payload)   # the third does not fit beside the two held
+    assert put.puts[-1][0] is payload and shared.pool_full == 1 and shared.through_pool == 2
+    put.puts.clear()      # every buffer let go of
+    payload[:4] = b"next"
+    shared.put(payload)
+    assert put.puts[-1][0] is not payload and put.puts[-1][1] == payload
+    assert shared.through_pool == 3 and shared.pool_full == 1
+
+
+@pytest.mark.parametrize("why", ["too-large", "no-zenoh-shm"])
+def test_a_pool_that_cannot_be_made_leaves_every_payload_to_zenoh(monkeypatch, why):
+    """No pool (a size Zenoh refuses, or a zenoh without its shm module): every payload goes as
+    it is, ``unavailable`` says why, and the pool is not tried again."""
+    import types
+
+    import zenoh
+
+    from fastcopy.net import _shared_payloads
+
+    if why == "too-large":
+        monkeypatch.setattr(_shared_payloads, "POOL_BYTES", 1 << 50)
+    else:
+        monkeypatch.setattr(zenoh, "shm", types.SimpleNamespace())
+    put = Recorder()
+    shared = _shared_payloads.SharedPayloads(put)
+    payload = bytearray(64 << 10)
+    shared.put(payload)
+    reason = shared.unavailable
+    assert reason and ("ZError" if why == "too-large" else "AttributeError") in reason, reason
+    monkeypatch.undo()    # a pool could be made now: it is not tried again
+    shared.put(payload)
+    assert [obj is payload for obj, _ in put.puts] == [True, True]
+    assert shared.unavailable == reason and shared.through_pool == 0

@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 import numpy as np
 
 from .. import _core
+from ._shared_payloads import SharedPayloads
 from ._wire import (_DTYPE_OF, _TEXT_OF, SPLIT_FROM, WHOLE_THROUGH_SHARED_MEMORY_UP_TO, Assembly, Head, WireError,
                     first_payload, piece_bytes_for, pieces, take)
 
@@ -172,6 +173,11 @@ class Publisher:
         # through shared memory), and when the transports were last looked at.
         self._whole_max = SPLIT_FROM
         self._transports_at = -math.inf
+        # Where every peer is reached through shared memory (self._through_pool), payloads go out
+        # of a pool of Zenoh shared memory of this publisher's own (fastcopy.net._shared_payloads);
+        # else as they are.
+        self._shared = SharedPayloads(self._pub.put)
+        self._through_pool = False
         self.sent = 0
         self.closed = False
         # Held by each send: close() undeclares with no send of another thread inside Zenoh's
@@ -210,7 +216,8 @@ class Publisher:
         # A whole message of a dtype sent before, from a contiguous ndarray, in one C++ call
         # (evidence: net-send-in-one-call); anything else below.
         whole_max = self._whole_limit()
-        if _core.net_send_whole(self._pub.put, arr, _TEXT_OF, self.source, seq, whole_max, self._payload):
+        put = self._shared.put if self._through_pool else self._pub.put
+        if _core.net_send_whole(put, arr, _TEXT_OF, self.source, seq, whole_max, self._payload):
             self.sent = seq + 1
             return
         block = arr if type(arr) is np.ndarray else np.asarray(arr)
@@ -218,23 +225,25 @@ class Publisher:
         first, block, piece_bytes = first_payload(block, seq, self.source,
                                                   nbytes if nbytes <= whole_max else piece_bytes_for(nbytes),
                                                   self._payload)
-        self._pub.put(first)
+        put(first)
         # The number is spent once the head is out: a message cut short after it is a gap
         # that subscribers count as lost.
         self.sent = seq + 1
         if block.nbytes > piece_bytes:
             for piece in pieces(block, seq, self.source, piece_bytes, self._payload):
-                self._pub.put(piece)
+                put(piece)
 
     def _whole_limit(self) -> int:
         """The largest message to send whole: SPLIT_FROM, or WHOLE_THROUGH_SHARED_MEMORY_UP_TO
         where Zenoh reaches every peer of the session through shared memory (looked at again
-        every TRANSPORTS_RECHECK_S)."""
+        every TRANSPORTS_RECHECK_S), and then the payloads go out of the publisher's pool of
+        shared memory (self._through_pool)."""
         now = time.monotonic()
         if now - self._transports_at >= TRANSPORTS_RECHECK_S:
             self._transports_at = now
-            self._whole_max = (max(SPLIT_FROM, WHOLE_THROUGH_SHARED_MEMORY_UP_TO)
-                               if through_shared_memory_only(self.session) else SPLIT_FROM)
+            shared = through_shared_memory_only(self.session)
+            self._whole_max = max(SPLIT_FROM, WHOLE_THROUGH_SHARED_MEMORY_UP_TO) if shared else SPLIT_FROM
+            self._through_pool = shared
         return self._whole_max
 
     def close(self) -> None:
@@ -261,6 +270,7 @@ class Publisher:
         """Undeclares the publisher and closes the Zenoh connection it opened (with no send in
         Zenoh's put)."""
         self._undeclared = True
+        self._shared.close()
         try:
             self._pub.undeclare()
         finally:
