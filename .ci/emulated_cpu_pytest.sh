@@ -13,6 +13,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if [[ $(uname -m) != x86_64 ]]; then echo "emulated_cpu_pytest.sh: x86_64 hosts only, nothing to do"; exit 0; fi
 command -v qemu-x86_64-static >/dev/null 2>&1 || apt_install_missing qemu-user-static
 EMU="qemu-x86_64-static -cpu Nehalem"
+# numpy's OpenBLAS picks its kernels at load time; under this emulator on a Zen 5 host it
+# picked its Haswell (AVX2) kernels and `import numpy` died with SIGILL. Its Nehalem kernels
+# keep it within the emulated CPU (children inherit the variable).
+export OPENBLAS_CORETYPE=NEHALEM
 PY=$(python -c 'import sys; print(sys.executable)')
 # The tests marked `emulated_cpu`, collected natively (collecting every file under the emulator
 # would take minutes), then run by node id under it.
