@@ -15,7 +15,10 @@ const char* const kParallelWhy =
     "two threads gain from 1 MiB back to back and about break even there when the worker sleeps "
     "(evidence: intel-parallel-from-1mib, pool-parallel-threshold)";
 const char* const kParallelZen5Why =
-    "two threads double the best single-thread bandwidth at 1 MiB (evidence: zen5-parallel-from-1mib)";
+    "two threads from 256 KiB, each size class learning split or alone: with the pool from 1 MiB the held-out check "
+    "put auto at 0.64-0.80 of two threads at 256 KiB-1.2 MB, from 256 KiB at 0.98-1.02 (evidence: "
+    "zen5-parallel-from-256kib, zen5-parallel-from-1mib, policy-private-split); copies into and out of shared memory "
+    "from 1 MiB, as measured on Zen 4 (evidence: zen4-shared-parallel-from-1mib)";
 const char* const kLibcSmall =
     "the C library: below 2 KiB the call costs more than the copy and glibc's overlapping vector moves are as fast as "
     "any loop here";
@@ -161,10 +164,10 @@ Spec zen4_spec() {
 }
 
 // ---- AMD Zen 5 (family 26) --------------------------------------------------------------
-// No 4K-aliasing collapse of rep movsb on Zen 5. The `avx512` band names a kernel that a
-// build or a VM may lack: it falls back to glibc, which ties avx2 there. The near class takes
-// avx2, not avx512: AVX-512 was measured at distances 0 and 16 only, and on Zen 4 it lost at
-// distances 40-63 (evidence: zen5-near-avx2).
+// No 4K-aliasing collapse of rep movsb on Zen 5. The `avx512` bands name a kernel that a build
+// or a VM may lack: in the far and page-aligned classes it falls back to glibc, which ties avx2
+// there; in the near class to avx2, because glibc runs rep movsb from 2112 B and that is slow at
+// distances 1..63 below 24 KiB (evidence: zen5-near-avx512).
 const char* const kZen5Avx512 =
     "AVX-512 loop: faster than an AVX2 loop and glibc at 1-16 KiB on Zen 5's full-width units "
     "(evidence: zen5-avx512-2k-24k)";
@@ -172,11 +175,11 @@ const char* const kZen5Erms =
     "rep movsb: ties glibc (which runs it) to 1 MiB, wins slightly above, beats the AVX2 loop; no 4K-aliasing "
     "collapse on Zen 5 (evidence: zen5-erms-from-24k)";
 const char* const kZen5Near =
-    "AVX2 loop from 3 KiB at (dst - src) mod 4096 in 1..63: faster than glibc to 16 KiB; avx512 was not measured at "
-    "these distances (evidence: zen5-near-avx2)";
+    "AVX-512 loop from 2 KiB at (dst - src) mod 4096 in 1..63: 1.2-1.45x the AVX2 loop and 1.2-2.2x glibc (which "
+    "runs rep movsb from 2112 B) up to 26 KiB (evidence: zen5-near-avx512)";
 const char* const kZen5NearMid =
-    "the C library at (dst - src) mod 4096 in 1..63 from 24 KiB: faster than the AVX2 loop there; rep movsb itself "
-    "stays out of the near class (evidence: zen5-near-avx2)";
+    "the C library at (dst - src) mod 4096 in 1..63 from 27 KiB: once source and destination outgrow the 48 KiB L1 "
+    "it beats the vector loops (evidence: zen5-near-avx512, zen5-near-avx2)";
 const char* const kZen5Back =
     "the C library for backward overlaps (no Zen 5 measurement of the vector loops there)";
 const char* const kZen5ErmsOn =
@@ -187,8 +190,8 @@ RegionSpec zen5_region() {
                       {2048, "avx512", "generic", kZen5Avx512},
                       {24 * KiB, "erms", "generic", kZen5Erms}};
     ClassSpec near = {{0, "generic", nullptr, kLibcSmall},
-                      {3 * KiB, "avx2", "generic", kZen5Near},
-                      {24 * KiB, "generic", nullptr, kZen5NearMid}};
+                      {2 * KiB, "avx512", "avx2", kZen5Near},
+                      {27 * KiB, "generic", nullptr, kZen5NearMid}};
     ClassSpec back = {{0, "generic", nullptr, kZen5Back}};
     return {wide, near, wide, back, 2112, kZen5ErmsOn};
 }
@@ -201,14 +204,18 @@ Spec zen5_spec() {
     s.family = 26;
     s.model_lo = s.model_hi = -1;
     s.needs = kMatchAvx2;
-    s.provenance = {"AMD EPYC family 26 model 2 stepping 1 (Zen 5, Turin) under KVM, 2 vCPUs, 32 MiB L3", "2026-11",
-                    "glibc 2.36",
+    s.provenance = {"AMD EPYC family 26 model 2 stepping 1 (Zen 5, Turin) under KVM, 2 vCPUs, 32 MiB L3",
+                    "2026-11; near class and thread pool 2026-12-07", "glibc 2.36",
                     "python -m fastcopy bench with every forced kernel and plain C loops: one thread, hot caches, "
-                    "medians of 5-7 interleaved repeats (evidence: zen5-avx512-2k-24k, zen5-erms-from-24k)"};
+                    "medians of 5-7 interleaved repeats (evidence: zen5-avx512-2k-24k, zen5-erms-from-24k); "
+                    "cpp/bench/kernel_bench at distances 1..63 and the held-out check (python -m fastcopy tune "
+                    "--check) for the near class and the pool (evidence: zen5-near-avx512, "
+                    "zen5-parallel-from-256kib)"};
     for (auto& r : s.regions) r = zen5_region();
     s.nt = NtKind::TwiceL3;
     s.nt_kernel = "avx2_nt";
-    s.parallel_from = 1 * MiB;
+    s.parallel_from = 256 * KiB;
+    s.parallel_shared_from = 1 * MiB;
     s.parallel_why = kParallelZen5Why;
     s.notes = {"Zen 5: copies into and out of a shared mapping behave like private ones, so all three regions share "
                "one table (evidence: zen5-shared-like-private)"};
