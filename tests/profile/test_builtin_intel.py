@@ -7,16 +7,10 @@ import pytest
 
 from fastcopy import _core
 
+from _builtin_tables import kernel_at, table
+
 FORWARD = ("page_aligned", "near", "far")
 KiB, MiB = 1 << 10, 1 << 20
-
-
-def table(name: str) -> dict:
-    return next(t for t in _core.builtin_profile_table() if t["name"] == name)
-
-
-def kernel_at(bands: list, size: int) -> str:
-    return [b for b in bands if b["from"] <= size][-1]["kernel"]
 
 
 def test_avx512_where_glibc_runs_rep_movsb_and_the_copy_fits_the_l1d():

@@ -3,17 +3,9 @@ for a CPU), so nothing here depends on the CPU the tests run on. The figures beh
 in docs/evidence/dispatch.md; these tests hold the rules to what those figures show."""
 from __future__ import annotations
 
-from fastcopy import _core
+from _builtin_tables import kernel_at, table
 
 KiB, MiB = 1 << 10, 1 << 20
-
-
-def table(name: str) -> dict:
-    return next(t for t in _core.builtin_profile_table() if t["name"] == name)
-
-
-def kernel_at(bands: list, size: int) -> str:
-    return [b for b in bands if b["from"] <= size][-1]["kernel"]
 
 
 def test_near_copies_run_avx512_from_2_kib_while_they_fit_the_l1d():
