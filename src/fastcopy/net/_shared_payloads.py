@@ -1,5 +1,5 @@
-"""A publisher's payloads written into Zenoh shared memory of its own, for a session whose every
-peer Zenoh reaches through shared memory (fastcopy.net.through_shared_memory_only).
+"""A publisher's payloads written into Zenoh shared memory of its own, for a Zenoh connection
+whose every peer Zenoh reaches through shared memory (fastcopy.net.through_shared_memory_only).
 
 Given a bytes or bytearray payload, Zenoh's put copies it into a buffer of its own, and where the
 peer is on the same host it copies that buffer once more into its shared-memory pool and sends
