@@ -87,7 +87,7 @@ def test_a_band_the_held_out_check_contradicts_is_dropped():
     ]
     dropped = decide.apply_check(bands, points)
     assert dropped == [{"region": "private", "class": "page_aligned", "from": 4096, "to": 64 * KB, "builtin": "avx2",
-                        "new": "erms", "points": [(5000, 0, 0.80)]}]
+                        "new": "erms", "points": [(5000, 0, 0.80)], "by": "check"}]
     body = decide.profile_body(m, bands, {r: {"threshold": None, "kernel": None, "why": "-"} for r in decide.REGIONS},
                                {"threshold": None, "threads": 0, "why": "-"}, builtin(SIZES))["regions"]["private"]
     assert body["page_aligned"] == [BELOW, KEPT_2K]

@@ -348,3 +348,153 @@ def test_pool_validation_times_the_changed_plans_off_the_grid(monkeypatch):
     got = measure.pool_validation_ratios(m, bands, never, builtin, 2, 0.001)
     assert got and all(r == 0.5 for _, r in got) and all(s > 1 << 20 for s, *_ in timed)
     assert measure.pool_validation_ratios(m, bands, {"threshold": 1 << 20, "threads": 0}, builtin, 2, 0.001) == []
+
+
+# ---- copies into and out of shared memory: the comparison at held-out points ------------------
+
+def shared_point(size, offset, plan_a, plan_b, ci, region="to_shared", overlap=False):
+    """A point of the shared regions' comparison as ``compare.compare_texts`` gives it (A the
+    built-in profile, B the tuned one; ratio = B's time / A's)."""
+    ratio = (ci[0] * ci[1]) ** 0.5
+    return {"region": region, "size": size, "offset": offset, "overlap": overlap, "plan_a": plan_a,
+            "plan_b": plan_b, "ratio": ratio, "ci": list(ci)}
+
+
+def bands_with_shared_run(region="to_shared", cls="far", new="avx2", old="generic"):
+    """decide's bands for three grid sizes, 4 KiB-16 KiB, every class and region on ``old`` but
+    ``region``/``cls`` from 8 KiB on ``new``."""
+    sizes = [4096, 8192, 16384]
+    bands = {r: {c: [{"size": s, "kernel": old, "builtin": old, "why": "measured"} for s in sizes]
+                 for c in decide.CLASSES} for r in decide.REGIONS}
+    for p in bands[region][cls][1:]:
+        p["kernel"] = new
+    return bands
+
+
+@pytest.mark.parametrize("case, dropped", [
+    ("built-in faster", True),
+    ("a tie", False),
+    ("tuned faster", False),
+    ("below the run", False),
+    ("another class", False),
+    ("another region", False),
+    ("other kernels", False),
+    ("on the pool", True),
+])
+def test_a_shared_band_goes_back_only_where_the_built_in_plan_won_beyond_the_interval(case, dropped):
+    bands = bands_with_shared_run()
+    size, offset, region, plan_a, plan_b, ci = 10000, 700, "to_shared", "generic", "avx2", (1.08, 1.20)
+    if case == "a tie":
+        ci = (0.97, 1.12)
+    elif case == "tuned faster":
+        ci = (0.80, 0.90)
+    elif case == "below the run":
+        size = 5000
+    elif case == "another class":
+        offset = 17
+    elif case == "another region":
+        region = "from_shared"
+    elif case == "other kernels":
+        plan_a, plan_b = "erms", "avx512"
+    elif case == "on the pool":
+        plan_a, plan_b = "generic x2", "avx2 x2"
+    got = decide.apply_shared_check(bands, [shared_point(size, offset, plan_a, plan_b, ci, region)])
+    run = [p["kernel"] for p in bands["to_shared"]["far"]]
+    if dropped:
+        assert run == ["generic"] * 3
+        assert "built-in choice kept: avx2 lost the held-out comparison to generic at 10000 B @ 700" \
+            in bands["to_shared"]["far"][1]["why"]
+        assert [(d["region"], d["class"], d["from"], d["to"], d["new"], d["builtin"], d["by"]) for d in got] == \
+            [("to_shared", "far", 8192, None, "avx2", "generic", "comparison")]
+        assert 1 / 1.20 <= got[0]["points"][0][2] <= 1 / 1.08  # the tuned plan's speed over the built-in one's
+    else:
+        assert run == ["generic", "avx2", "avx2"] and got == []
+
+
+def test_the_shared_check_never_touches_private_bands():
+    bands = bands_with_shared_run(region="private")
+    got = decide.apply_shared_check(bands, [shared_point(10000, 700, "generic", "avx2", (1.1, 1.3), "private")])
+    assert got == [] and [p["kernel"] for p in bands["private"]["far"]] == ["generic", "avx2", "avx2"]
+
+
+def test_the_shared_check_measures_nothing_where_no_shared_band_changed(monkeypatch):
+    from fastcopy.tune import compare
+
+    def must_not_run(*a, **k):
+        raise AssertionError("compared although no shared band changed")
+
+    monkeypatch.setattr(compare, "compare_texts", must_not_run)
+    bands = bands_with_shared_run(region="private")
+    assert tune.shared_check(json.loads(_core.base_profile_json()), bands, [4096, 16384],
+                             measure.SETTINGS["quick"]) is None
+
+
+def test_the_shared_check_times_the_tuned_plans_against_the_built_in_ones_in_shared_memory():
+    """End to end on forced kernels: a profile whose copies into shared memory run another
+    kernel than the built-in profile's from 1 KiB: the comparison measures points of that
+    region only, each with the built-in plan as A and the changed kernel as B."""
+    builtin = json.loads(_core.base_profile_json())
+    sizes = [1024, 65536]
+    bands = {r: {c: [{"size": s, "kernel": "x", "builtin": "x", "why": ""} for s in sizes] for c in decide.CLASSES}
+             for r in decide.REGIONS}
+    profile = json.loads(_core.base_profile_json())
+    far = profile["regions"]["to_shared"]["far"]
+    old = [b for b in far if b["from"] <= 1024][-1]["kernel"]
+    new = next(k for k in fastcopy.kernels() if k != old and not k.endswith("_nt"))
+    profile["regions"]["to_shared"]["far"] = [b for b in far if b["from"] < 1024] + \
+        [{"from": 1024, "kernel": new, "why": "forced by the test"}]
+    profile["regions"]["to_shared"]["far"] += [b for b in far if b["from"] > 65536 * 4]
+    bands["to_shared"]["far"][0]["kernel"] = new  # a changed run: the check runs
+    cfg = {"shared_check_points": 3, "check_repeats": 3}
+    got = tune.shared_check(profile, bands, sizes, cfg)
+    assert got is not None and got["config"]["regions"] == ["to_shared", "from_shared"]
+    assert got["config"]["candidates_per_region"] == tune.SHARED_CHECK_CANDIDATES
+    assert got["profiles"] == {"A": "built-in", "B": "tuned"} and json.loads(_core.base_profile_json()) == builtin
+    assert got["candidates"]["differ_per_region"]["to_shared"] > 0 and len(got["points"]) == 3
+    for p in got["points"]:
+        assert p["region"] == "to_shared" and 1024 <= p["size"] <= 65536 and decide.point_class(p) == "far"
+        assert p["plan_b"].split(" x")[0] == new and p["plan_a"].split(" x")[0] != new
+        assert len(p["seconds"]["A"]) == len(p["seconds"]["B"]) == 3 and p["ci"][0] <= p["ratio"] <= p["ci"][1]
+
+
+def test_tune_drops_a_shared_band_the_comparison_contradicts(monkeypatch, capsys):
+    size = 4096
+    inc = tune.builtin_choices([size]).kernel("to_shared", "far", size)
+    other = next(k for k in fastcopy.kernels() if k != inc and not k.endswith("_nt"))
+    real = decide.decide_bands
+
+    def bands_with_a_change(m, builtin):  # the measurement "found" `other` faster into shared memory
+        out = real(m, builtin)
+        p = out["to_shared"]["far"][0]
+        p["kernel"], p["gain"], p["why"] = other, 1.5, "forced by the test"
+        return out
+
+    def check_finds_nothing(profile, sizes, cfg, builtin):
+        return fake_check_result([], 1.0, [0.99, 1.01])
+
+    compared = {}
+
+    def comparison_says_it_loses(profile, bands, sizes, cfg):
+        compared["band"] = [b["kernel"] for b in profile["regions"]["to_shared"]["far"] if b["from"] <= size][-1]
+        return {"points": [shared_point(size + 300, 900, inc, other, (1.1, 1.2)),
+                           shared_point(size + 500, 0, inc, other, (1.1, 1.2))],
+                "elapsed_seconds": 0.4}
+
+    monkeypatch.setattr(decide, "decide_bands", bands_with_a_change)
+    monkeypatch.setattr(tune, "held_out_check", check_finds_nothing)
+    monkeypatch.setattr(tune, "shared_check", comparison_says_it_loses)
+    monkeypatch.setattr(measure, "validation_ratios", lambda *a, **k: {})
+    profile = tune.tune(quick=True, grid=[size], write=False, progress=False, verbose=True)
+    out = capsys.readouterr().out
+    assert f"{inc} kept: {other} lost the held-out comparison at {size + 300} B @ 900 0.87x" in out, out
+    assert compared["band"] == other  # the comparison ran on the profile with the band
+    bands = profile["regions"]["to_shared"]["far"]
+    want = tune.builtin_choices([size]).bands["to_shared"]["far"]
+    assert [(b["from"], b["kernel"]) for b in bands] == [(b["from"], b["kernel"]) for b in want]
+    rec = profile["provenance"]["check"]
+    assert rec["dropped"] == [f"to_shared far from {size}: {other} -> {inc}"]
+    # one point of the far class, one page-aligned (not in the run's class): both verdicts counted
+    assert rec["shared"] == {"points": 2, "seconds": 0.4, "builtin_faster": 2, "tuned_faster": 0, "ties": 0}
+    assert "copies into and out of shared memory, 2 points where the plans differ" in tune.check_words(rec)
+    tune.validate_profile(profile)
+    assert _core.active_profile()["source"] == "built-in"

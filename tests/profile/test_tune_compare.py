@@ -201,3 +201,30 @@ def test_compare_profiles_names_a_bad_setting():
                           ({"confidence": 1.0}, "compare_profiles: confidence must be between 0 and 1")):
         with pytest.raises(ValueError, match=error):
             compare.compare_profiles(text, text, **kwargs)
+
+
+def test_a_comparison_of_some_regions_draws_candidates_in_those_only():
+    """compare_texts with ``regions``: the candidates of the others are not drawn (nothing there
+    is timed), and each region's candidates are those compare_profiles draws from the seed."""
+    k = other_kernel()
+    shared = generic_profile()
+    shared["name"] = "shared-band"
+    for region in ("private", "from_shared"):
+        shared["regions"][region]["far"].append({"from": 1024, "kernel": k, "why": "forced by the test"})
+    a, b = json.dumps(generic_profile()), json.dumps(shared)
+    got = compare.compare_texts(a, "A", b, "B", points=2, seed=3, repeats=2, min_time=0.0001, max_size=16384,
+                                regions=("from_shared",))
+    assert got["config"]["regions"] == ["from_shared"] and list(got["candidates"]["differ_per_region"]) == ["from_shared"]
+    assert got["points"] and all(p["region"] == "from_shared" for p in got["points"])
+    every = compare.compare_texts(a, "A", b, "B", points=1, seed=3, repeats=2, min_time=0.0001, max_size=16384)
+    assert every["candidates"]["differ_per_region"]["from_shared"] == got["candidates"]["differ_per_region"]["from_shared"]
+    for bad in ((), ("shared",), ("to_shared", "to_shared")):
+        with pytest.raises(ValueError, match="regions must be distinct names among private, to_shared, from_shared"):
+            compare.compare_texts(a, "A", b, "B", regions=bad)
+    more = compare.compare_texts(a, "A", b, "B", points=1, seed=3, repeats=2, min_time=0.0001, max_size=16384,
+                                 regions=("from_shared",), per_region=8000)
+    assert more["config"]["candidates_per_region"] == 8000
+    assert more["candidates"]["drawn"] == 8000 and more["candidates"]["differ"] > got["candidates"]["differ"]
+    for bad in (0, compare.MAX_CANDIDATES + 1, 2.0, True):
+        with pytest.raises(ValueError, match="per_region must be an int from 1 to"):
+            compare.compare_texts(a, "A", b, "B", per_region=bad)

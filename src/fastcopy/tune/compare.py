@@ -45,6 +45,8 @@ DEFAULT_MIN_TIME = 0.0005  # seconds per timed loop
 # Candidates drawn per region: enough that a difference covering 1 % of the copies comes up
 # about 20 times.
 CANDIDATES = 2000
+# The most candidates a comparison draws per region (each costs a plan from the core, about 1 us).
+MAX_CANDIDATES = 1000000
 # Synthetic addresses for the plans of candidates: far apart, page-aligned sources.
 PLAN_BASE = 1 << 40
 PLAN_DST_GAP = 1 << 32
@@ -221,22 +223,44 @@ def compare_profiles(a: str, b: str, points: int = DEFAULT_POINTS, seed: Optiona
                      repeats: int = DEFAULT_REPEATS, min_time: float = DEFAULT_MIN_TIME, min_size: int = MIN_SIZE,
                      max_size: int = MAX_SIZE, confidence: float = CONFIDENCE,
                      progress: Optional[Callable[[int, int], None]] = None,
-                     command: str = "fastcopy.tune.compare.compare_profiles()") -> Dict[str, Any]:
+                     command: str = "fastcopy.tune.compare.compare_profiles()",
+                     regions: Sequence[str] = REGIONS) -> Dict[str, Any]:
     """Measures profile ``a`` against profile ``b`` (each a profile file, as tune writes them, or
-    a built-in profile's name) where they plan copies differently (see the module's description).
-    Returns a dict: ``config``, ``machine``, ``profiles``, ``candidates`` (drawn per region, and how
-    many differ), ``points`` (each with its difference, both plans, medians, ratio = B's time / A's
-    with its interval, verdict), ``summary`` (summarize_groups) and ``report`` (format_compare's
-    text). ``seed`` None draws one and records it. Raises ValueError for a bad argument or an
-    unusable profile."""
-    import fastcopy
-
+    a built-in profile's name) where they plan copies differently (see the module's description),
+    in ``regions`` (default: all three). Returns a dict: ``config``, ``machine``, ``profiles``,
+    ``candidates`` (drawn per region, and how many differ), ``points`` (each with its difference,
+    both plans, medians, ratio = B's time / A's with its interval, verdict), ``summary``
+    (summarize_groups) and ``report`` (format_compare's text). ``seed`` None draws one and
+    records it. Raises ValueError for a bad argument or an unusable profile."""
     validate_settings("compare_profiles", points, repeats, min_time, min_size, max_size, confidence)
     text_a, name_a = _read_profile_text(a)
     text_b, name_b = _read_profile_text(b)
+    return compare_texts(text_a, name_a, text_b, name_b, points, seed, repeats, min_time, min_size, max_size,
+                         confidence, progress, command, regions)
+
+
+def compare_texts(text_a: str, name_a: str, text_b: str, name_b: str, points: int = DEFAULT_POINTS,
+                  seed: Optional[int] = None, repeats: int = DEFAULT_REPEATS, min_time: float = DEFAULT_MIN_TIME,
+                  min_size: int = MIN_SIZE, max_size: int = MAX_SIZE, confidence: float = CONFIDENCE,
+                  progress: Optional[Callable[[int, int], None]] = None,
+                  command: str = "fastcopy.tune.compare.compare_texts()",
+                  regions: Sequence[str] = REGIONS, per_region: int = CANDIDATES) -> Dict[str, Any]:
+    """compare_profiles() of two profiles given as the core reads them (JSON text or a built-in
+    name; ``name_a`` and ``name_b`` name them in the report): what tune's check of the shared
+    regions runs on the profile it has just built. Each region's ``per_region`` candidates are
+    drawn from the seed as compare_profiles() draws them, whichever regions are asked for."""
+    import fastcopy
+
+    validate_settings("compare_texts", points, repeats, min_time, min_size, max_size, confidence)
+    unknown = [r for r in regions if r not in REGIONS]
+    if unknown or not regions or len(set(regions)) != len(regions):
+        raise ValueError(f"compare_texts: regions must be distinct names among {', '.join(REGIONS)}, got {list(regions)!r}")
+    if isinstance(per_region, bool) or not isinstance(per_region, int) or not 1 <= per_region <= MAX_CANDIDATES:
+        raise ValueError(f"compare_texts: per_region must be an int from 1 to {MAX_CANDIDATES}, got {per_region!r}")
     if seed is None:
         seed = random.SystemRandom().randrange(1, 1 << 31)
-    candidates = {region: draw_points(CANDIDATES, seed + k, min_size, max_size) for k, region in enumerate(REGIONS)}
+    candidates = {region: draw_points(per_region, seed + REGIONS.index(region), min_size, max_size)
+                  for region in REGIONS if region in regions}
     plans_a = {region: plans_of(text_a, pts, region) for region, pts in candidates.items()}
     plans_b = {region: plans_of(text_b, pts, region) for region, pts in candidates.items()}
     groups = differing_points(candidates, plans_a, plans_b)
@@ -268,11 +292,11 @@ def compare_profiles(a: str, b: str, points: int = DEFAULT_POINTS, seed: Optiona
                          "reruns": sum(p["reruns"] for p in got), "seconds": {A: ta, B: tb}})
     result = {"config": {"points": points, "seed": seed, "repeats": repeats, "min_time": min_time,
                          "min_size": min_size, "max_size": max_size, "confidence": confidence,
-                         "candidates_per_region": CANDIDATES, "command": command},
+                         "candidates_per_region": per_region, "regions": list(candidates), "command": command},
               "machine": _machine(), "profiles": {A: name_a, B: name_b}, "threads": fastcopy.get_threads(),
               "candidates": {"drawn": total, "differ": sum(len(v) for v in groups.values()),
                              "differ_per_region": {r: sum(len(v) for k, v in groups.items() if k[0] == r)
-                                                   for r in REGIONS}},
+                                                   for r in candidates}},
               "load_before": load_before, "load_after": _load(), "elapsed_seconds": time.monotonic() - t0,
               "fastcopy_version": fastcopy.__version__, "points": measured,
               "summary": summarize_groups(measured, shares)}

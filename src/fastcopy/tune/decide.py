@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .. import _core
 from ..bench.units import human_size
@@ -421,6 +421,48 @@ def point_class(point: Dict[str, Any]) -> str:
     return "backward" if point.get("overlap") else offset_class(point["offset"])
 
 
+class HeldOutPoint(NamedTuple):
+    """A point where a changed band's kernel and the built-in one were both timed, off the grid:
+    ``speed`` = the built-in plan's median time / the changed one's, with its interval [``low``,
+    ``high``]."""
+
+    region: str
+    cls: str
+    size: int
+    offset: int
+    new: str  # the kernel the tuned profile ran there
+    old: str  # the built-in kernel it was timed against
+    speed: float
+    low: float
+    high: float
+
+
+def drop_contradicted_runs(bands: Dict[str, Any], regions: Sequence[str], points: Sequence[HeldOutPoint],
+                           by: str) -> List[Dict[str, Any]]:
+    """Drops each changed run of ``bands``' ``regions`` (``changed_runs``) that a held-out point
+    contradicts: one inside the run's sizes and class where the run's kernel ran, timed against
+    the built-in kernel, and lost beyond the interval (``high`` below 1). The built-in kernel
+    takes the run back; ``by`` names the measurement in its ``why``. Updates ``bands`` in place;
+    returns one entry per dropped run."""
+    dropped = []
+    for region in regions:
+        for cls in CLASSES:
+            rows = bands[region][cls]
+            for i, j, lo, hi, new, old in changed_runs(rows):
+                against = [p for p in points
+                           if p.region == region and p.cls == cls and lo <= p.size and (hi is None or p.size < hi)
+                           and p.new == new and p.old == old and p.high < 1.0]
+                if not against:
+                    continue
+                words = ", ".join(f"{p.size} B @ {p.offset} {p.speed:.2f}x [{p.low:.2f}, {p.high:.2f}]" for p in against)
+                for p in rows[i:j + 1]:
+                    p["kernel"] = p["builtin"]
+                    p["why"] = f"built-in choice kept: {new} lost the held-out {by} to {old} at {words}"[:MAX_WHY]
+                dropped.append({"region": region, "class": cls, "from": lo, "to": hi, "builtin": old, "new": new,
+                                "points": [(p.size, p.offset, p.speed) for p in against], "by": by})
+    return dropped
+
+
 def apply_check(bands: Dict[str, Any], points: List[Dict[str, Any]], region: str = "private") -> List[Dict[str, Any]]:
     """Drops each changed run of ``bands[region]`` (``changed_runs``) that the held-out check
     contradicts: a point inside the run's sizes and class where the profile picked the run's kernel
@@ -428,24 +470,30 @@ def apply_check(bands: Dict[str, Any], points: List[Dict[str, Any]], region: str
     below 1). ``points``: the check's points, each with ``size``, ``offset``, ``picked`` and
     ``vs_builtin`` = {"kernel", "ratio": the built-in kernel's median time / the profile's (its speed
     relative to the built-in kernel), "ci": [low, high]}. Updates ``bands`` in place; returns one entry per dropped run."""
-    dropped = []
-    for cls in CLASSES:
-        rows = bands[region][cls]
-        for i, j, lo, hi, new, old in changed_runs(rows):
-            against = [p for p in points
-                       if point_class(p) == cls and lo <= p["size"] and (hi is None or p["size"] < hi)
-                       and p["picked"].split(" x")[0] == new and p.get("vs_builtin")
-                       and p["vs_builtin"]["kernel"] == old and p["vs_builtin"]["ci"][1] < 1.0]
-            if not against:
-                continue
-            words = ", ".join(f"{p['size']} B @ {p['offset']} {p['vs_builtin']['ratio']:.2f}x "
-                              f"[{p['vs_builtin']['ci'][0]:.2f}, {p['vs_builtin']['ci'][1]:.2f}]" for p in against)
-            for p in rows[i:j + 1]:
-                p["kernel"] = p["builtin"]
-                p["why"] = f"built-in choice kept: {new} lost the held-out check to {old} at {words}"[:MAX_WHY]
-            dropped.append({"region": region, "class": cls, "from": lo, "to": hi, "builtin": old, "new": new,
-                            "points": [(p["size"], p["offset"], p["vs_builtin"]["ratio"]) for p in against]})
-    return dropped
+    held_out = [HeldOutPoint(region, point_class(p), p["size"], p["offset"], p["picked"].split(" x")[0],
+                             p["vs_builtin"]["kernel"], p["vs_builtin"]["ratio"], *p["vs_builtin"]["ci"])
+                for p in points if p.get("vs_builtin")]
+    return drop_contradicted_runs(bands, [region], held_out, "check")
+
+
+SHARED_REGIONS = ("to_shared", "from_shared")
+
+
+def apply_shared_check(bands: Dict[str, Any], points: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Drops each changed run of ``bands``' shared regions that the comparison at held-out points
+    contradicts: a point of that region inside the run's sizes and class where the tuned plan ran
+    the run's kernel, the built-in plan the built-in kernel, and the built-in plan was faster
+    beyond the interval. The held-out check (``apply_check``) times private copies only; copies
+    into and out of shared memory are judged here, at points drawn the same way with the shared
+    side in a POSIX shared-memory mapping (evidence: tune-shared-check). ``points``: the
+    comparison's points (``compare.compare_texts`` with A the built-in profile, B the tuned one),
+    each with ``region``, ``size``, ``offset``, ``overlap``, ``plan_a``, ``plan_b`` (a kernel, with
+    " xN" on the pool) and ``ci`` of ratio = B's time / A's (low end above 1: the built-in plan is
+    faster beyond the interval). Updates ``bands`` in place; returns one entry per dropped run."""
+    held_out = [HeldOutPoint(p["region"], point_class(p), p["size"], p["offset"], p["plan_b"].split(" x")[0],
+                             p["plan_a"].split(" x")[0], 1 / p["ratio"], 1 / p["ci"][1], 1 / p["ci"][0])
+                for p in points]
+    return drop_contradicted_runs(bands, SHARED_REGIONS, held_out, "comparison")
 
 
 def profile_body(m: Dict[str, Any], bands: Dict[str, Any], nt: Dict[str, Any], parallel: Dict[str, Any],

@@ -57,11 +57,14 @@ QUICK_GRID_MAX = 64 << 20
 # Per cell: loops of ``min_time`` (milliseconds: a loop is long against the timer and the call
 # overhead), ``repeats`` interleaved repeats per placement, placements (first, most) for the
 # sequential rule (``measure_cell``); cold cells (slow to measure) at a fixed number of offsets.
+# The held-out check at the end: ``check_points`` private points of ``check_repeats`` repeats, and,
+# where tune changed a band of a shared region, ``shared_check_points`` points where the tuned
+# and the built-in plans of copies into or out of shared memory differ (``profile.shared_check``).
 SETTINGS: Dict[str, Dict[str, Any]] = {
     "default": {"repeats": 3, "min_time": 0.001, "placements": (4, 8), "cold_repeats": 3, "cold_min_time": 0.002,
-                "cold_placements": (2, 2), "check_points": 60, "check_repeats": 11},
+                "cold_placements": (2, 2), "check_points": 60, "check_repeats": 11, "shared_check_points": 16},
     "quick": {"repeats": 3, "min_time": 0.0005, "placements": (4, 6), "cold_repeats": 2, "cold_min_time": 0.001,
-              "cold_placements": (2, 2), "check_points": 24, "check_repeats": 7},
+              "cold_placements": (2, 2), "check_points": 24, "check_repeats": 7, "shared_check_points": 8},
 }
 # The held-out check at the end of tune draws its points with this seed (recorded in the profile):
 # points tune never measured, the same ones on every run, so two runs' figures compare.

@@ -218,7 +218,7 @@ def format_changes(report: List[Dict[str, Any]], nt: Dict[str, Any], parallel: D
     for c in dropped:
         where = ", ".join(f"{s} B @ {o} {r:.2f}x" for s, o, r in c["points"])
         lines.append(f"  {c['region']:<11} {c['class']:<13} {_range_words(c['from'], c['to']):<22} "
-                     f"{c['builtin']} kept: {c['new']} lost the held-out check at {where}")
+                     f"{c['builtin']} kept: {c['new']} lost the held-out {c.get('by', 'check')} at {where}")
     for region in REGIONS:
         if nt[region].get("changed"):
             old = builtin.nt_threshold
@@ -280,14 +280,52 @@ def held_out_check(profile: Dict[str, Any], sizes: Sequence[int], cfg: Dict[str,
     return result
 
 
+# Candidate copies the shared regions' comparison draws per region: a changed band covering
+# 0.1 % of them still comes up about 20 times (a page-aligned band of 384-512 B, 10 % of the
+# offsets and 3 % of the sizes from 256 B to 4 MiB, about 60 times); a plan costs the core about
+# 1 us, so the candidates of both regions take about 0.1 s (evidence: tune-shared-check).
+SHARED_CHECK_CANDIDATES = 20000
+
+
+def shared_check(profile: Dict[str, Any], bands: Dict[str, Any], sizes: Sequence[int], cfg: Dict[str, Any]
+                 ) -> Optional[Dict[str, Any]]:
+    """Where tune changed a band of a shared region (``bands``, as ``decide`` leaves them), times
+    ``profile``'s plans against the built-in profile's where they differ for copies into and out
+    of shared memory (``compare.compare_texts``: A the built-in profile, B ``profile``), at
+    ``cfg["shared_check_points"]`` points drawn from ``measure.CHECK_SEED`` as the held-out check
+    draws its points (sizes within the grid's range), for ``decide.apply_shared_check``. None
+    where no shared band changed: nothing to judge, nothing measured."""
+    from . import check, compare
+
+    if not any(decide.changed_runs(bands[region][cls]) for region in decide.SHARED_REGIONS for cls in decide.CLASSES):
+        return None
+    lo = min(max(check.MIN_SIZE, sizes[0]), check.MAX_SIZE)
+    hi = max(lo, min(check.MAX_SIZE, sizes[-1]))
+    return compare.compare_texts(_core.base_profile_json(), "built-in", profile_text(profile), "tuned",
+                                 points=int(cfg["shared_check_points"]), seed=measure.CHECK_SEED,
+                                 repeats=int(cfg["check_repeats"]), min_time=check.DEFAULT_MIN_TIME,
+                                 min_size=lo, max_size=hi, command="python -m fastcopy tune (shared regions)",
+                                 regions=decide.SHARED_REGIONS, per_region=SHARED_CHECK_CANDIDATES)
+
+
 def check_record(result: Dict[str, Any], dropped: Sequence[Dict[str, Any]],
-                 pool_dropped: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+                 pool_dropped: Optional[Dict[str, Any]] = None,
+                 compared: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """The held-out check as the profile's provenance keeps it: seed, points, geometric mean with its
     interval, the lowest points, the bands it dropped and the pool threshold it dropped
     (``pool_dropped``: the pool decision before, from ``decide.apply_pool_check``'s input), its
-    figures those of the profile before."""
+    figures those of the profile before; ``shared``: the comparison of the shared regions
+    (``shared_check``; None where it did not run): its points and their verdicts."""
     s, pts = result["summary"], result["points"]
-    return {"seed": result["config"]["seed"], "points": len(pts), "repeats": result["config"]["repeats"],
+    shared = None
+    if compared is not None:
+        from .compare import A_FASTER, B_FASTER, TIE, verdict  # A: the built-in profile, B: the tuned one
+
+        verdicts = [verdict(*p["ci"]) for p in compared["points"]]
+        shared = {"points": len(verdicts), "seconds": round(compared["elapsed_seconds"], 1),
+                  "builtin_faster": verdicts.count(A_FASTER), "tuned_faster": verdicts.count(B_FASTER),
+                  "ties": verdicts.count(TIE)}
+    return {"shared": shared, "seed": result["config"]["seed"], "points": len(pts), "repeats": result["config"]["repeats"],
             "sizes": [result["config"]["min_size"], result["config"]["max_size"]],
             "geomean": round(s["geomean"], 4), "geomean_ci": [round(x, 4) for x in s["geomean_ci"]],
             "lowest": [[pts[i]["size"], pts[i]["offset"], round(pts[i]["ratio"], 4),
@@ -303,9 +341,13 @@ def check_words(rec: Dict[str, Any]) -> str:
     lo, hi = rec["geomean_ci"]
     low = "; ".join(f"{r:.3f} [{c[0]:.3f}, {c[1]:.3f}] at {s} B @ {o}" for s, o, r, c in rec["lowest"][:3])
     drop = "; ".join(rec["dropped"]) or "none"
+    sh = rec.get("shared")
+    shared = "" if not sh else (f"; copies into and out of shared memory, {sh['points']} points where the plans differ "
+                                f"({sh['seconds']} s): built-in plan faster at {sh['builtin_faster']}, tuned plan "
+                                f"faster at {sh['tuned_faster']}, ties {sh['ties']}")
     return (f"held-out check (seed {rec['seed']}, {rec['points']} points {rec['sizes'][0]} B to {rec['sizes'][1]} B, "
             f"{rec['seconds']} s): geometric mean {rec['geomean']:.3f} [{lo:.3f}, {hi:.3f}] of the best other "
-            f"variant; lowest {low}; dropped: {drop}")
+            f"variant; lowest {low}{shared}; dropped: {drop}")
 
 
 # ----------------------------------------------------------------------------- entry points
@@ -388,13 +430,16 @@ def _tune(quick: bool, output: Optional[str], grid: Optional[Sequence[int]], rep
     validate_profile(profile)
     checked = held_out_check(profile, sizes, cfg, builtin)
     dropped = decide.apply_check(d["bands"], checked["points"])
+    compared = shared_check(profile, d["bands"], sizes, cfg)
+    if compared is not None:
+        dropped += decide.apply_shared_check(d["bands"], compared["points"])
     pool = decide.apply_pool_check(d["parallel"], builtin, checked["points"])
     pool_dropped = d["parallel"] if pool is not d["parallel"] else None
     if dropped or pool_dropped:
         # the NT thresholds follow the pool's rule (decide_nt)
         d = decide.finish(m, builtin, d["bands"], d["report"], pool)
         profile = build_profile(m, d["body"], command, note)
-    profile["provenance"]["check"] = check_record(checked, dropped, pool_dropped)
+    profile["provenance"]["check"] = check_record(checked, dropped, pool_dropped, compared)
     validate_profile(profile)
     if verbose:
         for words in profile.get("notes", []):
