@@ -15,7 +15,7 @@ import os
 import platform
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .. import _core
 from .._profile import read_profile_text
@@ -242,6 +242,15 @@ def builtin_band_kernel(builtin: Builtin, region: str, cls: str, size: int) -> s
     return [b for b in builtin.bands[region][cls] if b["from"] <= size][-1]["kernel"]
 
 
+def check_sizes(sizes: Sequence[int]) -> Tuple[int, int]:
+    """(smallest, largest) size the checks at the end of tune draw: the grid's range, within the
+    held-out check's own (``check.MIN_SIZE`` to ``check.MAX_SIZE``)."""
+    from . import check
+
+    lo = min(max(check.MIN_SIZE, sizes[0]), check.MAX_SIZE)
+    return lo, max(lo, min(check.MAX_SIZE, sizes[-1]))
+
+
 def held_out_check(profile: Dict[str, Any], sizes: Sequence[int], cfg: Dict[str, Any], builtin: Builtin
                    ) -> Dict[str, Any]:
     """Runs ``fastcopy.tune.check`` with ``profile`` active at ``measure.CHECK_SEED``'s points
@@ -253,8 +262,7 @@ def held_out_check(profile: Dict[str, Any], sizes: Sequence[int], cfg: Dict[str,
     ``decide.apply_pool_check``."""
     from . import check
 
-    lo = min(max(check.MIN_SIZE, sizes[0]), check.MAX_SIZE)
-    hi = max(lo, min(check.MAX_SIZE, sizes[-1]))
+    lo, hi = check_sizes(sizes)
     _core.load_profile(profile_text(profile), "tune (held-out check)")
     try:
         result = check.check_dispatch(points=int(cfg["check_points"]), seed=measure.CHECK_SEED,
@@ -299,8 +307,7 @@ def shared_check(profile: Dict[str, Any], bands: Dict[str, Any], sizes: Sequence
 
     if not any(decide.changed_runs(bands[region][cls]) for region in decide.SHARED_REGIONS for cls in decide.CLASSES):
         return None
-    lo = min(max(check.MIN_SIZE, sizes[0]), check.MAX_SIZE)
-    hi = max(lo, min(check.MAX_SIZE, sizes[-1]))
+    lo, hi = check_sizes(sizes)
     return compare.compare_texts(_core.base_profile_json(), "built-in", profile_text(profile), "tuned",
                                  points=int(cfg["shared_check_points"]), seed=measure.CHECK_SEED,
                                  repeats=int(cfg["check_repeats"]), min_time=check.DEFAULT_MIN_TIME,
