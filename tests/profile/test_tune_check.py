@@ -468,6 +468,9 @@ def test_tune_drops_a_shared_band_the_comparison_contradicts(monkeypatch, capsys
 
     def bands_with_a_change(m, builtin):  # the measurement "found" `other` faster into shared memory
         out = real(m, builtin)
+        for rows in (rows for region in out.values() for rows in region.values()):
+            for p in rows:  # no other change: what the real grid found on this CPU is not this test's
+                p["kernel"] = p["builtin"]
         p = out["to_shared"]["far"][0]
         p["kernel"], p["gain"], p["why"] = other, 1.5, "forced by the test"
         return out
