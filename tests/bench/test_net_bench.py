@@ -74,7 +74,7 @@ def test_a_receive_from_a_silent_peer_ends_in_timeout_error(tmp_path, kind):
             print(f"timeout after {time.monotonic() - t0:.1f} s: {exc}")
         finally:
             ends.close()
-    """, kind, timeout=30)
+    """, kind, timeout=15)
     assert proc.returncode == 0, explain(proc)
     assert proc.stdout.startswith("timeout after"), explain(proc)
     if kind != "net":  # the Subscriber's own TimeoutError has its own words

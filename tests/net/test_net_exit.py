@@ -6,6 +6,7 @@ receive has left Zenoh's code by then."""
 from __future__ import annotations
 
 import re
+import subprocess
 
 import pytest
 
@@ -188,7 +189,13 @@ def held_send(tmp_path, mode: str) -> str:
             sub.kill()
             sub.communicate()
             go.touch()
-        out, err = pub.communicate(timeout=90)
+        # At exit the close waits 5 s for the held send and the process ends: 40 s is ample
+        # under load, and well under the subscriber's 60 s stall, which a close that waited
+        # for the send would sit through.
+        try:
+            out, err = pub.communicate(timeout=40 if mode == "exit" else 90)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the publisher did not end within the bound ({mode}): its close waited for the held send")
     finally:
         for proc in (pub, sub):
             if proc is not None and proc.poll() is None:
