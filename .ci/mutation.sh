@@ -11,6 +11,10 @@
 # than two. Each mutant was killed by the same test with one worker and with two but one
 # (topic-no-seqlock-recheck, a race: caught by its pytest instead of its ctest).
 #
+# `bash .ci/mutation.sh --build-only` only builds the scratch copies (.ci/run does so while its
+# pytest runs, on the CPU that the emulated aarch64 run leaves free); the check then finds
+# them built.
+#
 # Environment: FASTCOPY_CI_BUILD (default build/ci): the scratch copy and its build go to
 # $FASTCOPY_CI_BUILD/mutation and are reused by the next run.
 set -euo pipefail
@@ -29,5 +33,5 @@ start=$(date +%s)
 # stops CI before this step, so it cannot make a mutant look killed here.
 jobs=$(nproc)
 if (( jobs > 4 )); then jobs=4; fi
-python tools/mutation_check.py --scratch "$B/mutation" --no-baseline --jobs "$jobs"
+python tools/mutation_check.py --scratch "$B/mutation" --no-baseline --jobs "$jobs" "$@"
 echo "mutation.sh: $(( $(date +%s) - start )) s"

@@ -7,6 +7,7 @@ they caught it.
     python tools/mutation_check.py --list       # the catalogue
     python tools/mutation_check.py --only NAME  # one mutant (repeatable; shell globs allowed)
     python tools/mutation_check.py --stale-only # only check that every patch still applies
+    python tools/mutation_check.py --build-only # only sync and build the scratch copies
     python tools/mutation_check.py --jobs 2     # two workers, each with its own scratch copy
 
 Per mutant one line: `killed`, `SURVIVED` (the named tests passed with the bug in place),
@@ -329,6 +330,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--timeout", type=float, default=300, help="seconds for one mutant's tests (default 300)")
     ap.add_argument("--no-baseline", action="store_true", help="skip the run of the named tests on the unmutated tree")
     ap.add_argument("--stale-only", action="store_true", help="only check that every patch applies")
+    ap.add_argument("--build-only", action="store_true",
+                    help="only sync and build the scratch copies (a later run finds them built)")
     ap.add_argument("--jobs", type=int, default=1, metavar="N",
                     help="workers, each with its own scratch copy under --scratch (default 1)")
     ap.add_argument("-v", "--verbose", action="store_true", help="show test output of killed and surviving mutants")
@@ -368,14 +371,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     scratch = args.scratch.resolve()
     runners = [Runner(scratch if k == 0 else scratch / f"worker{k}", args.timeout, args.verbose, build_jobs)
                for k in range(jobs)]
-    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-        prepared = list(pool.map(prepare_scratch, runners))
-    for runner, (n_changed, err) in zip(runners, prepared):
+    # The scratch copies are built one after another, each with every CPU: the first compiles
+    # everything, and with ccache the others find its objects in the cache (built side by side,
+    # each would compile everything itself).
+    for runner in runners:
+        runner.build_jobs = os.cpu_count() or 2
+        n_changed, err = prepare_scratch(runner)
+        runner.build_jobs = build_jobs
         print(f"scratch tree {runner.tree} ({n_changed} files updated)", flush=True)
         if err:
             print(err)
             return 2
     print(f"built in {time.monotonic() - t_start:.0f} s", flush=True)
+    if args.build_only:
+        return 0
     if args.profile:
         for r in runners:
             err = force_profile(r, args.profile)
