@@ -83,7 +83,7 @@ class Runner:
         self.env["FASTCOPY_MUTATION_CHECK"] = "1"  # the model tests skip shrinking (tests/_models.py)
         # kernel_tests ends at its first failed check (its full matrix takes about 4 s, and a
         # mutant of ops.h fails in the first kernel).
-        self.env["FASTCOPY_TESTS_STOP_AT_FIRST_FAILURE"] = "1"
+        self.env["KERNEL_TESTS_STOP_AT_FIRST_FAILURE"] = "1"
         self.configured = False
 
     def log(self, text: str) -> None:

@@ -353,15 +353,15 @@ int main(int argc, char** argv) {
     std::setvbuf(stdout, nullptr, _IOLBF, 0);
 
     long passed = 0, failed = 0;
-    // FASTCOPY_TESTS_STOP_AT_FIRST_FAILURE=1 (set by the mutation check): the first failed check
+    // KERNEL_TESTS_STOP_AT_FIRST_FAILURE=1 (set by the mutation check): the first failed check
     // ends the run, as only whether it fails matters there.
-    const char* stop_env = std::getenv("FASTCOPY_TESTS_STOP_AT_FIRST_FAILURE");
+    const char* stop_env = std::getenv("KERNEL_TESTS_STOP_AT_FIRST_FAILURE");
     const bool stop_at_first_failure = stop_env && std::string(stop_env) == "1";
     auto check = [&](bool ok, const std::string& what) {
         std::printf("  %s %s\n", ok ? "ok  " : "FAIL", what.c_str());
         (ok ? passed : failed)++;
         if (!ok && stop_at_first_failure) {
-            std::printf("kernel_tests: stopped at the first failure (FASTCOPY_TESTS_STOP_AT_FIRST_FAILURE=1)\n");
+            std::printf("kernel_tests: stopped at the first failure (KERNEL_TESTS_STOP_AT_FIRST_FAILURE=1)\n");
             std::exit(1);
         }
     };
