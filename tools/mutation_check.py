@@ -81,8 +81,9 @@ class Runner:
         self.env["PYTHONPATH"] = str(self.tree / "src")
         self.env["PYTHONDONTWRITEBYTECODE"] = "1"
         self.env["FASTCOPY_MUTATION_CHECK"] = "1"  # the model tests skip shrinking (tests/_models.py)
-        # kernel_tests ends at its first failed check (its full matrix takes about 4 s, and a
-        # mutant of ops.h fails in the first kernel).
+        # kernel_tests ends at its first failed check: a mutant of ops.h fails in the first
+        # kernel, and the rest of the matrix would change nothing (evidence:
+        # testing-mutation-per-mutant-costs).
         self.env["KERNEL_TESTS_STOP_AT_FIRST_FAILURE"] = "1"
         self.configured = False
 
@@ -151,8 +152,9 @@ class Runner:
                 failures.append("ctest " + ",".join(m_ctest))
                 self.log(r.stdout[-3000:])
         if m_pytest and (not failures or self.verbose):
-            # Without hypothesis's pytest plugin, which imports hypothesis in every run (0.6 s of
-            # the 1.1 s a one-test run takes); the tests that use hypothesis import it themselves.
+            # Without hypothesis's pytest plugin, which imports hypothesis in every run (most of a
+            # one-test run's time: evidence testing-mutation-per-mutant-costs); the tests that use
+            # hypothesis import it themselves.
             cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
                    "-o", "addopts=", "--no-header", *m_pytest]
             try:
